@@ -1,0 +1,36 @@
+// Communicator backends register a factory by name; operations ask for one through the pool.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collops/comm_params.h"
+#include "collops/communicator.h"
+
+namespace collops {
+
+/// Creates this rank's communicator for `param` (rendezvous with the other ranks included).
+/// Throws Error (ERROR_TIMEOUT naming missing ranks, ERROR_INVALID_PARAM, ...).
+using CommunicatorFactory = std::function<std::shared_ptr<Communicator>(const CommParam&)>;
+
+/// Makes `backend` ("lccl", "mpi", "c10d") available in `mode`. Called from static initialisers
+/// of the backend's translation unit, or by the torch binding at import.
+bool RegisterCommunicatorBackend(const std::string& backend, CommMode mode,
+                                 CommunicatorFactory factory);
+
+/// The concrete backend `param.backend` means here: "hccl" is auto (lccl on one host).
+std::string ResolveBackend(const CommParam& param);
+
+/// Creates a communicator through the registered factory. Throws ERROR_BACKEND_UNAVAILABLE
+/// naming the backend and mode when none is registered.
+std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param);
+
+/// "lccl/thread", ... for every registered backend and mode.
+std::vector<std::string> ListCommunicatorBackends();
+
+/// COLLOPS_TIMEOUT in seconds (default 300): how long any wait for a peer may last.
+double CommTimeoutSeconds();
+
+}  // namespace collops

@@ -1,0 +1,75 @@
+// The communicator interface: the collective primitives that operations are built on.
+//
+// A Communicator is one rank's handle on a group of `Size()` ranks. Every method is blocking and
+// synchronous on CPU: when it returns, the output buffers are final. Counts and displacements are
+// in elements of `dtype`; count vectors have Size() entries. Methods report failure by throwing
+// collops::Error (ERROR_TIMEOUT, ERROR_PEER_LOST, ERROR_RANK_MISMATCH, ERROR_COMM_FAIL, ...).
+//
+// A backend implements only what it can: every primitive's default throws
+// ERROR_BACKEND_UNAVAILABLE with "backend <name> does not support <primitive>".
+//
+// Argument checking is the caller's job (operations validate counts against buffers before they
+// call); backends may assume in-bounds arguments that every rank agrees on, because
+// VerifyAgreement() (signature.h) has been run first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "collops/reduce.h"
+#include "collops/tensor.h"
+
+namespace collops {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  /// "lccl", "mpi", "c10d", ...
+  virtual std::string BackendName() const = 0;
+  virtual int Rank() const = 0;
+  virtual int Size() const = 0;
+
+  /// Every rank contributes `bytes` bytes; `out` receives Size() * bytes, ordered by rank.
+  /// The building block of the cross-rank signature check, so every backend must provide it.
+  virtual void AllGatherBytes(const void* in, void* out, size_t bytes) = 0;
+
+  /// out = reduce over ranks of in. `in == out` is allowed (in place).
+  virtual void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+
+  /// out[rdispls[i] : +recvCounts[i]] = in of rank i (its first recvCounts[i] elements).
+  /// Elements of `out` outside every received range are left untouched.
+  virtual void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
+                          const int64_t* rdispls, DataType dtype);
+
+  /// out[0 : recvCount] = reduce over ranks j of in_j[sdispls_j[Rank()] : +sendCounts_j[Rank()]].
+  virtual void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                              void* out, size_t recvCount, DataType dtype, ReduceOp op);
+
+  /// out[rdispls[j] : +recvCounts[j]] = in_j[sdispls_j[Rank()] : +sendCounts_j[Rank()]].
+  virtual void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                         void* out, const int64_t* recvCounts, const int64_t* rdispls,
+                         DataType dtype);
+
+  /// buf = buf of `root`, on every rank.
+  virtual void Broadcast(void* buf, size_t count, DataType dtype, int root);
+
+  /// Point to point. A Send must meet a Recv with the same count and dtype on `peer`; when they
+  /// differ both sides throw ERROR_RANK_MISMATCH naming both ranks and values.
+  virtual void Send(const void* buf, size_t count, DataType dtype, int peer);
+  virtual void Recv(void* buf, size_t count, DataType dtype, int peer);
+
+  /// Returns once every rank has entered.
+  virtual void Barrier();
+
+  /// True once the communicator has failed for good (timeout, lost peer): every later call
+  /// throws the same error, and the pool replaces it on the next Get().
+  virtual bool Broken() const { return false; }
+
+ protected:
+  /// Throws ERROR_BACKEND_UNAVAILABLE: "backend <BackendName()> does not support <what>".
+  [[noreturn]] void Unsupported(const char* what) const;
+};
+
+}  // namespace collops

@@ -1,0 +1,106 @@
+// OperationBase: the generic half of every operation. It runs the checks that do not depend on
+// the op (tensor counts, dims, dtype table, byte sizes, Setup/Execute consistency, communicator
+// acquisition, cross-rank agreement) and calls the op's hooks for the rest, so an op file holds
+// only its own rules and its algorithm.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collops/comm_params.h"
+#include "collops/communicator.h"
+#include "collops/operation.h"
+#include "collops/signature.h"
+
+namespace collops {
+
+/// Which dtypes a tensor may have.
+enum class DtypeSet {
+  kMovable,    ///< data movement: the 7 reducible dtypes plus uint8, float64, bool
+  kReducible,  ///< int8, int16, int32, int64, float16, bfloat16, float32
+  kCounts,     ///< int64 host counts
+  kAny,        ///< any known dtype (shape carriers such as tensorForInferShape)
+};
+
+struct TensorSpec {
+  const char* name;
+  DtypeSet dtypes;
+};
+
+class OperationBase : public Operation {
+ public:
+  std::string GetName() const final { return name_; }
+  uint32_t GetInputNum() const final;
+  uint32_t GetOutputNum() const final;
+  Status InferShape(const std::vector<TensorDesc>& inTensorDescs,
+                    std::vector<TensorDesc>& outTensorDescs) const final;
+  Status Setup(const VariantPack& variantPack, uint64_t& workspaceSize, Context* context) final;
+  Status Execute(const VariantPack& variantPack, uint8_t* workspace, uint64_t workspaceSize,
+                 Context* context) final;
+
+ protected:
+  OperationBase(std::string name, const CommParam& commParam);
+
+  /// Inputs and outputs in order, with the dtypes each accepts.
+  virtual std::vector<TensorSpec> InputSpecs() const = 0;
+  virtual std::vector<TensorSpec> OutputSpecs() const = 0;
+  /// Output descs from input descs that already passed the generic checks. Throws Error.
+  virtual void InferShapeImpl(const std::vector<TensorDesc>& in,
+                              std::vector<TensorDesc>& out) const = 0;
+  /// Reads host counts and checks every range against the buffers, keeping what Execute needs.
+  /// Runs in Setup and again in Execute (counts may be rebound in between). Throws Error.
+  virtual void PrepareImpl(const VariantPack& pack) { (void)pack; }
+  virtual uint64_t WorkspaceSizeImpl(const VariantPack& pack) const {
+    (void)pack;
+    return 0;
+  }
+  /// What this rank is about to do, for the cross-rank agreement check. A signature with an
+  /// empty opName skips the check (Send and Recv: the communicator checks the pair itself).
+  virtual CallSignature SignatureImpl(const VariantPack& pack) const = 0;
+  /// Moves the data. The communicator has Size() == rankSize and Rank() == rank.
+  virtual void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
+                           Communicator& comm) = 0;
+
+  const CommParam& commParam() const { return commParam_; }
+  /// "<op>: " prefix helpers for messages, e.g. Where() = "AllToAllVOperation (rank 1)".
+  std::string Where() const;
+
+  /// The counts of an int64 host-count input: hostData when set, else deviceData. Throws when
+  /// the tensor holds no data.
+  std::vector<int64_t> ReadCounts(const Tensor& tensor, const char* name) const;
+  /// Throws ERROR_INVALID_PARAM unless every count >= 0 and counts.size() == expected.
+  void CheckCountVector(const std::vector<int64_t>& counts, const char* name,
+                        size_t expected) const;
+  /// Throws ERROR_INVALID_PARAM unless counts[i] >= 0, displs[i] >= 0 and
+  /// counts[i] + displs[i] <= limit for every i (no overflow), naming `bufferName`.
+  void CheckRanges(const std::vector<int64_t>& counts, const char* countsName,
+                   const std::vector<int64_t>& displs, const char* displsName, int64_t limit,
+                   const char* bufferName) const;
+
+ private:
+  void CheckTensors(const std::vector<Tensor>& tensors, const std::vector<TensorSpec>& specs,
+                    Status countStatus, const char* role) const;
+  void CheckDescs(const std::vector<TensorDesc>& descs, const std::vector<TensorSpec>& specs,
+                  Status countStatus, const char* role) const;
+  void CheckOutputsMatchInferred(const VariantPack& pack) const;
+  void AcquireCommunicator(Context* context);
+
+  std::string name_;
+  CommParam commParam_;
+  std::shared_ptr<Communicator> comm_;
+  bool setUp_ = false;
+  std::vector<TensorDesc> setupDescs_;
+  uint64_t setupWorkspaceSize_ = 0;
+};
+
+/// Element pointer arithmetic on untyped buffers.
+inline const uint8_t* ElementPtr(const void* base, int64_t index, DataType dtype) {
+  return static_cast<const uint8_t*>(base) + index * static_cast<int64_t>(DataTypeSize(dtype));
+}
+inline uint8_t* ElementPtr(void* base, int64_t index, DataType dtype) {
+  return static_cast<uint8_t*>(base) + index * static_cast<int64_t>(DataTypeSize(dtype));
+}
+
+}  // namespace collops

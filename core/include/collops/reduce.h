@@ -1,0 +1,33 @@
+// Element-wise reduction kernels used by every backend.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "collops/tensor.h"
+
+namespace collops {
+
+enum class ReduceOp : int32_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
+
+/// "sum", "prod", "max", "min".
+const char* ReduceOpName(ReduceOp op);
+/// Parses "sum" | "prod" | "max" | "min"; false for anything else.
+bool ParseReduceOp(const std::string& name, ReduceOp* op);
+/// True for the dtypes reductions accept: int8, int16, int32, int64, float16, bfloat16, float32.
+bool IsReducibleDtype(DataType dtype);
+
+/// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], folded left to right in that order.
+/// float16 and bfloat16 accumulate in float32 over all n inputs and round to nearest-even once, so
+/// the result depends only on the inputs and their order (bit-identical wherever it is computed).
+/// Integers wrap on overflow (two's complement), like torch and numpy. dst may be the very same
+/// pointer as any srcs[k]; other overlaps are not allowed. n >= 1.
+/// Throws Error(ERROR_INVALID_TENSOR_DTYPE) for a dtype that IsReducibleDtype rejects.
+void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                  size_t count);
+
+/// Name of the instruction set the kernels dispatched to at load time: "avx512", "avx2" or
+/// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks).
+const char* ReduceKernelIsa();
+
+}  // namespace collops

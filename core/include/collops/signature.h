@@ -1,0 +1,31 @@
+// Cross-rank agreement: before moving data, every rank shares a small description of the call it
+// is about to make, and every rank checks all of them, so ranks that disagree all fail with the
+// same ERROR_RANK_MISMATCH message instead of hanging or corrupting memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collops/communicator.h"
+#include "collops/tensor.h"
+
+namespace collops {
+
+struct CallSignature {
+  std::string opName;                 ///< must be equal on every rank
+  DataType dtype = ACL_DT_UNDEFINED;  ///< must be equal on every rank
+  int root = -1;                      ///< must be equal on every rank; -1 = the op has no root
+  int64_t count = -1;                 ///< element count every rank must agree on; -1 = unchecked
+  std::vector<int64_t> sendCounts;    ///< elements this rank sends to rank j; empty = unchecked
+  std::vector<int64_t> recvCounts;    ///< elements this rank expects from rank j
+  std::string sendField = "sendCounts";  ///< param names used in the mismatch message
+  std::string recvField = "recvCounts";
+};
+
+/// Exchanges `mine` with every rank of `comm` (one AllGatherBytes) and throws
+/// Error(ERROR_RANK_MISMATCH) when any two ranks disagree; the message names both ranks and both
+/// values and is identical on every rank.
+void VerifyAgreement(Communicator& comm, const CallSignature& mine);
+
+}  // namespace collops

@@ -1,0 +1,93 @@
+// Status codes and error reporting shared by every layer of collops.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace collops {
+
+/// Result of every public call. Numbering follows ATB's ErrorType so ATB callers can compare codes
+/// directly; collops' own additions start at 100.
+enum Status : int32_t {
+  NO_ERROR = 0,
+  ERROR_INVALID_PARAM = 1,
+  ERROR_INTERNAL_ERROR = 3,
+  ERROR_INVALID_IN_TENSOR_NUM = 5,
+  ERROR_INVALID_TENSOR_DTYPE = 6,
+  ERROR_INVALID_TENSOR_FORMAT = 7,
+  ERROR_INVALID_TENSOR_DIM = 8,
+  ERROR_INVALID_TENSOR_SIZE = 9,
+  ERROR_INVALID_TENSOR_INI_MATCH = 13,
+  ERROR_INVALID_TENSOR_ADDR = 14,
+  ERROR_INVALID_TENSOR_NUM = 15,
+  ERROR_INVALID_TENSOR_DIM_NUM = 16,
+  ERROR_INVALID_CONTEXT_ADDR = 19,
+  ERROR_INVALID_WORKSPACE_SIZE = 22,
+  ERROR_INVALID_WORKSPACE_ADDR = 23,
+  ERROR_COMM_FAIL = 25,  ///< ATB's ERROR_HCCL_FAIL
+  ERROR_OUT_OF_HOST_MEMORY = 27,
+  ERROR_COMM_EMPTY = 28,
+  ERROR_TIMEOUT = 100,              ///< a peer did not arrive within COLLOPS_TIMEOUT seconds
+  ERROR_PEER_LOST = 101,            ///< a peer process died or left the communicator
+  ERROR_RANK_MISMATCH = 102,        ///< ranks disagree on op, dtype, root or counts
+  ERROR_BACKEND_UNAVAILABLE = 103,  ///< backend not built, not reachable, or lacks the primitive
+};
+
+/// "ERROR_INVALID_PARAM" for ERROR_INVALID_PARAM; "UNKNOWN_STATUS" for values outside the enum.
+const char* StatusName(int32_t status);
+
+/// The message of the last failing call made by this thread: what failed, where, and which field
+/// or rank. Cleared to "" by every public call that succeeds.
+const std::string& LastErrorMessage();
+void SetLastErrorMessage(std::string message);
+
+/// The one exception type used inside collops. Public entry points catch it and turn it into a
+/// Status plus LastErrorMessage(); internal code throws it instead of threading Status through
+/// every frame.
+class Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  Status status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+/// Builds a message from streamable pieces: Concat("rank ", 3, " of ", 4).
+template <class... Args>
+std::string Concat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+/// Throws Error(status, Concat(args...)).
+template <class... Args>
+[[noreturn]] void Fail(Status status, Args&&... args) {
+  throw Error(status, Concat(std::forward<Args>(args)...));
+}
+
+/// Runs body(), returning NO_ERROR or the Status of the Error (or ERROR_INTERNAL_ERROR for any
+/// other exception) and recording the message for LastErrorMessage().
+template <class Body>
+Status Guarded(Body&& body) {
+  try {
+    body();
+    SetLastErrorMessage("");
+    return NO_ERROR;
+  } catch (const Error& e) {
+    SetLastErrorMessage(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    SetLastErrorMessage("out of host memory");
+    return ERROR_OUT_OF_HOST_MEMORY;
+  } catch (const std::exception& e) {
+    SetLastErrorMessage(Concat("internal error: ", e.what()));
+    return ERROR_INTERNAL_ERROR;
+  }
+}
+
+}  // namespace collops

@@ -1,0 +1,83 @@
+#include "collops/backend.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "collops/status.h"
+
+namespace collops {
+namespace {
+
+const char* ModeName(CommMode mode) {
+  return mode == COMM_MULTI_THREAD ? "thread" : mode == COMM_MULTI_PROCESS ? "process" : "?";
+}
+
+struct Backends {
+  std::mutex mutex;
+  std::map<std::pair<std::string, int>, CommunicatorFactory> factories;
+};
+
+Backends& TheBackends() {
+  static Backends* backends = new Backends;  // never destroyed: used from static initialisers
+  return *backends;
+}
+
+}  // namespace
+
+bool RegisterCommunicatorBackend(const std::string& backend, CommMode mode,
+                                 CommunicatorFactory factory) {
+  Backends& b = TheBackends();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  b.factories[{backend, static_cast<int>(mode)}] = std::move(factory);
+  return true;
+}
+
+std::string ResolveBackend(const CommParam& param) {
+  // "hccl" is ATB's default, so ATB scripts name it without thinking: it means "the best engine
+  // for where the ranks are", which on one host is our shared-memory lccl.
+  if (param.backend == "hccl") return "lccl";
+  return param.backend;
+}
+
+std::vector<std::string> ListCommunicatorBackends() {
+  Backends& b = TheBackends();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : b.factories) {
+    names.push_back(entry.first.first + "/" + ModeName(static_cast<CommMode>(entry.first.second)));
+  }
+  return names;
+}
+
+std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param) {
+  const std::string backend = ResolveBackend(param);
+  CommunicatorFactory factory;
+  {
+    Backends& b = TheBackends();
+    std::lock_guard<std::mutex> lock(b.mutex);
+    const auto it = b.factories.find({backend, static_cast<int>(param.commMode)});
+    if (it != b.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string available;
+    for (const auto& name : ListCommunicatorBackends()) {
+      available += (available.empty() ? "" : ", ") + name;
+    }
+    Fail(ERROR_BACKEND_UNAVAILABLE, "backend \"", param.backend, "\" (", backend, ") in ",
+         ModeName(param.commMode), " mode is not available in this build (available: ",
+         available.empty() ? "none" : available, ")");
+  }
+  return factory(param);
+}
+
+double CommTimeoutSeconds() {
+  const char* text = std::getenv("COLLOPS_TIMEOUT");
+  if (text == nullptr || *text == '\0') return 300.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  return (end != text && seconds > 0) ? seconds : 300.0;
+}
+
+}  // namespace collops

@@ -1,0 +1,239 @@
+#include "collops/operation_base.h"
+
+#include <cstring>
+
+#include "collops/context.h"
+
+namespace collops {
+namespace {
+
+bool InSet(DataType dtype, DtypeSet set) {
+  switch (set) {
+    case DtypeSet::kReducible:
+      return dtype == ACL_INT8 || dtype == ACL_INT16 || dtype == ACL_INT32 || dtype == ACL_INT64 ||
+             dtype == ACL_FLOAT16 || dtype == ACL_BF16 || dtype == ACL_FLOAT;
+    case DtypeSet::kMovable:
+      return InSet(dtype, DtypeSet::kReducible) || dtype == ACL_UINT8 || dtype == ACL_DOUBLE ||
+             dtype == ACL_BOOL;
+    case DtypeSet::kCounts:
+      return dtype == ACL_INT64;
+    case DtypeSet::kAny:
+      return DataTypeSize(dtype) != 0;
+  }
+  return false;
+}
+
+const char* SetDescription(DtypeSet set) {
+  switch (set) {
+    case DtypeSet::kReducible: return "int8, int16, int32, int64, float16, bfloat16, float32";
+    case DtypeSet::kMovable:
+      return "int8, int16, int32, int64, float16, bfloat16, float32, uint8, float64, bool";
+    case DtypeSet::kCounts: return "int64";
+    case DtypeSet::kAny: return "any dtype";
+  }
+  return "?";
+}
+
+std::string Names(const std::vector<TensorSpec>& specs) {
+  std::string names;
+  for (const auto& s : specs) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names.empty() ? "none" : names;
+}
+
+}  // namespace
+
+OperationBase::OperationBase(std::string name, const CommParam& commParam)
+    : name_(std::move(name)), commParam_(commParam) {}
+
+uint32_t OperationBase::GetInputNum() const { return InputSpecs().size(); }
+uint32_t OperationBase::GetOutputNum() const { return OutputSpecs().size(); }
+
+std::string OperationBase::Where() const {
+  return Concat(name_, " (rank ", commParam_.rank, ")");
+}
+
+void OperationBase::CheckDescs(const std::vector<TensorDesc>& descs,
+                               const std::vector<TensorSpec>& specs, Status countStatus,
+                               const char* role) const {
+  if (descs.size() != specs.size()) {
+    Fail(countStatus, name_, ": expects ", specs.size(), " ", role, " (", Names(specs), "), got ",
+         descs.size());
+  }
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const TensorDesc& d = descs[i];
+    const TensorSpec& spec = specs[i];
+    if (!InSet(d.dtype, spec.dtypes)) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, name_, ": ", role, "[", i, "] (", spec.name, ") has dtype ",
+           DataTypeName(d.dtype), "; accepted: ", SetDescription(spec.dtypes));
+    }
+    if (d.format != ACL_FORMAT_ND) {
+      Fail(ERROR_INVALID_TENSOR_FORMAT, name_, ": ", role, "[", i, "] (", spec.name,
+           ") has format ", static_cast<int>(d.format), "; only ND (2) is supported");
+    }
+    if (d.shape.dimNum < 1 || d.shape.dimNum > kMaxDimNum) {
+      Fail(ERROR_INVALID_TENSOR_DIM_NUM, name_, ": ", role, "[", i, "] (", spec.name, ") has ",
+           d.shape.dimNum, " dims; 1 to ", kMaxDimNum, " are supported");
+    }
+    for (uint64_t k = 0; k < d.shape.dimNum; ++k) {
+      if (d.shape.dims[k] < 0) {
+        Fail(ERROR_INVALID_TENSOR_DIM, name_, ": ", role, "[", i, "] (", spec.name, ") has shape ",
+             DimsToString(d.shape), " with a negative dim");
+      }
+    }
+  }
+}
+
+void OperationBase::CheckTensors(const std::vector<Tensor>& tensors,
+                                 const std::vector<TensorSpec>& specs, Status countStatus,
+                                 const char* role) const {
+  std::vector<TensorDesc> descs;
+  for (const auto& t : tensors) descs.push_back(t.desc);
+  CheckDescs(descs, specs, countStatus, role);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const uint64_t bytes = TensorBytes(t.desc);
+    if (t.dataSize != bytes) {
+      Fail(ERROR_INVALID_TENSOR_SIZE, name_, ": ", role, "[", i, "] (", specs[i].name,
+           ") has dataSize ", t.dataSize, " but shape ", DimsToString(t.desc.shape), " of ",
+           DataTypeName(t.desc.dtype), " needs ", bytes, " bytes");
+    }
+    const bool hostCountsOnly = specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr;
+    if (bytes > 0 && t.deviceData == nullptr && !hostCountsOnly) {
+      Fail(ERROR_INVALID_TENSOR_ADDR, name_, ": ", role, "[", i, "] (", specs[i].name,
+           ") has no data (deviceData is null)");
+    }
+  }
+}
+
+void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
+  std::vector<TensorDesc> in;
+  for (const auto& t : pack.inTensors) in.push_back(t.desc);
+  std::vector<TensorDesc> inferred;
+  InferShapeImpl(in, inferred);
+  const std::vector<TensorSpec> specs = OutputSpecs();
+  for (size_t i = 0; i < inferred.size() && i < pack.outTensors.size(); ++i) {
+    const TensorDesc& got = pack.outTensors[i].desc;
+    if (got.dtype != inferred[i].dtype) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, name_, ": outTensors[", i, "] (", specs[i].name,
+           ") has dtype ", DataTypeName(got.dtype), " but the inputs give ",
+           DataTypeName(inferred[i].dtype));
+    }
+    if (got.shape != inferred[i].shape) {
+      Fail(ERROR_INVALID_TENSOR_DIM, name_, ": outTensors[", i, "] (", specs[i].name,
+           ") has shape ", DimsToString(got.shape), " but the inputs give ",
+           DimsToString(inferred[i].shape));
+    }
+  }
+}
+
+Status OperationBase::InferShape(const std::vector<TensorDesc>& inTensorDescs,
+                                 std::vector<TensorDesc>& outTensorDescs) const {
+  return Guarded([&] {
+    CheckDescs(inTensorDescs, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+    std::vector<TensorDesc> out;
+    InferShapeImpl(inTensorDescs, out);
+    if (out.size() != OutputSpecs().size()) {
+      Fail(ERROR_INTERNAL_ERROR, name_, ": inferred ", out.size(), " outputs, declares ",
+           OutputSpecs().size());
+    }
+    outTensorDescs = std::move(out);
+  });
+}
+
+void OperationBase::AcquireCommunicator(Context* context) {
+  if (comm_ != nullptr && !comm_->Broken()) return;
+  Context& ctx = context != nullptr ? *context : DefaultContext();
+  comm_ = ctx.Communicators().Get(commParam_);
+}
+
+Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceSize,
+                            Context* context) {
+  return Guarded([&] {
+    setUp_ = false;
+    CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+    std::vector<TensorSpec> outSpecs = OutputSpecs();
+    for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference below
+    CheckTensors(variantPack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+    CheckOutputsMatchInferred(variantPack);
+    PrepareImpl(variantPack);
+    const uint64_t size = WorkspaceSizeImpl(variantPack);
+    AcquireCommunicator(context);
+    setupDescs_.clear();
+    for (const auto& t : variantPack.inTensors) setupDescs_.push_back(t.desc);
+    for (const auto& t : variantPack.outTensors) setupDescs_.push_back(t.desc);
+    setupWorkspaceSize_ = size;
+    workspaceSize = size;
+    setUp_ = true;
+  });
+}
+
+Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace,
+                              uint64_t workspaceSize, Context* context) {
+  return Guarded([&] {
+    if (!setUp_) {
+      Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_, ": Execute needs a successful Setup first");
+    }
+    std::vector<TensorDesc> descs;
+    for (const auto& t : variantPack.inTensors) descs.push_back(t.desc);
+    for (const auto& t : variantPack.outTensors) descs.push_back(t.desc);
+    if (descs != setupDescs_) {
+      Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
+           ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
+    }
+    CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+    if (workspaceSize < setupWorkspaceSize_) {
+      Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
+           " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");
+    }
+    if (setupWorkspaceSize_ > 0 && workspace == nullptr) {
+      Fail(ERROR_INVALID_WORKSPACE_ADDR, name_, ": workspace is null but Setup asked for ",
+           setupWorkspaceSize_, " bytes");
+    }
+    PrepareImpl(variantPack);
+    AcquireCommunicator(context);
+    const CallSignature signature = SignatureImpl(variantPack);
+    if (!signature.opName.empty()) VerifyAgreement(*comm_, signature);
+    ExecuteImpl(variantPack, workspace, workspaceSize, *comm_);
+  });
+}
+
+std::vector<int64_t> OperationBase::ReadCounts(const Tensor& tensor, const char* name) const {
+  const int64_t n = NumElements(tensor.desc.shape);
+  const void* data = tensor.hostData != nullptr ? tensor.hostData : tensor.deviceData;
+  if (n > 0 && data == nullptr) {
+    Fail(ERROR_INVALID_TENSOR_ADDR, Where(), ": ", name,
+         " holds no counts (hostData and deviceData are null)");
+  }
+  std::vector<int64_t> counts(n);
+  if (n > 0) std::memcpy(counts.data(), data, n * sizeof(int64_t));
+  return counts;
+}
+
+void OperationBase::CheckCountVector(const std::vector<int64_t>& counts, const char* name,
+                                     size_t expected) const {
+  if (counts.size() != expected) {
+    Fail(ERROR_INVALID_PARAM, Where(), ": ", name, " has ", counts.size(),
+         " entries; rankSize = ", commParam_.rankSize, " needs ", expected);
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] < 0) {
+      Fail(ERROR_INVALID_PARAM, Where(), ": ", name, "[", i, "] = ", counts[i], " must be >= 0");
+    }
+  }
+}
+
+void OperationBase::CheckRanges(const std::vector<int64_t>& counts, const char* countsName,
+                                const std::vector<int64_t>& displs, const char* displsName,
+                                int64_t limit, const char* bufferName) const {
+  CheckCountVector(counts, countsName, commParam_.rankSize);
+  CheckCountVector(displs, displsName, commParam_.rankSize);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    int64_t end = 0;
+    if (__builtin_add_overflow(counts[i], displs[i], &end) || end > limit) {
+      Fail(ERROR_INVALID_PARAM, Where(), ": ", countsName, "[", i, "] + ", displsName, "[", i,
+           "] = ", counts[i], " + ", displs[i], " exceeds ", bufferName, " = ", limit);
+    }
+  }
+}
+
+}  // namespace collops

@@ -1,0 +1,99 @@
+#include "collops/signature.h"
+
+#include <cstring>
+
+#include "collops/status.h"
+
+namespace collops {
+namespace {
+
+/// Fixed-size header shared by every rank; followed by 2 * R int64 (sendCounts, recvCounts).
+struct WireHeader {
+  char opName[48];  // truncated name, for the message; opHash decides
+  uint64_t opHash;
+  int32_t dtype;
+  int32_t root;
+  int64_t count;
+  int64_t hasCounts;
+};
+
+uint64_t HashName(const std::string& name) {  // FNV-1a: stable across processes and builds
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
+  const int size = comm.Size();
+  const size_t countsBytes = 2 * static_cast<size_t>(size) * sizeof(int64_t);
+  const size_t recordBytes = sizeof(WireHeader) + countsBytes;
+  const bool hasCounts = !mine.sendCounts.empty();
+  if (hasCounts && (mine.sendCounts.size() != static_cast<size_t>(size) ||
+                    mine.recvCounts.size() != static_cast<size_t>(size))) {
+    Fail(ERROR_INTERNAL_ERROR, mine.opName, ": signature count vectors must have ", size,
+         " entries");
+  }
+  std::vector<uint8_t> record(recordBytes, 0);
+  WireHeader header{};
+  std::strncpy(header.opName, mine.opName.c_str(), sizeof header.opName - 1);
+  header.opHash = HashName(mine.opName);
+  header.dtype = static_cast<int32_t>(mine.dtype);
+  header.root = mine.root;
+  header.count = mine.count;
+  header.hasCounts = hasCounts ? 1 : 0;
+  std::memcpy(record.data(), &header, sizeof header);
+  if (hasCounts) {
+    std::memcpy(record.data() + sizeof header, mine.sendCounts.data(), countsBytes / 2);
+    std::memcpy(record.data() + sizeof header + countsBytes / 2, mine.recvCounts.data(),
+                countsBytes / 2);
+  }
+  std::vector<uint8_t> all(recordBytes * size);
+  comm.AllGatherBytes(record.data(), all.data(), recordBytes);
+
+  std::vector<WireHeader> headers(size);
+  for (int r = 0; r < size; ++r) std::memcpy(&headers[r], &all[r * recordBytes], sizeof(WireHeader));
+  const auto counts = [&](int r, int which, int j) {
+    int64_t v;
+    std::memcpy(&v, &all[r * recordBytes + sizeof(WireHeader) + (which * size + j) * 8], 8);
+    return v;
+  };
+  // Every rank scans the same gathered records in the same order, so all report the same first
+  // disagreement.
+  for (int r = 1; r < size; ++r) {
+    const WireHeader& a = headers[0];
+    const WireHeader& b = headers[r];
+    if (a.opHash != b.opHash || a.hasCounts != b.hasCounts) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the operation: rank 0 runs ",
+           a.opName, " but rank ", r, " runs ", b.opName);
+    }
+    if (a.dtype != b.dtype) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on dtype: rank 0 has ",
+           DataTypeName(static_cast<DataType>(a.dtype)), " but rank ", r, " has ",
+           DataTypeName(static_cast<DataType>(b.dtype)));
+    }
+    if (a.root != b.root) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the root: rank 0 has rankRoot ",
+           a.root, " but rank ", r, " has ", b.root);
+    }
+    if (a.count != b.count) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the element count: rank 0 has ",
+           a.count, " but rank ", r, " has ", b.count);
+    }
+  }
+  if (headers[0].hasCounts == 0) return;
+  for (int i = 0; i < size; ++i) {
+    for (int j = 0; j < size; ++j) {
+      const int64_t sent = counts(i, 0, j);
+      const int64_t expected = counts(j, 1, i);
+      if (sent != expected) {
+        Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on counts: rank ", i, " sends ",
+             sent, " elements to rank ", j, " (", mine.sendField, ") but rank ", j, " expects ",
+             expected, " from rank ", i, " (", mine.recvField, ")");
+      }
+    }
+  }
+}
+
+}  // namespace collops

@@ -1,0 +1,83 @@
+#include "collops/tensor.h"
+
+#include <sstream>
+
+namespace collops {
+
+size_t DataTypeSize(DataType dtype) {
+  switch (dtype) {
+    case ACL_INT8:
+    case ACL_UINT8:
+    case ACL_BOOL: return 1;
+    case ACL_FLOAT16:
+    case ACL_BF16:
+    case ACL_INT16: return 2;
+    case ACL_FLOAT:
+    case ACL_INT32: return 4;
+    case ACL_INT64:
+    case ACL_DOUBLE: return 8;
+    default: return 0;
+  }
+}
+
+std::string DataTypeName(DataType dtype) {
+  switch (dtype) {
+    case ACL_FLOAT: return "float32";
+    case ACL_FLOAT16: return "float16";
+    case ACL_INT8: return "int8";
+    case ACL_INT32: return "int32";
+    case ACL_UINT8: return "uint8";
+    case ACL_INT16: return "int16";
+    case ACL_INT64: return "int64";
+    case ACL_DOUBLE: return "float64";
+    case ACL_BOOL: return "bool";
+    case ACL_BF16: return "bfloat16";
+    default: return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
+  }
+}
+
+int64_t NumElements(const Dims& dims) {
+  int64_t n = 1;
+  for (uint64_t i = 0; i < dims.dimNum && i < kMaxDimNum; ++i) n *= dims.dims[i];
+  return n;
+}
+
+Dims MakeDims(std::initializer_list<int64_t> dims) {
+  return MakeDims(std::vector<int64_t>(dims));
+}
+
+Dims MakeDims(const std::vector<int64_t>& dims) {
+  Dims out;
+  out.dimNum = dims.size() < kMaxDimNum ? dims.size() : kMaxDimNum;
+  for (uint64_t i = 0; i < out.dimNum; ++i) out.dims[i] = dims[i];
+  return out;
+}
+
+std::string DimsToString(const Dims& dims) {
+  std::ostringstream out;
+  out << '[';
+  for (uint64_t i = 0; i < dims.dimNum && i < kMaxDimNum; ++i) {
+    if (i) out << ", ";
+    out << dims.dims[i];
+  }
+  out << ']';
+  return out.str();
+}
+
+bool operator==(const Dims& a, const Dims& b) {
+  if (a.dimNum != b.dimNum) return false;
+  for (uint64_t i = 0; i < a.dimNum && i < kMaxDimNum; ++i) {
+    if (a.dims[i] != b.dims[i]) return false;
+  }
+  return true;
+}
+
+bool operator==(const TensorDesc& a, const TensorDesc& b) {
+  return a.dtype == b.dtype && a.format == b.format && a.shape == b.shape;
+}
+
+uint64_t TensorBytes(const TensorDesc& desc) {
+  return static_cast<uint64_t>(NumElements(desc.shape)) * DataTypeSize(desc.dtype);
+}
+
+}  // namespace collops
