@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Formats every C/C++ source with the checked-in .clang-format; --check only reports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mapfile -t files < <(git ls-files '*.h' '*.cpp' '*.inc' '*.cc')
+if [ "${1:-}" = "--check" ]; then
+  clang-format --dry-run --Werror "${files[@]}"
+  echo "format: ${#files[@]} files clean"
+else
+  clang-format -i "${files[@]}"
+fi

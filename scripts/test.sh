@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every test on a fresh machine: set up, then
+#   1. formatting (clang-format, .clang-format at the root),
+#   2. release build with the torch binding: ctest (C++ gtest) and pytest,
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
+#   4. ThreadSanitizer build: ctest of the thread-mode tests.
+# Exits non-zero as soon as a step fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export COLLOPS_BUILD_JOBS=${COLLOPS_BUILD_JOBS:-2}
+
+step() { echo; echo "=== $*"; }
+
+step "format check"
+scripts/format.sh --check
+
+step "release build"
+scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.log 2>&1 || { tail -50 build.log; exit 1; }
+step "ctest (release)"
+(cd build && ctest -j2 --output-on-failure --timeout 300)
+step "pytest"
+COLLOPS_BUILD_DIR="$PWD/build" python3 -m pytest tests/python -q
+
+step "ASan+UBSan build"
+scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \
+  >build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
+step "ctest (ASan+UBSan)"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j2 --output-on-failure --timeout 600)
+
+step "TSan build"
+scripts/build.sh build-tsan -DCOLLOPS_SANITIZE=thread -DCOLLOPS_WITH_TORCH=OFF \
+  >build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
+step "ctest (TSan, thread-mode tests)"
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j2 --output-on-failure --timeout 600 \
+  -R 'ThreadComm|Golden|Errors|SendRecv|Barrier')
