@@ -1,0 +1,74 @@
+"""collops: ATB-style collective-communication operations on CPU tensors, from PyTorch.
+
+``import collops`` (after or without ``import torch``; torch is imported first either way) loads
+``libcollops_torch.so``, which registers ``torch.classes.OperationTorch.OperationTorch`` -- ATB's
+Python test class -- over every collops operation::
+
+    import collops, json, torch
+    op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+    op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1}))
+    (y,) = op.execute([torch.ones(4)])
+
+Where the library is looked for, first match wins:
+  1. ``$COLLOPS_LIBRARY_DIR/libcollops_torch.so``
+  2. ``$COLLOPS_BUILD_DIR/torch_bindings/libcollops_torch.so`` (a CMake build tree)
+  3. ``collops/lib/libcollops_torch.so`` (where the CMake build copies it)
+
+ATB scripts that ``import torch_npu``: see :mod:`collops.compat`.
+"""
+import os
+
+import torch  # first: libcollops_torch.so resolves its torch symbols against the loaded torch
+
+__all__ = ["BUILD_COMMAND", "library_path", "compat"]
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_LIB_NAME = "libcollops_torch.so"
+
+#: The commands that build the library and copy it into collops/lib/.
+BUILD_COMMAND = (
+    f"cmake -S {_REPO_ROOT} -B {_REPO_ROOT}/build-torch -G Ninja -DCOLLOPS_WITH_TORCH=ON && "
+    f"ninja -j2 -C {_REPO_ROOT}/build-torch collops_torch"
+)
+
+
+def _candidates():
+    """The library paths to try, in order, each with where it came from."""
+    if os.environ.get("COLLOPS_LIBRARY_DIR"):
+        yield os.path.join(os.environ["COLLOPS_LIBRARY_DIR"], _LIB_NAME), "COLLOPS_LIBRARY_DIR"
+    if os.environ.get("COLLOPS_BUILD_DIR"):
+        yield (os.path.join(os.environ["COLLOPS_BUILD_DIR"], "torch_bindings", _LIB_NAME),
+               "COLLOPS_BUILD_DIR")
+    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", _LIB_NAME), "package"
+
+
+def library_path():
+    """The path of the libcollops_torch.so that ``import collops`` loads.
+
+    Raises ImportError naming every place looked at and the command that builds the library.
+    An explicit COLLOPS_LIBRARY_DIR or COLLOPS_BUILD_DIR that lacks the library is an error
+    rather than a silent fall-through, so tests never run against a stale copy by accident.
+    """
+    tried = []
+    for path, source in _candidates():
+        if os.path.isfile(path):
+            return path
+        tried.append(f"{path} ({source})")
+        if source != "package":
+            break
+    raise ImportError(
+        "collops: the PyTorch binding library is not built; looked for "
+        + ", ".join(tried) + f". Build it with:\n    {BUILD_COMMAND}")
+
+
+def _load():
+    path = library_path()
+    # torch.ops.load_library dlopens with RTLD_GLOBAL semantics and runs TORCH_LIBRARY
+    # registration; loading the same file twice is a no-op for the dynamic loader.
+    torch.ops.load_library(path)
+    return path
+
+
+_LIBRARY = _load()
+
+from . import compat  # noqa: E402  (needs the library loaded)

@@ -1,0 +1,18 @@
+"""Shared pytest set-up for tests/python.
+
+Makes ``import collops`` work from the source tree (``<repo>/python`` on sys.path when collops is
+not pip-installed) and keeps collops' own waits short in tests. Which library is loaded is
+decided by collops itself: COLLOPS_LIBRARY_DIR, else COLLOPS_BUILD_DIR/torch_bindings, else
+python/collops/lib. Nothing here imports collops, so tests that do not need the binding still
+run when it is not built.
+"""
+import os
+import sys
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PYTHON_DIR = os.path.join(_REPO, "python")
+if _PYTHON_DIR not in sys.path:
+    sys.path.insert(0, _PYTHON_DIR)
+
+# A rank that never arrives must fail the test in a minute, not after the 300 s default.
+os.environ.setdefault("COLLOPS_TIMEOUT", "60")

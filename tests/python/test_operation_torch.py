@@ -1,0 +1,356 @@
+"""OperationTorch's Python surface in one process: return conventions, param and binding errors,
+infer_shape codes, tensor checks, dtype mapping, the torch_npu shim and the library loader.
+
+Anything that executes uses rankSize 1 in commMode 1 (a one-thread job), so these tests need no
+peers; the collective behaviour itself is in test_operation_torch_threads.py / _procs.py.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import collops  # noqa: F401  (registers torch.classes.OperationTorch)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OperationTorch = torch.classes.OperationTorch.OperationTorch
+
+ALL_OPS = ["AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
+           "ReduceScatterOperation", "ReduceScatterVOperation", "BroadcastOperation",
+           "AllToAllOperation", "AllToAllVOperation", "AllToAllVV2Operation", "SendOperation",
+           "RecvOperation", "BarrierOperation"]
+# torch dtype -> ACL DataType code (DESIGN.md section 2).
+ACL_CODES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.uint8: 4,
+             torch.int16: 6, torch.int64: 9, torch.float64: 11, torch.bool: 12,
+             torch.bfloat16: 27}
+
+
+def solo(**extra):
+    """Params of a one-rank, one-thread job."""
+    return json.dumps({"rank": 0, "rankSize": 1, "commMode": 1, "commDomain": "pytest-solo",
+                       **extra})
+
+
+def make(name, param):
+    op = OperationTorch(name)
+    result = json.loads(op.set_param(param))
+    assert result == {"result": 0, "message": ""}, result
+    return op
+
+
+def counts(*values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+# ---- construction and set_param -----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_every_operation_constructs(name):
+    op = OperationTorch(name)
+    assert json.loads(op.set_param(solo(rank=0)))["result"] in (0, 1)
+
+
+def test_unknown_operation_name_raises_listing_known_ones():
+    with pytest.raises(RuntimeError, match="unknown operation \"AllReduceOp\".*AllReduceOperation"):
+        OperationTorch("AllReduceOp")
+
+
+def test_set_param_failure_keeps_previous_operation():
+    op = make("AllReduceOperation", solo(allReduceType="max"))
+    bad = json.loads(op.set_param(solo(allReduceType="proo")))
+    assert bad["result"] == 1 and "allReduceType" in bad["message"]
+    x = torch.arange(6, dtype=torch.float32)
+    (y,) = op.execute([x])
+    assert torch.equal(y, x)
+
+
+def test_update_param_replaces_the_operation():
+    op = make("AllGatherOperation", json.dumps({"rank": 0, "rankSize": 2}))
+    x = torch.zeros(2, 3, dtype=torch.float16)
+    assert json.loads(op.infer_shape([x]))["shape"] == [[2, 2, 3]]
+    assert json.loads(op.update_param(json.dumps({"rank": 1, "rankSize": 3}))) == \
+        {"result": 0, "message": ""}
+    assert json.loads(op.infer_shape([x]))["shape"] == [[3, 2, 3]]
+    bad = json.loads(op.update_param(json.dumps({"rank": 3, "rankSize": 3})))
+    assert bad["result"] == 1 and "rank" in bad["message"]
+    assert json.loads(op.infer_shape([x]))["shape"] == [[3, 2, 3]]
+
+
+# Issue 4 section 6: bad params give result 1 with a message naming the field.
+PARAM_ERRORS = [
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "rankRoot": -1}, "rankRoot"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "rankRoot": 2}, "rankRoot"),
+    ("BroadcastOperation", {"rank": 0, "rankSize": 2, "rankRoot": 5}, "rankRoot"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "backend": "lccc"}, "backend"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "allReduceType": "proo"}, "allReduceType"),
+    ("ReduceScatterOperation", {"rank": 0, "rankSize": 2, "reduceType": "avg"}, "reduceType"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "commMode": 5}, "commMode"),
+    ("AllGatherOperation", {"rank": 0, "rankSize": 2, "rsv": [1]}, "rsv"),
+    ("AllReduceOperation", {"rank": 2, "rankSize": 2}, "rank"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 0}, "rankSize"),
+    ("AllReduceOperation", {"rank": "0", "rankSize": 2}, "rank"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "ranksize": 2}, "ranksize"),
+    ("AllReduceOperation", {"rank": 0, "rankSize": 2, "commDomain": "d" * 129}, "commDomain"),
+    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, 1, 1], "sdispls": [0, 1],
+                            "recvCounts": [1, 1], "rdispls": [0, 1]}, "sendCounts"),
+    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, -1], "sdispls": [0, 1],
+                            "recvCounts": [1, 1], "rdispls": [0, 1]}, "sendCounts"),
+    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, 1], "sdispls": [0, 1],
+                            "recvCounts": [1, 1], "rdispls": [0, -4]}, "rdispls"),
+    ("ReduceScatterVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [2], "sdispls": [0, 2],
+                                 "recvCount": 2}, "sendCounts"),
+    ("ReduceScatterVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [2, 3],
+                                 "sdispls": [0, -2], "recvCount": 2}, "sdispls"),
+    ("SendOperation", {"rank": 0, "rankSize": 2, "destRank": 0}, "destRank"),
+    ("RecvOperation", {"rank": 1, "rankSize": 2, "srcRank": 2}, "srcRank"),
+]
+
+
+@pytest.mark.parametrize("name,param,field", PARAM_ERRORS,
+                         ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(PARAM_ERRORS)])
+def test_bad_param_gives_result_1_naming_the_field(name, param, field):
+    result = json.loads(OperationTorch(name).set_param(json.dumps(param)))
+    assert result["result"] == 1, result
+    assert field in result["message"], result
+
+
+def test_malformed_param_json_gives_result_1():
+    result = json.loads(OperationTorch("AllReduceOperation").set_param('{"rank": 0,'))
+    assert result["result"] == 1 and result["message"], result
+
+
+def test_execute_before_set_param_raises():
+    with pytest.raises(RuntimeError, match="ERROR_INVALID_PARAM.*before a successful set_param"):
+        OperationTorch("AllReduceOperation").execute([torch.ones(2)])
+
+
+# ---- set_varaintpack_param ----------------------------------------------------------------------
+
+def vv2_solo_inputs(x, n):
+    return [x, counts(n), counts(0), counts(n), counts(0), torch.zeros(n, dtype=torch.int8)]
+
+
+def test_bound_counts_win_over_tensor_data():
+    op = make("AllToAllVV2Operation", solo())
+    x = torch.arange(10, dtype=torch.int32)
+    assert json.loads(op.set_varaintpack_param(json.dumps(
+        {"sendCounts": [4], "sdispls": [3], "recvCounts": [4], "rdispls": [0]}))) == \
+        {"result": 0, "message": ""}
+    # The tensors say "send 10 from 0"; the bound values say "send 4 from 3".
+    ins = [x, counts(10), counts(0), counts(10), counts(0), torch.zeros(4, dtype=torch.int8)]
+    (y,) = op.execute(ins)
+    assert torch.equal(y, torch.tensor([[3, 4, 5, 6]], dtype=torch.int32))
+
+
+VARIANT_ERRORS = [
+    ("AllToAllVV2Operation", {"sendCount": [1]}, "sendCount"),
+    ("AllToAllVV2Operation", {"sendCounts": "1"}, "sendCounts"),
+    ("AllToAllVV2Operation", {"sendCounts": [1, 2]}, "sendCounts"),
+    ("AllToAllVV2Operation", {"rdispls": [-1]}, "rdispls"),
+    ("AllToAllVV2Operation", {"recvCounts": [1.5]}, "recvCounts"),
+    ("AllGatherVOperation", {"sendCount": -3}, "sendCount"),
+    ("AllGatherVOperation", {"recvCounts": [1, 2]}, "recvCounts"),
+    ("ReduceScatterVOperation", {"recvCount": [1, 2]}, "recvCount"),
+    ("ReduceScatterVOperation", {"recvCounts": [1]}, "recvCounts"),
+    ("AllReduceOperation", {"sendCounts": [1]}, "sendCounts"),
+]
+
+
+@pytest.mark.parametrize("name,run_param,field", VARIANT_ERRORS,
+                         ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(VARIANT_ERRORS)])
+def test_bad_varaintpack_param_gives_result_1_naming_the_field(name, run_param, field):
+    op = make(name, solo())
+    result = json.loads(op.set_varaintpack_param(json.dumps(run_param)))
+    assert result["result"] == 1, result
+    assert field in result["message"], result
+
+
+def test_failed_binding_keeps_the_previous_one():
+    op = make("AllToAllVV2Operation", solo())
+    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2],
+                                         "rdispls": [0]}))
+    assert json.loads(op.set_varaintpack_param('{"sendCounts": [-2]}'))["result"] == 1
+    assert json.loads(op.set_varaintpack_param('not json'))["result"] == 1
+    (y,) = op.execute(vv2_solo_inputs(torch.arange(5.0), 2))
+    assert torch.equal(y, torch.tensor([[1.0, 2.0]]))
+
+
+def test_empty_binding_reads_counts_from_the_tensors():
+    op = make("AllToAllVV2Operation", solo())
+    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2],
+                                         "rdispls": [0]}))
+    assert json.loads(op.set_varaintpack_param("{}")) == {"result": 0, "message": ""}
+    (y,) = op.execute(vv2_solo_inputs(torch.arange(5.0), 5))
+    assert torch.equal(y, torch.arange(5.0).reshape(1, 5))
+
+
+def test_bound_length_must_match_the_tensor():
+    op = make("AllToAllVV2Operation", solo())
+    op.set_varaintpack_param(json.dumps({"sendCounts": [2]}))
+    ins = vv2_solo_inputs(torch.arange(4.0), 2)
+    ins[1] = counts(2, 0)
+    with pytest.raises(RuntimeError, match=r"inTensors\[1\] has 2 elements but "
+                                           r"set_varaintpack_param bound 1"):
+        op.execute(ins)
+
+
+# ---- infer_shape and setup ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
+def test_infer_shape_reports_acl_dtype_format_shape(dtype):
+    op = make("AllGatherOperation", json.dumps({"rank": 1, "rankSize": 2}))
+    result = json.loads(op.infer_shape([torch.zeros(3, 4, dtype=dtype)]))
+    assert result == {"result": 0, "message": "", "num": 1, "dtype": [ACL_CODES[dtype]],
+                      "format": [2], "shape": [[2, 3, 4]]}
+
+
+def test_infer_shape_8_dim_all_gather_input_gives_8():
+    op = make("AllGatherOperation", json.dumps({"rank": 0, "rankSize": 2}))
+    result = json.loads(op.infer_shape([torch.zeros([1] * 8)]))
+    assert result["result"] == 8 and result["num"] == 0, result
+
+
+def test_infer_shape_reduce_scatter_indivisible_dim0_gives_8():
+    op = make("ReduceScatterOperation", json.dumps({"rank": 0, "rankSize": 2}))
+    result = json.loads(op.infer_shape([torch.zeros(3, 2)]))
+    assert result["result"] == 8, result
+    assert json.loads(op.infer_shape([torch.zeros(4, 2)]))["shape"] == [[2, 2]]
+
+
+def test_infer_shape_more_than_8_dims_gives_16():
+    op = make("AllReduceOperation", json.dumps({"rank": 0, "rankSize": 2}))
+    result = json.loads(op.infer_shape([torch.zeros([1] * 9)]))
+    assert result["result"] == 16 and "9 dims" in result["message"], result
+
+
+def test_infer_shape_unsupported_dtype_gives_6():
+    op = make("AllReduceOperation", json.dumps({"rank": 0, "rankSize": 2}))
+    result = json.loads(op.infer_shape([torch.zeros(2, dtype=torch.complex64)]))
+    assert result["result"] == 6 and "complex" in result["message"].lower(), result
+
+
+def test_setup_reports_workspace_size():
+    op = make("AllToAllOperation", solo(transpose=True))
+    x = torch.zeros(3, 4)
+    result = json.loads(op.setup([x], [torch.empty(3, 4)]))
+    assert result["result"] == 0 and "workspace_size" in result, result
+    bad = json.loads(op.setup([x], [torch.empty(4, 3)]))
+    assert bad["result"] != 0 and bad["message"], bad
+
+
+def test_execute_sync_checks_the_workspace():
+    op = make("AllToAllOperation", solo(transpose=True))
+    x, out = torch.arange(12.0).reshape(3, 4), torch.empty(3, 4)
+    size = json.loads(op.setup([x], [out]))["workspace_size"]
+    if size > 0:
+        with pytest.raises(RuntimeError, match="ERROR_INVALID_WORKSPACE"):
+            op.execute_sync([x], [out], torch.empty(size - 1, dtype=torch.uint8))
+    done = json.loads(op.execute_sync([x], [out], torch.empty(size, dtype=torch.uint8)))
+    assert done["result"] == 0 and done["workspace_size"] == size
+    assert torch.equal(out, x)
+
+
+# ---- tensors ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
+def test_every_dtype_round_trips_through_execute(dtype):
+    op = make("AllGatherOperation", solo())
+    x = (torch.arange(6) % 2 if dtype == torch.bool else torch.arange(6)).to(dtype).reshape(2, 3)
+    (y,) = op.execute([x])
+    assert y.dtype == dtype and torch.equal(y[0], x)
+
+
+def test_non_contiguous_input_raises_saying_so():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_ADDR.*inTensors\[0\] is not "
+                                           r"contiguous"):
+        op.execute([torch.zeros(4, 4).t()])
+
+
+def test_non_contiguous_output_raises_saying_so():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match=r"outTensors\[0\] is not contiguous"):
+        op.execute_out([torch.zeros(4, 4)], [torch.zeros(4, 4).t()])
+
+
+def test_non_cpu_input_raises_naming_the_device():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match=r"inTensors\[0\] is on device meta"):
+        op.execute([torch.zeros(4, device="meta")])
+
+
+def test_wrong_output_shape_raises_with_status_name():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_\w+ \(\d+\): "
+                                           r"OperationTorch\(AllReduceOperation\)\.execute_out"):
+        op.execute_out([torch.zeros(4)], [torch.zeros(5)])
+
+
+def test_wrong_input_count_raises():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match="ERROR_INVALID_IN_TENSOR_NUM"):
+        op.execute([torch.zeros(4), torch.zeros(4)])
+
+
+def test_reducible_only_op_rejects_bool():
+    op = make("AllReduceOperation", solo())
+    with pytest.raises(RuntimeError, match="ERROR_INVALID_TENSOR_DTYPE"):
+        op.execute([torch.zeros(4, dtype=torch.bool)])
+
+
+# ---- loading and the torch_npu shim (fresh interpreters) ----------------------------------------
+
+def run_python(code, **env):
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(REPO, "python", "torch_npu_shim"), os.path.join(REPO, "python")]), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def test_missing_library_gives_import_error_with_build_command():
+    done = run_python("import collops", COLLOPS_LIBRARY_DIR="/nonexistent-collops")
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "ninja -j2" in done.stderr, done.stderr
+
+
+def test_torch_npu_shim_runs_atb_idioms():
+    done = run_python(
+        "import torch, torch_npu\n"
+        "torch_npu.npu.set_device(3)\n"
+        "assert torch.npu.current_device() == 3 and torch_npu.npu.current_device() == 3\n"
+        "x = torch.ones(2)\n"
+        "assert x.npu() is x and x.npu().device.type == 'cpu'\n"
+        "torch.npu.synchronize()\n"
+        "assert torch_npu.npu_format_cast(x, 2) is x\n"
+        "op = torch.classes.OperationTorch.OperationTorch('AllToAllVV2Operation')\n"
+        "import collops.compat.torch_npu as shim\n"
+        "assert torch_npu is shim\n"
+        "print('ok')\n")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_install_torch_npu_does_not_shadow_a_real_one():
+    done = run_python(
+        "import sys, types\n"
+        "sys.modules['torch_npu'] = types.ModuleType('torch_npu')\n"
+        "import collops\n"
+        "try:\n"
+        "    collops.compat.install_torch_npu()\n"
+        "except RuntimeError as e:\n"
+        "    print('refused' if 'not shadowing' in str(e) else e)\n")
+    assert done.stdout.strip() == "refused", done.stdout + done.stderr
+
+
+def test_atb_home_path_library_name_loads_the_same_library():
+    # ATB scripts load $ATB_HOME_PATH/lib/libatb_test_framework.so themselves; the build makes
+    # that name an alias of libcollops_torch.so in python/collops/lib.
+    alias = os.path.join(REPO, "python", "collops", "lib", "libatb_test_framework.so")
+    assert os.path.exists(alias), f"{alias} missing: the CMake POST_BUILD step creates it"
+    for prelude in ("import torch\n", "import torch, collops\n"):
+        done = run_python(
+            prelude + f"torch.classes.load_library({alias!r})\n"
+            "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
+            "print('ok')\n")
+        assert done.returncode == 0 and done.stdout.strip() == "ok", prelude + done.stderr

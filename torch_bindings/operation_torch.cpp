@@ -1,0 +1,409 @@
+// torch.classes.OperationTorch.OperationTorch: ATB's Python test class, over collops operations.
+//
+// The Python surface (method names, the JSON strings they return, "set_varaintpack_param" with
+// ATB's spelling) is ATB's, so ATB test scripts run unchanged. Where ATB is unsafe we differ:
+// every execute* raises RuntimeError carrying the Status name and LastErrorMessage() instead of
+// returning garbage, tensors must be CPU and contiguous (the error names the input and the
+// reason), and bound host counts must match the tensor they stand for element for element.
+//
+// The GIL: methods of a torch custom class called from Python run through
+// torch::jit::runAndInsertCall, which releases the GIL around the call. So a rank blocked in a
+// collective never stops the other Python threads, and threads can be the ranks of a
+// commMode 1 job; tests/python/test_operation_torch_threads.py checks exactly that.
+#include <torch/custom_class.h>
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collops/collops.h"
+
+namespace collops {
+namespace {
+
+using Json = nlohmann::json;
+
+// ---- torch <-> collops tensors -------------------------------------------------------------
+
+DataType ToAclDataType(c10::ScalarType type) {
+  switch (type) {
+    case c10::kChar: return ACL_INT8;
+    case c10::kShort: return ACL_INT16;
+    case c10::kInt: return ACL_INT32;
+    case c10::kLong: return ACL_INT64;
+    case c10::kHalf: return ACL_FLOAT16;
+    case c10::kBFloat16: return ACL_BF16;
+    case c10::kFloat: return ACL_FLOAT;
+    case c10::kByte: return ACL_UINT8;
+    case c10::kDouble: return ACL_DOUBLE;
+    case c10::kBool: return ACL_BOOL;
+    default: return ACL_DT_UNDEFINED;
+  }
+}
+
+c10::ScalarType ToScalarType(DataType dtype) {
+  switch (dtype) {
+    case ACL_INT8: return c10::kChar;
+    case ACL_INT16: return c10::kShort;
+    case ACL_INT32: return c10::kInt;
+    case ACL_INT64: return c10::kLong;
+    case ACL_FLOAT16: return c10::kHalf;
+    case ACL_BF16: return c10::kBFloat16;
+    case ACL_FLOAT: return c10::kFloat;
+    case ACL_UINT8: return c10::kByte;
+    case ACL_DOUBLE: return c10::kDouble;
+    case ACL_BOOL: return c10::kBool;
+    default: break;
+  }
+  Fail(ERROR_INVALID_TENSOR_DTYPE, "the operation inferred dtype ", DataTypeName(dtype),
+       ", which has no torch equivalent");
+}
+
+// "inTensors[2]" / "outTensors[0]": the names ATB's own messages use for variant pack slots.
+std::string Slot(const char* role, size_t index) { return Concat(role, "[", index, "]"); }
+
+// The description of `t`; throws Error naming the slot for dtypes or ranks collops cannot hold.
+TensorDesc ToDesc(const at::Tensor& t, const std::string& slot) {
+  TensorDesc desc;
+  desc.dtype = ToAclDataType(t.scalar_type());
+  if (desc.dtype == ACL_DT_UNDEFINED) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, slot, " has dtype ", c10::toString(t.scalar_type()),
+         ", which collops does not support (int8, int16, int32, int64, float16, bfloat16, "
+         "float32, uint8, float64, bool)");
+  }
+  if (static_cast<size_t>(t.dim()) > kMaxDimNum) {
+    Fail(ERROR_INVALID_TENSOR_DIM_NUM, slot, " has ", t.dim(), " dims; at most ", kMaxDimNum,
+         " are supported");
+  }
+  desc.format = ACL_FORMAT_ND;
+  desc.shape = MakeDims(t.sizes().vec());
+  return desc;
+}
+
+// A collops view of `t`'s memory. The memory must be host memory laid out densely, because the
+// collectives read and write it as one flat buffer.
+Tensor ToCollopsTensor(const at::Tensor& t, const std::string& slot) {
+  if (!t.defined()) Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is an undefined tensor");
+  if (!t.device().is_cpu()) {
+    Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is on device ", t.device().str(),
+         "; OperationTorch works on CPU tensors (call .cpu() first)");
+  }
+  if (!t.is_contiguous()) {
+    Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is not contiguous (shape ", t.sizes(), ", strides ",
+         t.strides(), "); collectives need dense memory, call .contiguous() first");
+  }
+  Tensor out;
+  out.desc = ToDesc(t, slot);
+  out.deviceData = t.numel() > 0 ? t.data_ptr() : nullptr;
+  out.dataSize = static_cast<uint64_t>(t.numel()) * t.element_size();
+  return out;
+}
+
+std::vector<int64_t> ShapeOf(const TensorDesc& desc) {
+  return std::vector<int64_t>(desc.shape.dims, desc.shape.dims + desc.shape.dimNum);
+}
+
+std::string ResultJson(Status status, const std::string& message) {
+  return Json{{"result", static_cast<int>(status)}, {"message", message}}.dump();
+}
+
+// ---- host-count binding (ATB's set_varaintpack_param) ---------------------------------------
+
+// One run-param key of set_varaintpack_param: the input slot whose hostData it becomes.
+struct HostCountSlot {
+  const char* key;
+  size_t input;
+  bool scalar;  // one count (sendCount, recvCount) rather than one per rank
+};
+
+// The input layouts of DESIGN.md section 4, for the ops whose counts live in host tensors.
+const std::vector<HostCountSlot>& HostCountSlots(const std::string& opName) {
+  static const std::map<std::string, std::vector<HostCountSlot>> kSlots = {
+      {"AllToAllVV2Operation",
+       {{"sendCounts", 1, false}, {"sdispls", 2, false}, {"recvCounts", 3, false},
+        {"rdispls", 4, false}}},
+      {"AllGatherVOperation",
+       {{"sendCount", 1, true}, {"recvCounts", 2, false}, {"rdispls", 3, false}}},
+      {"ReduceScatterVOperation",
+       {{"sendCounts", 1, false}, {"sdispls", 2, false}, {"recvCount", 3, true}}},
+  };
+  static const std::vector<HostCountSlot> kNone;
+  auto it = kSlots.find(opName);
+  return it == kSlots.end() ? kNone : it->second;
+}
+
+// Reads `value` as a count (an integer >= 0), naming `key` in the error.
+int64_t ReadCount(const std::string& where, const std::string& key, const Json& value) {
+  if (!value.is_number_integer()) {
+    Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", value.dump());
+  }
+  const int64_t n = value.get<int64_t>();
+  if (value.is_number_unsigned() && n < 0) {  // above INT64_MAX
+    Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", value.dump(), " does not fit in int64");
+  }
+  if (n < 0) Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", n, " is negative");
+  return n;
+}
+
+// ---- the class -----------------------------------------------------------------------------
+
+class OperationTorch : public torch::CustomClassHolder {
+ public:
+  explicit OperationTorch(std::string opName) : opName_(std::move(opName)) {
+    const std::vector<std::string> known = ListOperations();
+    if (std::find(known.begin(), known.end(), opName_) == known.end()) {
+      std::string names;
+      for (const auto& n : known) names += (names.empty() ? "" : ", ") + n;
+      TORCH_CHECK(false, "ERROR_INVALID_PARAM: OperationTorch: unknown operation \"", opName_,
+                  "\"; registered operations are: ", names);
+    }
+  }
+
+  /// Creates the operation from JSON params. On failure the previously held operation (if any)
+  /// stays in place, so a rejected tweak never leaves the object unusable.
+  std::string SetParam(const std::string& paramJson) {
+    Operation* created = nullptr;
+    const Status status = CreateOperation(opName_, paramJson, &created);
+    if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
+    op_.reset(created);
+    param_ = Json::parse(paramJson);  // CreateOperation accepted it, so it parses
+    return ResultJson(NO_ERROR, "");
+  }
+
+  /// ATB's UpdateParam: the same as SetParam (the new params replace the old ones entirely).
+  std::string UpdateParam(const std::string& paramJson) { return SetParam(paramJson); }
+
+  /// Binds host counts by key (see HostCountSlots). Each call replaces every earlier binding;
+  /// a slot with no binding is read from its tensor's own data. Nothing changes on failure.
+  std::string SetVaraintPackParam(const std::string& runParamJson) {
+    std::map<size_t, std::vector<int64_t>> bound;
+    const Status status = Guarded([&] { bound = ParseRunParam(runParamJson); });
+    if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
+    bound_ = std::move(bound);
+    return ResultJson(NO_ERROR, "");
+  }
+
+  /// {"result", "message", "num", "dtype" (ACL codes), "format", "shape"} of the outputs. Needs
+  /// only the inputs' shapes and dtypes, so any device or layout is accepted here.
+  std::string InferShape(const std::vector<at::Tensor>& ins) {
+    std::vector<TensorDesc> outDescs;
+    const Status status = Guarded([&] {
+      RequireOperation("infer_shape");
+      std::vector<TensorDesc> inDescs;
+      for (size_t i = 0; i < ins.size(); ++i) inDescs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
+      Check(op_->InferShape(inDescs, outDescs));
+    });
+    Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
+    Json dtypes = Json::array(), formats = Json::array(), shapes = Json::array();
+    if (status == NO_ERROR) {
+      for (const auto& d : outDescs) {
+        dtypes.push_back(static_cast<int>(d.dtype));
+        formats.push_back(static_cast<int>(d.format));
+        shapes.push_back(ShapeOf(d));
+      }
+    }
+    result["num"] = status == NO_ERROR ? outDescs.size() : 0;
+    result["dtype"] = dtypes;
+    result["format"] = formats;
+    result["shape"] = shapes;
+    return result.dump();
+  }
+
+  /// {"result", "message", "workspace_size"}: runs the op's Setup (tensor checks, host counts,
+  /// communicator rendezvous) without moving data.
+  std::string Setup(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
+    uint64_t workspaceSize = 0;
+    const Status status = Guarded([&] {
+      RequireOperation("setup");
+      const VariantPack pack = BuildVariantPack(ins, outs);
+      Check(op_->Setup(pack, workspaceSize, nullptr));
+    });
+    Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
+    result["workspace_size"] = workspaceSize;
+    return result.dump();
+  }
+
+  /// Allocates the outputs from InferShape, runs the collective and returns them.
+  std::vector<at::Tensor> Execute(const std::vector<at::Tensor>& ins) {
+    std::vector<at::Tensor> outs;
+    RaiseOnError("execute", Guarded([&] {
+                   RequireOperation("execute");
+                   outs = AllocateOutputs(ins);
+                   RunWithOwnWorkspace(BuildVariantPack(ins, outs));
+                 }));
+    return outs;
+  }
+
+  /// Runs the collective into caller-provided outputs (shapes and dtypes as InferShape gives).
+  void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
+    RaiseOnError("execute_out", Guarded([&] {
+                   RequireOperation("execute_out");
+                   RunWithOwnWorkspace(BuildVariantPack(ins, outs));
+                 }));
+  }
+
+  /// Setup + Execute with a caller-provided workspace tensor (any dtype; its bytes count) of at
+  /// least the size `setup` reported. Returns {"result": 0, "message", "workspace_size"}.
+  std::string ExecuteSync(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs,
+                          const at::Tensor& workspace) {
+    uint64_t workspaceSize = 0;
+    RaiseOnError("execute_sync", Guarded([&] {
+                   RequireOperation("execute_sync");
+                   const VariantPack pack = BuildVariantPack(ins, outs);
+                   Check(op_->Setup(pack, workspaceSize, nullptr));
+                   uint8_t* ws = nullptr;
+                   uint64_t wsBytes = 0;
+                   if (workspace.defined() && workspace.numel() > 0) {
+                     const Tensor w = ToCollopsTensor(workspace, "workspace");
+                     ws = static_cast<uint8_t*>(w.deviceData);
+                     wsBytes = w.dataSize;
+                   }
+                   Check(op_->Execute(pack, ws, wsBytes, nullptr));
+                 }));
+    Json result{{"result", 0}, {"message", ""}, {"workspace_size", workspaceSize}};
+    return result.dump();
+  }
+
+ private:
+  static void Check(Status status) {
+    // The op already recorded its message; rethrow so Guarded reports this status and message.
+    if (status != NO_ERROR) throw Error(status, LastErrorMessage());
+  }
+
+  void RaiseOnError(const char* method, Status status) const {
+    TORCH_CHECK(status == NO_ERROR, StatusName(status), " (", static_cast<int>(status),
+                "): OperationTorch(", opName_, ").", method, ": ", LastErrorMessage());
+  }
+
+  void RequireOperation(const char* method) const {
+    if (op_ == nullptr) {
+      Fail(ERROR_INVALID_PARAM, "OperationTorch(", opName_, ").", method,
+           " called before a successful set_param");
+    }
+  }
+
+  std::map<size_t, std::vector<int64_t>> ParseRunParam(const std::string& text) const {
+    const std::string where = Concat(opName_, ".set_varaintpack_param");
+    Json json;
+    try {
+      json = Json::parse(text);
+    } catch (const Json::parse_error& e) {
+      Fail(ERROR_INVALID_PARAM, where, ": malformed JSON: ", e.what());
+    }
+    if (!json.is_object()) Fail(ERROR_INVALID_PARAM, where, ": expected a JSON object");
+    const std::vector<HostCountSlot>& slots = HostCountSlots(opName_);
+    // rankSize is known once set_param succeeded; the vectors are checked against it here so
+    // the error names the key the user wrote rather than an input slot.
+    const int64_t rankSize = param_.is_object() && param_.contains("rankSize") &&
+                                     param_["rankSize"].is_number_integer()
+                                 ? param_["rankSize"].get<int64_t>()
+                                 : -1;
+    std::map<size_t, std::vector<int64_t>> bound;
+    for (const auto& [key, value] : json.items()) {
+      auto slot = std::find_if(slots.begin(), slots.end(),
+                               [&](const HostCountSlot& s) { return key == s.key; });
+      if (slot == slots.end()) {
+        std::string keys;
+        for (const auto& s : slots) keys += (keys.empty() ? "" : ", ") + std::string(s.key);
+        Fail(ERROR_INVALID_PARAM, where, ": unknown key \"", key, "\"",
+             keys.empty() ? std::string("; this operation takes no host counts")
+                          : "; expected one of " + keys);
+      }
+      std::vector<int64_t> counts;
+      if (slot->scalar && !value.is_array()) {
+        counts.push_back(ReadCount(where, key, value));
+      } else if (value.is_array()) {
+        for (size_t i = 0; i < value.size(); ++i) {
+          counts.push_back(ReadCount(where, Concat(key, "[", i, "]"), value[i]));
+        }
+      } else {
+        Fail(ERROR_INVALID_PARAM, where, ": ", key, " must be a list of integers, got ",
+             value.dump());
+      }
+      const int64_t expected = slot->scalar ? 1 : rankSize;
+      if (expected >= 0 && static_cast<int64_t>(counts.size()) != expected) {
+        Fail(ERROR_INVALID_PARAM, where, ": ", key, " has ", counts.size(),
+             " entries but must have ", expected,
+             slot->scalar ? std::string(" (one count)") : std::string(" (rankSize)"));
+      }
+      bound[slot->input] = std::move(counts);
+    }
+    return bound;
+  }
+
+  VariantPack BuildVariantPack(const std::vector<at::Tensor>& ins,
+                               const std::vector<at::Tensor>& outs) {
+    VariantPack pack;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      const std::string slot = Slot("inTensors", i);
+      Tensor t = ToCollopsTensor(ins[i], slot);
+      auto it = bound_.find(i);
+      if (it != bound_.end()) {
+        // ATB's binder points hostData at the bound values without looking at the tensor; we
+        // insist they agree in length, since the op reads numel() counts from hostData.
+        if (static_cast<size_t>(ins[i].numel()) != it->second.size()) {
+          Fail(ERROR_INVALID_TENSOR_SIZE, opName_, ": ", slot, " has ", ins[i].numel(),
+               " elements but set_varaintpack_param bound ", it->second.size(),
+               " values to it");
+        }
+        t.hostData = it->second.data();
+      }
+      pack.inTensors.push_back(t);
+    }
+    for (size_t i = 0; i < outs.size(); ++i) {
+      pack.outTensors.push_back(ToCollopsTensor(outs[i], Slot("outTensors", i)));
+    }
+    return pack;
+  }
+
+  std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) const {
+    std::vector<TensorDesc> inDescs;
+    for (size_t i = 0; i < ins.size(); ++i) inDescs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
+    std::vector<TensorDesc> outDescs;
+    Check(op_->InferShape(inDescs, outDescs));
+    std::vector<at::Tensor> outs;
+    for (const auto& d : outDescs) {
+      outs.push_back(at::empty(ShapeOf(d), at::TensorOptions().dtype(ToScalarType(d.dtype))));
+    }
+    return outs;
+  }
+
+  // Setup then Execute with a workspace owned by this object (not the shared default context's,
+  // which threads acting as ranks would race on).
+  void RunWithOwnWorkspace(const VariantPack& pack) {
+    uint64_t workspaceSize = 0;
+    Check(op_->Setup(pack, workspaceSize, nullptr));
+    if (workspace_.size() < workspaceSize) workspace_.resize(workspaceSize);
+    Check(op_->Execute(pack, workspaceSize > 0 ? workspace_.data() : nullptr, workspaceSize,
+                       nullptr));
+  }
+
+  std::string opName_;
+  OperationPtr op_;
+  Json param_;                                    // the params of the held operation
+  std::map<size_t, std::vector<int64_t>> bound_;  // input slot -> host counts
+  std::vector<uint8_t> workspace_;
+};
+
+}  // namespace
+}  // namespace collops
+
+TORCH_LIBRARY(OperationTorch, m) {
+  using collops::OperationTorch;
+  m.class_<OperationTorch>("OperationTorch")
+      .def(torch::init<std::string>())
+      .def("set_param", &OperationTorch::SetParam)
+      .def("update_param", &OperationTorch::UpdateParam)
+      .def("set_varaintpack_param", &OperationTorch::SetVaraintPackParam)
+      .def("infer_shape", &OperationTorch::InferShape)
+      .def("setup", &OperationTorch::Setup)
+      .def("execute", &OperationTorch::Execute)
+      .def("execute_out", &OperationTorch::ExecuteOut)
+      .def("execute_sync", &OperationTorch::ExecuteSync);
+}
