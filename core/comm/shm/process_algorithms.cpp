@@ -1,0 +1,278 @@
+// The collectives of ProcessCommunicator, built from rounds (see process_comm.h).
+//
+// Algorithms (docs/backends.md has the table and the measurements behind the size rule):
+//  - AllReduce "oneshot": copy the input into the own half, one round, then every rank reduces
+//    all R halves in rank order 0..R-1 into its output. One synchronisation; each rank reads
+//    R times the data. Default up to SegmentHeader::oneShotMaxBytes.
+//  - AllReduce "rsag": per chunk, each rank copies the R-1 slices the others reduce into its half
+//    (round A), reduces its own slice over all ranks into the next half (round B), then copies
+//    every rank's reduced slice out. Each rank reads ~3x the data regardless of R, and the chunk
+//    is still in cache between its copy in and its copy out.
+//  - AllGather(V), Broadcast: staged through the sender's half, one round per half-full.
+//  - ReduceScatterV, AllToAllV: the half is cut into R regions of RegionBytes(), one per
+//    destination; a rank's own piece never goes through shared memory.
+// Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
+// bit-identical results.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "collops/reduce.h"
+#include "core/comm/shm/process_comm.h"
+
+namespace collops {
+namespace shm {
+namespace {
+
+size_t ElementBytes(DataType dtype, const std::string& where) {
+  const size_t bytes = DataTypeSize(dtype);
+  if (bytes == 0) Fail(ERROR_INVALID_TENSOR_DTYPE, where, "dtype ", DataTypeName(dtype), " has no size");
+  return bytes;
+}
+
+void CheckReducible(DataType dtype, const std::string& where) {
+  if (!IsReducibleDtype(dtype)) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, where, "cannot reduce dtype ", DataTypeName(dtype));
+  }
+}
+
+/// Elements [lo, lo + per) of a count, clipped: how many of them exist.
+size_t Clip(int64_t count, size_t lo, size_t per) {
+  if (count <= static_cast<int64_t>(lo)) return 0;
+  return std::min(per, static_cast<size_t>(count) - lo);
+}
+
+void Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+}
+
+size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+size_t ProcessCommunicator::RegionBytes() const {
+  return (segment_.HalfBytes() / size_) & ~size_t{63};
+}
+
+void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
+                                       const std::vector<size_t>& bytesOf,
+                                       const std::vector<size_t>& offsetOf) {
+  Copy(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
+  if (size_ == 1) return;
+  const size_t half = segment_.HalfBytes();
+  const size_t most = *std::max_element(bytesOf.begin(), bytesOf.end());
+  const size_t rounds = std::max<size_t>(1, CeilDiv(most, half));
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t lo = k * half;
+    Copy(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
+    Round();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      Copy(out + offsetOf[r] + lo, HalfOf(r, round_),
+           Clip(static_cast<int64_t>(bytesOf[r]), lo, half));
+    }
+  }
+}
+
+void ProcessCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
+  Enter("AllGatherBytes");
+  std::vector<size_t> bytesOf(size_, bytes), offsetOf(size_);
+  for (int r = 0; r < size_; ++r) offsetOf[r] = r * bytes;
+  GatherRounds(static_cast<const uint8_t*>(in), bytes, static_cast<uint8_t*>(out), bytesOf,
+               offsetOf);
+}
+
+void ProcessCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
+                                     const int64_t* recvCounts, const int64_t* rdispls,
+                                     DataType dtype) {
+  Enter("AllGatherV");
+  const size_t e = ElementBytes(dtype, Where());
+  std::vector<size_t> bytesOf(size_), offsetOf(size_);
+  for (int r = 0; r < size_; ++r) {
+    bytesOf[r] = static_cast<size_t>(std::max<int64_t>(recvCounts[r], 0)) * e;
+    offsetOf[r] = static_cast<size_t>(rdispls[r]) * e;
+  }
+  GatherRounds(static_cast<const uint8_t*>(in), sendCount * e, static_cast<uint8_t*>(out),
+               bytesOf, offsetOf);
+}
+
+void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  Enter("Broadcast");
+  if (root < 0 || root >= size_) {
+    Fail(ERROR_INVALID_PARAM, Where(), "root ", root, " is not a rank of ", size_);
+  }
+  const size_t bytes = count * ElementBytes(dtype, Where());
+  if (size_ == 1) return;
+  auto* data = static_cast<uint8_t*>(buf);
+  const size_t half = segment_.HalfBytes();
+  const size_t rounds = std::max<size_t>(1, CeilDiv(bytes, half));
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t lo = k * half;
+    const size_t n = Clip(static_cast<int64_t>(bytes), lo, half);
+    if (rank_ == root) Copy(NextHalf(), data + lo, n);
+    Round();
+    if (rank_ != root) Copy(data + lo, HalfOf(root, round_), n);
+  }
+}
+
+void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
+                                    ReduceOp op) {
+  Enter("AllReduce");
+  CheckReducible(dtype, Where());
+  const size_t e = ElementBytes(dtype, Where());
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  if (size_ == 1) {
+    if (src != dst && count != 0) std::memmove(dst, src, count * e);
+    return;
+  }
+  const SegmentHeader& header = segment_.Header();
+  bool oneShot = count * e <= header.oneShotMaxBytes;
+  if (header.allReduceAlgo == kAlgoOneShot) oneShot = true;
+  if (header.allReduceAlgo == kAlgoReduceScatterAllGather) oneShot = false;
+  if (oneShot) {
+    AllReduceOneShot(src, dst, count, dtype, op);
+  } else {
+    AllReduceRsAg(src, dst, count, dtype, op);
+  }
+}
+
+void ProcessCommunicator::AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count,
+                                           DataType dtype, ReduceOp op) {
+  const size_t e = DataTypeSize(dtype);
+  const size_t per = segment_.HalfBytes() / e;
+  const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
+  std::vector<const void*> srcs(size_);
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t lo = k * per;
+    const size_t n = Clip(static_cast<int64_t>(count), lo, per);
+    Copy(NextHalf(), in + lo * e, n * e);
+    Round();
+    if (n == 0) continue;
+    for (int r = 0; r < size_; ++r) srcs[r] = r == rank_ ? in + lo * e : HalfOf(r, round_);
+    ReduceArrays(dtype, op, srcs.data(), size_, out + lo * e, n);
+  }
+}
+
+void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count,
+                                        DataType dtype, ReduceOp op) {
+  const size_t e = DataTypeSize(dtype);
+  const size_t align = std::max<size_t>(1, 64 / e);  // slices start on cache lines
+  const size_t chunkBytes = std::min<size_t>(segment_.Header().chunkBytes, segment_.HalfBytes());
+  size_t fullSlice = chunkBytes / size_ / e / align * align;
+  if (fullSlice == 0) fullSlice = align;
+  const size_t fullChunk = fullSlice * size_;
+  std::vector<const void*> srcs(size_);
+  size_t lo = 0;
+  do {
+    const size_t n = std::min(fullChunk, count - lo);
+    const size_t slice = n == fullChunk ? fullSlice : CeilDiv(CeilDiv(n, size_), align) * align;
+    auto begin = [&](int r) { return std::min(n, r * slice); };
+    auto end = [&](int r) { return std::min(n, (r + 1) * slice); };
+    // Round A: publish the slices the other ranks reduce.
+    uint8_t* stage = NextHalf();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) Copy(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
+    }
+    Round();
+    // Reduce the own slice over all ranks into the half of round B.
+    const size_t mine = end(rank_) - begin(rank_);
+    if (mine != 0) {
+      for (int r = 0; r < size_; ++r) {
+        srcs[r] = r == rank_ ? in + (lo + begin(r)) * e : HalfOf(r, round_) + begin(rank_) * e;
+      }
+      ReduceArrays(dtype, op, srcs.data(), size_, NextHalf() + begin(rank_) * e, mine);
+    }
+    Round();
+    // All-gather the reduced slices.
+    for (int r = 0; r < size_; ++r) {
+      Copy(out + (lo + begin(r)) * e, HalfOf(r, round_) + begin(r) * e, (end(r) - begin(r)) * e);
+    }
+    lo += n;
+  } while (lo < count);
+}
+
+void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
+                                         const int64_t* sdispls, void* out, size_t recvCount,
+                                         DataType dtype, ReduceOp op) {
+  Enter("ReduceScatterV");
+  CheckReducible(dtype, Where());
+  const size_t e = ElementBytes(dtype, Where());
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  if (size_ == 1) {
+    if (recvCount != 0) std::memmove(dst, src + sdispls[0] * e, recvCount * e);
+    return;
+  }
+  const size_t region = RegionBytes();
+  const size_t per = region / e;
+  const int64_t most = *std::max_element(sendCounts, sendCounts + size_);
+  const size_t rounds = std::max<size_t>(1, CeilDiv(static_cast<size_t>(std::max<int64_t>(most, 0)), per));
+  std::vector<const void*> srcs(size_);
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t lo = k * per;
+    uint8_t* stage = NextHalf();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) {
+        Copy(stage + r * region, src + (sdispls[r] + lo) * e, Clip(sendCounts[r], lo, per) * e);
+      }
+    }
+    Round();
+    const size_t n = Clip(static_cast<int64_t>(recvCount), lo, per);
+    if (n == 0) continue;
+    for (int r = 0; r < size_; ++r) {
+      srcs[r] = r == rank_ ? src + (sdispls[rank_] + lo) * e : HalfOf(r, round_) + rank_ * region;
+    }
+    ReduceArrays(dtype, op, srcs.data(), size_, dst + lo * e, n);
+  }
+}
+
+void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
+                                    const int64_t* sdispls, void* out, const int64_t* recvCounts,
+                                    const int64_t* rdispls, DataType dtype) {
+  Enter("AllToAllV");
+  const size_t e = ElementBytes(dtype, Where());
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  Copy(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
+       static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
+  if (size_ == 1) return;
+  const size_t region = RegionBytes();
+  const size_t per = region / e;
+  // Only the largest piece anywhere decides the number of rounds and no rank knows it alone, so
+  // each publishes its own largest with the first round.
+  int64_t mostHere = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) mostHere = std::max({mostHere, sendCounts[r], recvCounts[r]});
+  }
+  size_t rounds = 1;
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t lo = k * per;
+    uint8_t* stage = NextHalf();
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) {
+        Copy(stage + r * region, src + (sdispls[r] + lo) * e, Clip(sendCounts[r], lo, per) * e);
+      }
+    }
+    if (k == 0) {
+      segment_.Rank(rank_).value[(round_ + 1) & 1].store(mostHere, std::memory_order_relaxed);
+    }
+    Round();
+    if (k == 0) {
+      int64_t most = 0;
+      for (int r = 0; r < size_; ++r) {
+        most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));
+      }
+      rounds = std::max<size_t>(1, CeilDiv(static_cast<size_t>(most), per));
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) {
+        Copy(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + rank_ * region,
+             Clip(recvCounts[r], lo, per) * e);
+      }
+    }
+  }
+}
+
+}  // namespace shm
+}  // namespace collops

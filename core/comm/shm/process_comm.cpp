@@ -1,0 +1,207 @@
+#include "core/comm/shm/process_comm.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "collops/backend.h"
+#include "core/comm/shm/process_rendezvous.h"
+
+namespace collops {
+namespace shm {
+namespace {
+
+/// AllReduce auto rule: up to this many bytes one round (copy in, everyone reduces everything)
+/// beats reduce-scatter + all-gather, whose second round costs more than it saves.
+constexpr uint64_t kOneShotMaxBytes = 64 << 10;
+/// Reduce-scatter + all-gather chunk: small enough that a chunk copied in is still in L2 when it
+/// is reduced and copied out, large enough that the two rounds per chunk are amortised.
+constexpr uint64_t kChunkBytes = 256 << 10;
+
+int CpusAvailable() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int64_t EnvInt(const char* name, int64_t fallback, int64_t minimum, int64_t maximum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || value < minimum || value > maximum) {
+    Fail(ERROR_INVALID_PARAM, name, "=\"", text, "\" is not an integer in [", minimum, ", ",
+         maximum, "]");
+  }
+  return value;
+}
+
+/// Rank 0's environment decides the protocol for every rank (written into the shared header).
+void WritePolicy(SegmentHeader& header, int rankSize) {
+  const char* algo = std::getenv("COLLOPS_ALGO_ALLREDUCE");
+  const std::string name = algo == nullptr ? "" : algo;
+  if (name.empty() || name == "auto") {
+    header.allReduceAlgo = kAlgoAuto;
+  } else if (name == "oneshot") {
+    header.allReduceAlgo = kAlgoOneShot;
+  } else if (name == "rsag") {
+    header.allReduceAlgo = kAlgoReduceScatterAllGather;
+  } else {
+    Fail(ERROR_INVALID_PARAM, "COLLOPS_ALGO_ALLREDUCE=\"", name,
+         "\" is not one of auto, oneshot, rsag");
+  }
+  header.oneShotMaxBytes = kOneShotMaxBytes;
+  header.chunkBytes = static_cast<uint64_t>(
+      EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
+  // Spinning pays only while every rank has a core; oversubscribed, a spinning waiter delays the
+  // very rank it waits for, so sleep almost at once.
+  const int spin = rankSize <= CpusAvailable() ? 20000 : 50;
+  header.spinIterations = static_cast<int32_t>(EnvInt("COLLOPS_SHM_SPIN", spin, 0, 100'000'000));
+}
+
+int OpenPidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  return -1;
+#endif
+}
+
+}  // namespace
+
+ProcessCommunicator::ProcessCommunicator(const CommParam& param)
+    : rank_(param.rank), size_(param.rankSize) {
+  if (size_ <= 0 || size_ > 4096 || rank_ < 0 || rank_ >= size_) {
+    Fail(ERROR_INVALID_PARAM, "lccl: rank ", rank_, " of rankSize ", size_,
+         " is not a valid rank (0 <= rank < rankSize <= 4096)");
+  }
+  timeoutSeconds_ = CommTimeoutSeconds();
+  RendezvousSpec spec;
+  spec.jobKey = JobKeyFromEnv();
+  spec.domain = param.commDomain;
+  spec.rank = rank_;
+  spec.rankSize = size_;
+  spec.timeoutSeconds = timeoutSeconds_;
+  RendezvousResult joined = Rendezvous(spec, [&] {
+    UniqueFd fd;
+    Segment created = Segment::Create(SegmentLayout::For(size_, SlotBytesFromEnv(size_)), &fd);
+    WritePolicy(created.Header(), size_);
+    segment_ = std::move(created);
+    return fd;
+  });
+  if (rank_ != 0) segment_ = Segment::Attach(joined.memory.Get(), size_);
+  // The mapping keeps the memory alive; the descriptor is no longer needed.
+  joined.memory.Reset();
+  claim_ = std::move(joined.claim);
+  pids_ = std::move(joined.pids);
+  pidfds_.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) pidfds_[r].Reset(OpenPidfd(pids_[r]));
+  }
+  sendMessages_.assign(size_, 0);
+  recvMessages_.assign(size_, 0);
+  sendChunks_.assign(size_, 0);
+  recvChunks_.assign(size_, 0);
+  spinIterations_ = segment_.Header().spinIterations;
+}
+
+ProcessCommunicator::~ProcessCommunicator() = default;
+
+std::string ProcessCommunicator::Where() const {
+  return Concat("lccl ", op_, " (rank ", rank_, " of ", size_, "): ");
+}
+
+void ProcessCommunicator::Enter(const char* op) {
+  if (failureStatus_ != NO_ERROR) throw Error(failureStatus_, failureMessage_);
+  op_ = op;
+  deadline_ = Deadline::After(timeoutSeconds_);
+}
+
+void ProcessCommunicator::Post() {
+  RankControl& me = segment_.Rank(rank_);
+  me.posted.store(++round_, std::memory_order_release);
+  me.word.Notify();
+}
+
+void ProcessCommunicator::WaitAll() {
+  const uint64_t round = round_;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    RankControl& peer = segment_.Rank(r);
+    if (peer.posted.load(std::memory_order_acquire) >= round) continue;
+    if (peer.word.Wait([&] { return peer.posted.load(std::memory_order_acquire) >= round; },
+                       deadline_, [&] { CheckPeer(r); }, spinIterations_)) {
+      continue;
+    }
+    std::string missing;
+    int first = -1;
+    for (int j = 0; j < size_; ++j) {
+      if (j == rank_ || segment_.Rank(j).posted.load(std::memory_order_acquire) >= round) continue;
+      missing += Concat(first < 0 ? "" : ", ", j, " (pid ", pids_[j], ")");
+      if (first < 0) first = j;
+    }
+    Break(ERROR_TIMEOUT, first,
+          Concat(Where(), "rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
+                 " did not arrive within ", timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
+  }
+}
+
+bool ProcessCommunicator::PeerDead(int peer) const {
+  if (pidfds_[peer].Valid()) {
+    pollfd pfd{pidfds_[peer].Get(), POLLIN, 0};
+    return poll(&pfd, 1, 0) > 0;
+  }
+  return kill(pids_[peer], 0) != 0 && errno == ESRCH;
+}
+
+void ProcessCommunicator::CheckPeer(int peer) {
+  const uint64_t word = segment_.Header().abort.load(std::memory_order_acquire);
+  if (word != 0) {
+    const AbortRecord abort = UnpackAbort(word);
+    const int culprit = abort.culprit >= 0 && abort.culprit < size_ ? abort.culprit : 0;
+    const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
+    Break(status, culprit,
+          Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit], ") ",
+                 status == ERROR_TIMEOUT ? "stopped responding" : "died",
+                 " (detected by rank ", abort.reporter, ")"));
+  }
+  if (PeerDead(peer)) {
+    Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") died"));
+  }
+}
+
+void ProcessCommunicator::Break(Status status, int culprit, const std::string& message) {
+  failureStatus_ = status;
+  failureMessage_ = message;
+  // Tell ranks waiting on someone else that this communicator is over; the first record wins.
+  uint64_t expected = 0;
+  segment_.Header().abort.compare_exchange_strong(
+      expected, PackAbort({culprit, rank_, status}), std::memory_order_acq_rel);
+  for (int r = 0; r < size_; ++r) segment_.Rank(r).word.Notify();
+  throw Error(status, message);
+}
+
+void ProcessCommunicator::Barrier() {
+  Enter("Barrier");
+  Round();
+}
+
+namespace {
+
+[[maybe_unused]] const bool kRegistered = RegisterCommunicatorBackend(
+    "lccl", COMM_MULTI_PROCESS, [](const CommParam& param) -> std::shared_ptr<Communicator> {
+      return std::make_shared<ProcessCommunicator>(param);
+    });
+
+}  // namespace
+
+}  // namespace shm
+}  // namespace collops

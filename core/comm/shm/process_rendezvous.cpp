@@ -1,0 +1,429 @@
+#include "core/comm/shm/process_rendezvous.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "collops/status.h"
+#include "core/comm/shm/wait_word.h"
+
+namespace collops {
+namespace shm {
+namespace {
+
+constexpr uint32_t kWireMagic = 0x6c63636c;  // "lccl"
+constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kMaxWireString = 4096;
+
+struct HelloWire {
+  uint32_t magic;
+  uint32_t version;
+  int32_t rank;
+  int32_t rankSize;
+  uint32_t keyBytes;
+  uint32_t domainBytes;
+};
+
+struct ReplyWire {
+  uint32_t magic;
+  int32_t status;
+  int32_t rankSize;
+  uint32_t messageBytes;
+};
+
+enum class IoResult { kOk, kClosed, kTimeout };
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ULL;
+  return hash;
+}
+
+std::string Describe(const RendezvousSpec& spec) {
+  return Concat("lccl rendezvous (job '", spec.jobKey, "', domain '", spec.domain, "', ",
+                spec.rankSize, " ranks)");
+}
+
+sockaddr_un AbstractAddress(const std::string& name, socklen_t* length) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // sun_path[0] = '\0' makes the name abstract: no file, gone with the last socket.
+  std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 1));
+  *length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return addr;
+}
+
+UniqueFd NewSocket() {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.Valid()) Fail(ERROR_COMM_FAIL, "lccl: socket(AF_UNIX) failed: ", std::strerror(errno));
+  return fd;
+}
+
+bool PeerCredentials(int fd, ucred* cred) {
+  socklen_t length = sizeof(*cred);
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &length) == 0;
+}
+
+bool ProcessAlive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+bool SendAll(int fd, const void* data, size_t bytes, int passFd = -1) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    iovec iov{const_cast<char*>(p), bytes};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (passFd >= 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+      cmsg->cmsg_level = SOL_SOCKET;
+      cmsg->cmsg_type = SCM_RIGHTS;
+      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cmsg), &passFd, sizeof(int));
+    }
+    const ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return false;
+    p += sent;
+    bytes -= static_cast<size_t>(sent);
+    passFd = -1;
+  }
+  return true;
+}
+
+/// Reads exactly `bytes`; a descriptor passed with them lands in *receivedFd.
+IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
+                 UniqueFd* receivedFd = nullptr) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = poll(&pfd, 1, static_cast<int>(deadline.NanosLeft(100'000'000) / 1'000'000));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (deadline.Passed()) return IoResult::kTimeout;
+      continue;
+    }
+    iovec iov{p, bytes};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return IoResult::kClosed;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int passed = -1;
+        std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+        if (receivedFd != nullptr) receivedFd->Reset(passed);
+        else ::close(passed);
+      }
+    }
+    p += got;
+    bytes -= static_cast<size_t>(got);
+  }
+  return IoResult::kOk;
+}
+
+void SendReply(int fd, Status status, const std::string& message, const std::vector<pid_t>& pids,
+               int passFd) {
+  ReplyWire reply{kWireMagic, status, static_cast<int32_t>(pids.size()),
+                  static_cast<uint32_t>(message.size())};
+  std::string payload(reinterpret_cast<const char*>(&reply), sizeof(reply));
+  payload += message;
+  for (pid_t pid : pids) payload.append(reinterpret_cast<const char*>(&pid), sizeof(int32_t));
+  SendAll(fd, payload.data(), payload.size(), passFd);  // a peer that vanished learns nothing
+}
+
+/// Binds `name` and listens, or fails naming the process that holds it. Returns an invalid fd
+/// when this very process holds it (an earlier communicator of the same rank still alive).
+UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank,
+                   const Deadline& deadline) {
+  for (;;) {
+    UniqueFd fd = NewSocket();
+    socklen_t length = 0;
+    const sockaddr_un addr = AbstractAddress(name, &length);
+    if (bind(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) == 0) {
+      if (listen(fd.Get(), 128) != 0) {
+        Fail(ERROR_COMM_FAIL, Describe(spec), ": listen failed: ", std::strerror(errno));
+      }
+      return fd;
+    }
+    if (errno != EADDRINUSE) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot bind the abstract socket for rank ", rank,
+           ": ", std::strerror(errno));
+    }
+    // Someone holds it: ask the kernel who. Non-blocking so a full backlog cannot stall us.
+    UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    ucred cred{};
+    if (connect(probe.Get(), reinterpret_cast<const sockaddr*>(&addr), length) == 0 &&
+        PeerCredentials(probe.Get(), &cred)) {
+      if (cred.pid == getpid()) return UniqueFd();
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank, " is already held by pid ", cred.pid,
+           " (uid ", cred.uid, "). Two processes claim the same rank, or another job runs with "
+           "the same job key; give each job its own COLLOPS_JOB_ID");
+    }
+    // Bound but not yet listening (the holder is between bind and listen), or just released.
+    if (deadline.Passed()) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank,
+           " is held by a process that never started listening");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+std::string MissingRanks(const std::vector<UniqueFd>& peers) {
+  std::string text;
+  int missing = 0;
+  for (size_t r = 1; r < peers.size(); ++r) {
+    if (peers[r].Valid()) continue;
+    text += Concat(missing++ == 0 ? "" : ", ", r);
+  }
+  return Concat(missing == 1 ? "rank " : "ranks ", text);
+}
+
+RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
+                      const SegmentMaker& makeSegment, const Deadline& deadline) {
+  const int size = spec.rankSize;
+  RendezvousResult result;
+  result.pids.assign(size, 0);
+  result.pids[0] = getpid();
+  Status failStatus = NO_ERROR;
+  std::string failMessage;
+  try {
+    result.memory = makeSegment();
+  } catch (const Error& e) {
+    failStatus = e.status();
+    failMessage = e.what();
+  }
+
+  std::vector<UniqueFd> peers(size);
+  auto failAll = [&](Status status, const std::string& message) {
+    for (auto& peer : peers) {
+      if (peer.Valid()) SendReply(peer.Get(), status, message, {}, -1);
+    }
+    throw Error(status, message);
+  };
+  int arrived = 1;
+  while (arrived < size && !deadline.Passed()) {
+    std::vector<pollfd> fds{{listener.Get(), POLLIN, 0}};
+    for (int r = 1; r < size; ++r) {
+      if (peers[r].Valid()) fds.push_back({peers[r].Get(), POLLIN, 0});
+    }
+    const int ready = poll(fds.data(), fds.size(),
+                           static_cast<int>(deadline.NanosLeft(100'000'000) / 1'000'000));
+    if (ready <= 0) continue;
+    // A joined peer sends nothing after its hello: readable means it went away.
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      for (int r = 1; r < size; ++r) {
+        if (peers[r].Get() == fds[i].fd) {
+          peers[r].Reset();
+          --arrived;
+        }
+      }
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    UniqueFd conn(accept4(listener.Get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.Valid()) continue;
+    ucred cred{};
+    if (!PeerCredentials(conn.Get(), &cred)) continue;
+    if (cred.uid != geteuid()) {
+      SendReply(conn.Get(), ERROR_COMM_FAIL,
+                Concat(Describe(spec), ": rank 0 (pid ", getpid(), ") refused pid ", cred.pid,
+                       " of uid ", cred.uid, ": only processes of uid ", geteuid(),
+                       " (the job's owner) may join"),
+                {}, -1);
+      continue;
+    }
+    HelloWire hello{};
+    const Deadline helloDeadline = Deadline::After(2.0);
+    if (RecvAll(conn.Get(), &hello, sizeof(hello), helloDeadline) != IoResult::kOk) continue;
+    if (hello.magic != kWireMagic || hello.version != kWireVersion ||
+        hello.keyBytes > kMaxWireString || hello.domainBytes > kMaxWireString) {
+      SendReply(conn.Get(), ERROR_COMM_FAIL,
+                Concat(Describe(spec), ": protocol version mismatch (mixed collops builds?)"), {},
+                -1);
+      continue;
+    }
+    std::string key(hello.keyBytes, '\0');
+    std::string domain(hello.domainBytes, '\0');
+    if (RecvAll(conn.Get(), key.data(), key.size(), helloDeadline) != IoResult::kOk ||
+        RecvAll(conn.Get(), domain.data(), domain.size(), helloDeadline) != IoResult::kOk) {
+      continue;
+    }
+    if (key != spec.jobKey || domain != spec.domain || hello.rankSize != size ||
+        hello.rank < 1 || hello.rank >= size) {
+      SendReply(conn.Get(), ERROR_COMM_FAIL,
+                Concat(Describe(spec), ": pid ", cred.pid, " asked to join as rank ", hello.rank,
+                       " of ", hello.rankSize, " ranks of job '", key, "', domain '", domain,
+                       "', which is not this job"),
+                {}, -1);
+      continue;
+    }
+    if (peers[hello.rank].Valid()) {
+      // The claim sockets make this unreachable for well-behaved processes; never guess.
+      const std::string clash = Concat(Describe(spec), ": rank ", hello.rank,
+                                       " was claimed twice (pids ", result.pids[hello.rank],
+                                       " and ", cred.pid, ")");
+      SendReply(conn.Get(), ERROR_COMM_FAIL, clash, {}, -1);
+      failAll(ERROR_COMM_FAIL, clash);
+    }
+    peers[hello.rank] = std::move(conn);
+    result.pids[hello.rank] = cred.pid;
+    ++arrived;
+  }
+  if (arrived < size) {
+    failAll(ERROR_TIMEOUT, Concat(Describe(spec), ": ", MissingRanks(peers),
+                                  " did not arrive within ", spec.timeoutSeconds,
+                                  " s (COLLOPS_TIMEOUT)"));
+  }
+  if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
+  for (int r = 1; r < size; ++r) {
+    SendReply(peers[r].Get(), NO_ERROR, "", result.pids, result.memory.Get());
+  }
+  result.claim = std::move(listener);
+  return result;
+}
+
+}  // namespace
+
+std::string JobKeyFromEnv() {
+  const char* job = std::getenv("COLLOPS_JOB_ID");
+  if (job != nullptr && *job != '\0') return job;
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr != nullptr && *addr != '\0' && port != nullptr && *port != '\0') {
+    return Concat(addr, ":", port);
+  }
+  return "default";
+}
+
+std::string ClaimSocketName(uid_t uid, const RendezvousSpec& spec, int rank) {
+  char name[96];
+  std::snprintf(name, sizeof(name), "collops-lccl:u%u:%016llx:%016llx:n%d:r%d",
+                static_cast<unsigned>(uid), static_cast<unsigned long long>(Fnv1a(spec.jobKey)),
+                static_cast<unsigned long long>(Fnv1a(spec.domain)), spec.rankSize, rank);
+  return name;
+}
+
+RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
+  const Deadline deadline = Deadline::After(spec.timeoutSeconds);
+  const std::string name = ClaimSocketName(ownerUid, spec, 0);
+  int backoffMicros = 200;
+  for (;;) {
+    UniqueFd fd = NewSocket();
+    socklen_t length = 0;
+    const sockaddr_un addr = AbstractAddress(name, &length);
+    if (connect(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
+      if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR) {
+        Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ",
+             std::strerror(errno));
+      }
+      if (deadline.Passed()) {
+        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ",
+             spec.timeoutSeconds, " s (COLLOPS_TIMEOUT); this is rank ", spec.rank);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(backoffMicros));
+      backoffMicros = std::min(backoffMicros * 2, 50'000);
+      continue;
+    }
+    ucred host{};
+    PeerCredentials(fd.Get(), &host);
+    HelloWire hello{kWireMagic, kWireVersion, spec.rank, spec.rankSize,
+                    static_cast<uint32_t>(spec.jobKey.size()),
+                    static_cast<uint32_t>(spec.domain.size())};
+    std::string message(reinterpret_cast<const char*>(&hello), sizeof(hello));
+    message += spec.jobKey + spec.domain;
+    ReplyWire reply{};
+    UniqueFd memory;
+    // Rank 0 answers by its own deadline, which started no earlier than our connect.
+    const Deadline replyDeadline = Deadline::After(spec.timeoutSeconds + 5);
+    IoResult io = SendAll(fd.Get(), message.data(), message.size()) ? IoResult::kOk
+                                                                     : IoResult::kClosed;
+    if (io == IoResult::kOk) io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &memory);
+    if (io == IoResult::kTimeout) {
+      Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid,
+           ") accepted rank ", spec.rank, " but never answered");
+    }
+    if (io == IoResult::kClosed) {
+      // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
+      if (!ProcessAlive(host.pid)) {
+        Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
+             ") exited during the rendezvous");
+      }
+      if (deadline.Passed()) {
+        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid,
+             ") did not complete the rendezvous within ", spec.timeoutSeconds, " s");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    if (reply.magic != kWireMagic || reply.messageBytes > kMaxWireString) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": malformed answer from rank 0 (pid ", host.pid, ")");
+    }
+    std::string text(reply.messageBytes, '\0');
+    RecvAll(fd.Get(), text.data(), text.size(), replyDeadline);
+    if (reply.status != NO_ERROR) {
+      throw Error(static_cast<Status>(reply.status),
+                  text.empty() ? Concat(Describe(spec), ": rank 0 refused rank ", spec.rank) : text);
+    }
+    if (host.uid != geteuid()) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid, ") runs as uid ",
+           host.uid, ", not ", geteuid(), "; refusing its memory");
+    }
+    if (reply.rankSize != spec.rankSize || !memory.Valid()) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid,
+           ") answered without the shared segment");
+    }
+    RendezvousResult result;
+    std::vector<int32_t> pids(spec.rankSize);
+    if (RecvAll(fd.Get(), pids.data(), pids.size() * sizeof(int32_t), replyDeadline) !=
+        IoResult::kOk) {
+      Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
+           ") went away during the rendezvous");
+    }
+    result.pids.assign(pids.begin(), pids.end());
+    result.memory = std::move(memory);
+    return result;
+  }
+}
+
+RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& makeSegment) {
+  if (spec.rankSize == 1) {
+    RendezvousResult result;
+    result.memory = makeSegment();
+    result.pids = {getpid()};
+    return result;
+  }
+  const Deadline deadline = Deadline::After(spec.timeoutSeconds);
+  UniqueFd claim =
+      ClaimName(ClaimSocketName(geteuid(), spec, spec.rank), spec, spec.rank, deadline);
+  if (spec.rank == 0) {
+    if (!claim.Valid()) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": this process already holds rank 0 in an earlier "
+           "communicator that is still alive; destroy it before creating another");
+    }
+    return Host(spec, std::move(claim), makeSegment, deadline);
+  }
+  RendezvousResult result = JoinRendezvous(spec, geteuid());
+  result.claim = std::move(claim);
+  return result;
+}
+
+}  // namespace shm
+}  // namespace collops

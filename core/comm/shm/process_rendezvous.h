@@ -1,0 +1,61 @@
+// Rendezvous of the multi-process lccl backend: the ranks of one (job key, commDomain, rankSize)
+// find each other on this host without a launcher, and rank 0 hands them the shared segment.
+//
+// Every rank first *claims* its rank by binding a Linux abstract unix socket named from
+// (uid, job key, commDomain, rankSize, rank) and keeps it for the communicator's lifetime.
+// Abstract names vanish with the process (no file, no residue, even after SIGKILL) and belong to
+// the network namespace. A second process claiming the same rank gets EADDRINUSE; it then
+// connects to the holder, reads the holder's pid with SO_PEERCRED and fails naming it.
+// Rank 0's claim socket is also the rendezvous point: every other rank connects, says who it is,
+// and rank 0 checks the peer's uid with SO_PEERCRED and, once every rank is there, answers each
+// with the memfd (SCM_RIGHTS) and the pids of all ranks — or with the one error that ends the
+// rendezvous (a missing rank after the timeout, a refused peer, no memory), so every rank fails
+// with the same message.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/comm/shm/process_fd.h"
+
+namespace collops {
+namespace shm {
+
+struct RendezvousSpec {
+  std::string jobKey;      ///< JobKeyFromEnv() normally
+  std::string domain;      ///< commDomain
+  int rank = 0;
+  int rankSize = 0;
+  double timeoutSeconds = 300;  ///< how long rank 0 waits for the others (and they for it)
+};
+
+/// COLLOPS_JOB_ID, else "MASTER_ADDR:MASTER_PORT" when both are set, else "default".
+std::string JobKeyFromEnv();
+
+/// The abstract socket name (without the leading NUL) that holds `rank` of the job described by
+/// `spec` for the user `uid`.
+std::string ClaimSocketName(uid_t uid, const RendezvousSpec& spec, int rank);
+
+struct RendezvousResult {
+  UniqueFd memory;          ///< the segment's memfd (rank 0 keeps the one it created)
+  std::vector<pid_t> pids;  ///< pid of every rank, by rank
+  UniqueFd claim;           ///< holds this rank's name until the communicator is destroyed
+};
+
+/// Rank 0 calls it once the rendezvous name is held, to create the segment; may throw Error.
+using SegmentMaker = std::function<UniqueFd()>;
+
+/// Claims spec.rank and meets the other ranks. Throws Error: ERROR_TIMEOUT naming the missing
+/// ranks, ERROR_COMM_FAIL for a clash or a refused peer (naming the other process), ERROR_PEER_LOST
+/// when rank 0 dies meanwhile, or whatever `makeSegment` threw.
+RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& makeSegment);
+
+/// The joining half alone, connecting to the rendezvous of user `ownerUid` (no claim). Lets a test
+/// prove that a process of another uid is refused by rank 0 itself.
+RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid);
+
+}  // namespace shm
+}  // namespace collops

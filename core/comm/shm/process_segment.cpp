@@ -1,0 +1,155 @@
+#include "core/comm/shm/process_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "collops/status.h"
+
+namespace collops {
+namespace shm {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kMaxSlotBytes = 1ULL << 30;
+
+uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+}  // namespace
+
+SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes) {
+  SegmentLayout layout;
+  layout.rankSize = rankSize;
+  layout.slotBytes = slotBytes;
+  const uint64_t r = static_cast<uint64_t>(rankSize);
+  layout.rankOffset = RoundUp(sizeof(SegmentHeader), kControlStride);
+  layout.pairOffset = layout.rankOffset + r * sizeof(RankControl);
+  layout.slotOffset = RoundUp(layout.pairOffset + r * r * sizeof(PairControl), kPage);
+  layout.totalBytes = layout.slotOffset + r * slotBytes;
+  return layout;
+}
+
+uint64_t SlotBytesFromEnv(int rankSize) {
+  uint64_t bytes = kDefaultSlotBytes;
+  const char* text = std::getenv("COLLOPS_SHM_BYTES");
+  if (text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    uint64_t scale = 1;
+    if (end != text && *end != '\0') {
+      const std::string suffix(end);
+      if (suffix == "K" || suffix == "KiB") scale = 1ULL << 10;
+      else if (suffix == "M" || suffix == "MiB") scale = 1ULL << 20;
+      else if (suffix == "G" || suffix == "GiB") scale = 1ULL << 30;
+      else scale = 0;
+    }
+    if (end == text || errno != 0 || scale == 0 || value == 0 || value > kMaxSlotBytes / scale) {
+      Fail(ERROR_INVALID_PARAM, "COLLOPS_SHM_BYTES=\"", text,
+           "\" is not a size between 1 and 1GiB (bytes, or with a K, M or G suffix)");
+    }
+    bytes = value * scale;
+  }
+  // Each half must give every rank at least one 64-byte region (the per-destination layout of
+  // the all-to-all and reduce-scatter rounds), and halves stay page aligned.
+  const uint64_t minimum = RoundUp(2 * 64 * static_cast<uint64_t>(rankSize), 2 * kPage);
+  return bytes < minimum ? minimum : RoundUp(bytes, 2 * kPage);
+}
+
+uint8_t* Segment::Map(int fd, uint64_t bytes) {
+  // MAP_POPULATE: fault every page in now, not inside the first timed collective.
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    Fail(err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL,
+         "lccl: cannot map the ", bytes, "-byte shared segment: ", std::strerror(err));
+  }
+  madvise(base, bytes, MADV_HUGEPAGE);  // a hint; fine when transparent huge pages are off
+  return static_cast<uint8_t*>(base);
+}
+
+Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
+  UniqueFd memory(memfd_create("collops-lccl", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!memory.Valid()) {
+    Fail(ERROR_COMM_FAIL, "lccl: memfd_create failed: ", std::strerror(errno));
+  }
+  fchmod(memory.Get(), 0600);
+  // fallocate, not ftruncate alone: a sparse file would SIGBUS on first touch once tmpfs or the
+  // memory cgroup runs dry; allocating now turns that into a clear error here.
+  const int err = posix_fallocate(memory.Get(), 0, static_cast<off_t>(layout.totalBytes));
+  if (err != 0) {
+    Fail(err == ENOSPC || err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL,
+         "lccl: cannot allocate ", layout.totalBytes, " bytes of shared memory for ",
+         layout.rankSize, " ranks (", layout.slotBytes, " per rank, COLLOPS_SHM_BYTES): ",
+         std::strerror(err));
+  }
+  fcntl(memory.Get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+
+  Segment segment;
+  segment.layout_ = layout;
+  segment.base_ = Map(memory.Get(), layout.totalBytes);
+  auto* header = new (segment.base_) SegmentHeader;
+  for (int r = 0; r < layout.rankSize; ++r) new (&segment.Rank(r)) RankControl;
+  for (int s = 0; s < layout.rankSize; ++s) {
+    for (int d = 0; d < layout.rankSize; ++d) new (&segment.Pair(s, d)) PairControl;
+  }
+  header->version = kSegmentVersion;
+  header->rankSize = layout.rankSize;
+  header->slotBytes = layout.slotBytes;
+  header->totalBytes = layout.totalBytes;
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kSegmentMagic;
+  *fd = std::move(memory);
+  return segment;
+}
+
+Segment Segment::Attach(int fd, int rankSize) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
+    Fail(ERROR_COMM_FAIL, "lccl: the shared segment received from rank 0 is unusable");
+  }
+  Segment segment;
+  segment.base_ = Map(fd, static_cast<uint64_t>(st.st_size));
+  segment.layout_.totalBytes = static_cast<uint64_t>(st.st_size);
+  const SegmentHeader& header = segment.Header();
+  if (header.magic != kSegmentMagic || header.version != kSegmentVersion ||
+      header.rankSize != rankSize) {
+    Fail(ERROR_COMM_FAIL, "lccl: the shared segment from rank 0 has version ", header.version,
+         " and ", header.rankSize, " ranks; this rank expects version ", kSegmentVersion, " and ",
+         rankSize, " ranks (mixed collops builds?)");
+  }
+  const SegmentLayout layout = SegmentLayout::For(rankSize, header.slotBytes);
+  if (layout.totalBytes != static_cast<uint64_t>(st.st_size)) {
+    Fail(ERROR_COMM_FAIL, "lccl: the shared segment from rank 0 has ", st.st_size,
+         " bytes, its header implies ", layout.totalBytes);
+  }
+  segment.layout_ = layout;
+  return segment;
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), layout_(other.layout_) {}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    if (base_ != nullptr) munmap(base_, layout_.totalBytes);
+    base_ = std::exchange(other.base_, nullptr);
+    layout_ = other.layout_;
+  }
+  return *this;
+}
+
+Segment::~Segment() {
+  if (base_ != nullptr) munmap(base_, layout_.totalBytes);
+}
+
+}  // namespace shm
+}  // namespace collops

@@ -1,0 +1,151 @@
+// The shared-memory segment of one multi-process lccl communicator: layout, creation and mapping.
+//
+// Rank 0 creates an anonymous memfd (nothing appears in /dev/shm or /tmp, so nothing is left
+// behind even after SIGKILL), allocates every page up front so running out of memory is an
+// ERROR_OUT_OF_HOST_MEMORY at creation instead of a SIGBUS mid-collective, seals its size, and
+// hands the descriptor to the other ranks over the rendezvous socket.
+//
+// Layout (offsets computed by SegmentLayout, every block aligned to kControlStride):
+//   SegmentHeader                     magic, geometry, the algorithm policy, the abort record
+//   RankControl[R]                    per rank: rounds posted + its WaitWord (own 128 bytes)
+//   PairControl[R*R]                  per ordered (src, dst) pair: Send side, Recv side
+//   slot[R]                           slotBytes per rank, two halves used by alternate rounds
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/comm/shm/process_fd.h"
+#include "core/comm/shm/wait_word.h"
+
+namespace collops {
+namespace shm {
+
+/// Two cache lines: the adjacent-line prefetcher pulls lines in pairs, so one writer per 128 bytes
+/// keeps ranks from invalidating each other's flags.
+constexpr size_t kControlStride = 128;
+constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
+constexpr uint32_t kSegmentVersion = 1;
+/// COLLOPS_SHM_BYTES default: data slot bytes per rank.
+constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
+
+/// Collectives whose algorithm COLLOPS_ALGO_<OP> may force.
+enum AlgoChoice : int32_t { kAlgoAuto = 0, kAlgoOneShot = 1, kAlgoReduceScatterAllGather = 2 };
+
+struct alignas(kControlStride) RankControl {
+  std::atomic<uint64_t> posted{0};  ///< rounds this rank has published (monotonic, never reused)
+  std::atomic<int64_t> value[2]{};  ///< a per-round scalar, indexed by round parity
+  WaitWord word;                    ///< notified after every post
+};
+
+/// One side of a point-to-point channel; written only by its owner. The announcement of message
+/// m lives in entry m%2: a side can run at most one message ahead of the other side's reading
+/// (it must have seen the other's announcement of m before it announces m+1), so two entries
+/// never let a later message overwrite one that is still being read.
+struct alignas(kControlStride) PairSide {
+  std::atomic<uint64_t> messages{0};  ///< messages announced on this channel
+  std::atomic<uint64_t> chunks{0};    ///< sender: chunks written; receiver: chunks consumed
+  int64_t count[2] = {0, 0};          ///< elements of message m, at m%2
+  int32_t dtype[2] = {-1, -1};        ///< its DataType
+  uint32_t stagingHalf[2] = {0, 0};   ///< sender: which half of its slot holds the chunks
+  WaitWord word;                      ///< notified after every change
+};
+
+struct PairControl {
+  PairSide send;
+  PairSide recv;
+};
+
+struct alignas(kControlStride) SegmentHeader {
+  uint64_t magic = 0;
+  uint32_t version = 0;
+  int32_t rankSize = 0;
+  uint64_t slotBytes = 0;
+  uint64_t totalBytes = 0;
+  /// Decided by rank 0 from its environment and shared, so ranks can never run different
+  /// protocols because their environments differ.
+  int32_t allReduceAlgo = kAlgoAuto;
+  uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
+  uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
+  int32_t spinIterations = 0;    ///< WaitWord spin before sleeping
+  /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
+  alignas(kControlStride) std::atomic<uint64_t> abort{0};
+};
+
+/// Abort record: the rank that failed, the rank that noticed, and the Status it raised.
+struct AbortRecord {
+  int culprit = -1;
+  int reporter = -1;
+  int32_t status = 0;
+};
+inline uint64_t PackAbort(const AbortRecord& r) {
+  return (static_cast<uint64_t>(r.culprit + 1) & 0xfffff) |
+         ((static_cast<uint64_t>(r.reporter + 1) & 0xfffff) << 20) |
+         (static_cast<uint64_t>(static_cast<uint32_t>(r.status)) << 40);
+}
+inline AbortRecord UnpackAbort(uint64_t word) {
+  AbortRecord r;
+  r.culprit = static_cast<int>(word & 0xfffff) - 1;
+  r.reporter = static_cast<int>((word >> 20) & 0xfffff) - 1;
+  r.status = static_cast<int32_t>(word >> 40);
+  return r;
+}
+
+/// Offsets of every block for a given rank count and slot size.
+struct SegmentLayout {
+  int rankSize = 0;
+  uint64_t slotBytes = 0;
+  uint64_t rankOffset = 0;
+  uint64_t pairOffset = 0;
+  uint64_t slotOffset = 0;
+  uint64_t totalBytes = 0;
+
+  static SegmentLayout For(int rankSize, uint64_t slotBytes);
+};
+
+/// COLLOPS_SHM_BYTES rounded to the page size and raised to the minimum `rankSize` needs;
+/// kDefaultSlotBytes when unset. Throws ERROR_INVALID_PARAM for a value that is not a size.
+uint64_t SlotBytesFromEnv(int rankSize);
+
+/// A mapping of the segment in this process. Unmapped on destruction; the memory itself lives
+/// until the last rank unmaps it.
+class Segment {
+ public:
+  /// Rank 0: creates, sizes, pre-allocates, seals and maps the memory and initialises the header
+  /// and control blocks. `fd` receives the descriptor to pass to the other ranks.
+  static Segment Create(const SegmentLayout& layout, UniqueFd* fd);
+  /// Other ranks: maps the descriptor received from rank 0 and checks the header against
+  /// `rankSize`.
+  static Segment Attach(int fd, int rankSize);
+
+  Segment() = default;
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment();
+
+  SegmentHeader& Header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  RankControl& Rank(int rank) const {
+    return reinterpret_cast<RankControl*>(base_ + layout_.rankOffset)[rank];
+  }
+  PairControl& Pair(int src, int dst) const {
+    return reinterpret_cast<PairControl*>(base_ + layout_.pairOffset)[src * layout_.rankSize + dst];
+  }
+  /// Half `parity` (0 or 1) of `rank`'s data slot.
+  uint8_t* Half(int rank, uint64_t parity) const {
+    return base_ + layout_.slotOffset + rank * layout_.slotBytes + (parity & 1) * HalfBytes();
+  }
+  uint64_t HalfBytes() const { return layout_.slotBytes / 2; }
+  const SegmentLayout& Layout() const { return layout_; }
+
+ private:
+  static uint8_t* Map(int fd, uint64_t bytes);
+
+  uint8_t* base_ = nullptr;
+  SegmentLayout layout_;
+};
+
+}  // namespace shm
+}  // namespace collops
