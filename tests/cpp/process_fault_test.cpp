@@ -172,6 +172,26 @@ TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
   }, options);
 }
 
+TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
+  // The pool creates the replacement of a broken communicator before it drops the old one, so
+  // the new rendezvous must succeed while the broken one (same job, domain, size) is alive.
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "1";
+  RunProcessRanks(2, [](int rank) {
+    auto broken = MakeComm(rank, 2, "replace");
+    if (rank == 0) {
+      EXPECT_THROW(broken->Barrier(), Error);
+      EXPECT_TRUE(broken->Broken());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
+    auto fresh = MakeComm(rank, 2, "replace");
+    int32_t in = rank + 1, out = 0;
+    fresh->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+    EXPECT_EQ(out, 3);
+  }, options);
+}
+
 TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
   const std::string base = testing::NewJobId();
   RunProcessRanks(6, [&base](int index) {

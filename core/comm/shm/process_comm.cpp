@@ -63,7 +63,7 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
       EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
   // Spinning pays only while every rank has a core; oversubscribed, a spinning waiter delays the
   // very rank it waits for, so sleep almost at once.
-  const int spin = rankSize <= CpusAvailable() ? 20000 : 50;
+  const int spin = rankSize <= CpusAvailable() ? 400 : 20;
   header.spinIterations = static_cast<int32_t>(EnvInt("COLLOPS_SHM_SPIN", spin, 0, 100'000'000));
 }
 
@@ -181,6 +181,9 @@ void ProcessCommunicator::CheckPeer(int peer) {
 void ProcessCommunicator::Break(Status status, int culprit, const std::string& message) {
   failureStatus_ = status;
   failureMessage_ = message;
+  // A broken communicator never rendezvous again: free its rank's name now, so the replacement
+  // the pool creates while still holding this one can claim it.
+  claim_.Reset();
   // Tell ranks waiting on someone else that this communicator is over; the first record wins.
   uint64_t expected = 0;
   segment_.Header().abort.compare_exchange_strong(
