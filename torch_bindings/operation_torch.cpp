@@ -10,14 +10,15 @@
 // torch::jit::runAndInsertCall, which releases the GIL around the call. So a rank blocked in a
 // collective never stops the other Python threads, and threads can be the ranks of a
 // commMode 1 job; tests/python/test_operation_torch_threads.py checks exactly that.
+#include <ATen/ATen.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
-#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,35 +32,24 @@ using Json = nlohmann::json;
 
 // ---- torch <-> collops tensors -------------------------------------------------------------
 
+// torch dtype <-> ACL DataType, one row per dtype collops moves (DESIGN.md section 2).
+constexpr std::pair<c10::ScalarType, DataType> kDtypeTable[] = {
+    {c10::kChar, ACL_INT8},   {c10::kShort, ACL_INT16},  {c10::kInt, ACL_INT32},
+    {c10::kLong, ACL_INT64},  {c10::kHalf, ACL_FLOAT16}, {c10::kBFloat16, ACL_BF16},
+    {c10::kFloat, ACL_FLOAT}, {c10::kByte, ACL_UINT8},   {c10::kDouble, ACL_DOUBLE},
+    {c10::kBool, ACL_BOOL},
+};
+
 DataType ToAclDataType(c10::ScalarType type) {
-  switch (type) {
-    case c10::kChar: return ACL_INT8;
-    case c10::kShort: return ACL_INT16;
-    case c10::kInt: return ACL_INT32;
-    case c10::kLong: return ACL_INT64;
-    case c10::kHalf: return ACL_FLOAT16;
-    case c10::kBFloat16: return ACL_BF16;
-    case c10::kFloat: return ACL_FLOAT;
-    case c10::kByte: return ACL_UINT8;
-    case c10::kDouble: return ACL_DOUBLE;
-    case c10::kBool: return ACL_BOOL;
-    default: return ACL_DT_UNDEFINED;
+  for (const auto& [torchType, aclType] : kDtypeTable) {
+    if (torchType == type) return aclType;
   }
+  return ACL_DT_UNDEFINED;
 }
 
 c10::ScalarType ToScalarType(DataType dtype) {
-  switch (dtype) {
-    case ACL_INT8: return c10::kChar;
-    case ACL_INT16: return c10::kShort;
-    case ACL_INT32: return c10::kInt;
-    case ACL_INT64: return c10::kLong;
-    case ACL_FLOAT16: return c10::kHalf;
-    case ACL_BF16: return c10::kBFloat16;
-    case ACL_FLOAT: return c10::kFloat;
-    case ACL_UINT8: return c10::kByte;
-    case ACL_DOUBLE: return c10::kDouble;
-    case ACL_BOOL: return c10::kBool;
-    default: break;
+  for (const auto& [torchType, aclType] : kDtypeTable) {
+    if (aclType == dtype) return torchType;
   }
   Fail(ERROR_INVALID_TENSOR_DTYPE, "the operation inferred dtype ", DataTypeName(dtype),
        ", which has no torch equivalent");
@@ -105,6 +95,12 @@ Tensor ToCollopsTensor(const at::Tensor& t, const std::string& slot) {
   return out;
 }
 
+std::vector<TensorDesc> InputDescs(const std::vector<at::Tensor>& ins) {
+  std::vector<TensorDesc> descs;
+  for (size_t i = 0; i < ins.size(); ++i) descs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
+  return descs;
+}
+
 std::vector<int64_t> ShapeOf(const TensorDesc& desc) {
   return std::vector<int64_t>(desc.shape.dims, desc.shape.dims + desc.shape.dimNum);
 }
@@ -126,7 +122,9 @@ struct HostCountSlot {
 const std::vector<HostCountSlot>& HostCountSlots(const std::string& opName) {
   static const std::map<std::string, std::vector<HostCountSlot>> kSlots = {
       {"AllToAllVV2Operation",
-       {{"sendCounts", 1, false}, {"sdispls", 2, false}, {"recvCounts", 3, false},
+       {{"sendCounts", 1, false},
+        {"sdispls", 2, false},
+        {"recvCounts", 3, false},
         {"rdispls", 4, false}}},
       {"AllGatherVOperation",
        {{"sendCount", 1, true}, {"recvCounts", 2, false}, {"rdispls", 3, false}}},
@@ -195,9 +193,7 @@ class OperationTorch : public torch::CustomClassHolder {
     std::vector<TensorDesc> outDescs;
     const Status status = Guarded([&] {
       RequireOperation("infer_shape");
-      std::vector<TensorDesc> inDescs;
-      for (size_t i = 0; i < ins.size(); ++i) inDescs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
-      Check(op_->InferShape(inDescs, outDescs));
+      Check(op_->InferShape(InputDescs(ins), outDescs));
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     Json dtypes = Json::array(), formats = Json::array(), shapes = Json::array();
@@ -300,10 +296,10 @@ class OperationTorch : public torch::CustomClassHolder {
     const std::vector<HostCountSlot>& slots = HostCountSlots(opName_);
     // rankSize is known once set_param succeeded; the vectors are checked against it here so
     // the error names the key the user wrote rather than an input slot.
-    const int64_t rankSize = param_.is_object() && param_.contains("rankSize") &&
-                                     param_["rankSize"].is_number_integer()
-                                 ? param_["rankSize"].get<int64_t>()
-                                 : -1;
+    const int64_t rankSize =
+        param_.is_object() && param_.contains("rankSize") && param_["rankSize"].is_number_integer()
+            ? param_["rankSize"].get<int64_t>()
+            : -1;
     std::map<size_t, std::vector<int64_t>> bound;
     for (const auto& [key, value] : json.items()) {
       auto slot = std::find_if(slots.begin(), slots.end(),
@@ -349,8 +345,7 @@ class OperationTorch : public torch::CustomClassHolder {
         // insist they agree in length, since the op reads numel() counts from hostData.
         if (static_cast<size_t>(ins[i].numel()) != it->second.size()) {
           Fail(ERROR_INVALID_TENSOR_SIZE, opName_, ": ", slot, " has ", ins[i].numel(),
-               " elements but set_varaintpack_param bound ", it->second.size(),
-               " values to it");
+               " elements but set_varaintpack_param bound ", it->second.size(), " values to it");
         }
         t.hostData = it->second.data();
       }
@@ -363,10 +358,8 @@ class OperationTorch : public torch::CustomClassHolder {
   }
 
   std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) const {
-    std::vector<TensorDesc> inDescs;
-    for (size_t i = 0; i < ins.size(); ++i) inDescs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
     std::vector<TensorDesc> outDescs;
-    Check(op_->InferShape(inDescs, outDescs));
+    Check(op_->InferShape(InputDescs(ins), outDescs));
     std::vector<at::Tensor> outs;
     for (const auto& d : outDescs) {
       outs.push_back(at::empty(ShapeOf(d), at::TensorOptions().dtype(ToScalarType(d.dtype))));

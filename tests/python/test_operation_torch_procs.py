@@ -1,0 +1,106 @@
+"""Golden tests of every operation through OperationTorch with processes as the ranks
+(commMode 0, the multi-process lccl communicator behind backend "hccl"), the ATB cases of
+issue 4, and the seeds' example script.
+
+These tests do not skip when the multi-process backend is missing: they fail, with the ranks'
+ERROR_BACKEND_UNAVAILABLE messages in the report.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import collops  # noqa: F401
+import golden_harness as golden
+from rank_harness import RankFailure, run_process_ranks
+
+SEED = 11212026
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("case", sorted(golden.GOLDEN_CASES))
+def test_golden_processes(case, world_size):
+    run_process_ranks(world_size, golden.GOLDEN_CASES[case], SEED)
+
+
+def test_seed_all_to_allvv2_example_processes():
+    run_process_ranks(2, golden.case_all_to_allvv2_seed, SEED)
+
+
+def test_atb_reduce_scatter_v_case_processes():
+    run_process_ranks(2, golden.case_reduce_scatter_v_atb, SEED)
+
+
+def test_send_recv_between_4_processes():
+    run_process_ranks(4, golden.case_send_recv, SEED)
+
+
+def test_barrier_processes(tmp_path):
+    run_process_ranks(3, golden.case_barrier, str(tmp_path))
+
+
+def test_explicit_lccl_backend_and_named_domain_processes():
+    run_process_ranks(2, golden.case_all_gather, SEED, backend="lccl", domain="pytest-named")
+
+
+def test_rank_mismatch_fails_every_process():
+    run_process_ranks(2, golden.case_rank_mismatch)
+
+
+def test_seeds_script_passes_all_7_dtypes():
+    """examples/python/all_to_allvv2.py, as a user runs it."""
+    script = os.path.join(REPO, "examples", "python", "all_to_allvv2.py")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    env.pop("COLLOPS_JOB_ID", None)
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env,
+                          timeout=400)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    for dtype in golden.SEED_DTYPES:
+        for rank in (0, 1):
+            assert f"rank {rank}: AllToAllVV2Operation {dtype}: PASS" in done.stdout, output[-4000:]
+
+
+# ---- the harness itself: no rank can fail silently ----------------------------------------------
+
+def _raises_on_last_rank(ctx):
+    if ctx.rank == ctx.world_size - 1:
+        raise ValueError("last rank broke on purpose")
+    return ctx.rank
+
+
+def _exits_on_rank_0(ctx):
+    if ctx.rank == 0:
+        os._exit(3)  # no report, no traceback: only the exit code tells
+
+
+def _hangs_on_rank_1(ctx):
+    if ctx.rank == 1:
+        time.sleep(600)
+
+
+def test_harness_reports_a_raising_process_rank():
+    with pytest.raises(RankFailure, match="(?s)1 of 3 process ranks failed.*rank 2: exit code 1"
+                                          ".*on purpose"):
+        run_process_ranks(3, _raises_on_last_rank)
+
+
+def test_harness_reports_a_silently_exiting_process_rank():
+    with pytest.raises(RankFailure, match="rank 0: exit code 3"):
+        run_process_ranks(2, _exits_on_rank_0)
+
+
+def test_harness_kills_and_reports_a_hanging_process_rank():
+    with pytest.raises(RankFailure, match="rank 1: still running after the 20 s deadline"):
+        run_process_ranks(2, _hangs_on_rank_1, timeout=20)
+
+
+def test_harness_returns_every_rank_result():
+    assert run_process_ranks(3, _identity) == [0, 1, 2]
+
+
+def _identity(ctx):
+    return ctx.rank
