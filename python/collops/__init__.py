@@ -61,10 +61,22 @@ def library_path():
         + ", ".join(tried) + f". Build it with:\n    {BUILD_COMMAND}")
 
 
+def _already_registered():
+    """True when OperationTorch is registered already, e.g. by an ATB script that loaded
+    $ATB_HOME_PATH/lib/libatb_test_framework.so itself before importing collops."""
+    try:
+        torch.classes.OperationTorch.OperationTorch
+        return True
+    except RuntimeError:
+        return False
+
+
 def _load():
+    if _already_registered():
+        return None  # a second copy of the library would register OperationTorch twice
     path = library_path()
-    # torch.ops.load_library dlopens with RTLD_GLOBAL semantics and runs TORCH_LIBRARY
-    # registration; loading the same file twice is a no-op for the dynamic loader.
+    # torch.ops.load_library dlopens the file and runs its TORCH_LIBRARY registration; loading
+    # the same file again is a no-op for the dynamic loader.
     torch.ops.load_library(path)
     return path
 

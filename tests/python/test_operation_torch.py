@@ -302,8 +302,12 @@ def test_reducible_only_op_rejects_bool():
 
 # ---- loading and the torch_npu shim (fresh interpreters) ----------------------------------------
 
-def run_python(code, **env):
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+def run_python(code, package_lib=False, **env):
+    """Runs `code` in a fresh interpreter with the shim and the source tree on PYTHONPATH;
+    package_lib=True makes collops load python/collops/lib/ rather than a selected build."""
+    base = {k: v for k, v in os.environ.items()
+            if not (package_lib and k in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR"))}
+    full_env = dict(base, PYTHONPATH=os.pathsep.join(
         [os.path.join(REPO, "python", "torch_npu_shim"), os.path.join(REPO, "python")]), **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=120)
@@ -348,9 +352,10 @@ def test_atb_home_path_library_name_loads_the_same_library():
     # that name an alias of libcollops_torch.so in python/collops/lib.
     alias = os.path.join(REPO, "python", "collops", "lib", "libatb_test_framework.so")
     assert os.path.exists(alias), f"{alias} missing: the CMake POST_BUILD step creates it"
-    for prelude in ("import torch\n", "import torch, collops\n"):
+    for prelude, epilogue in (("import torch\n", "import collops\n"),
+                              ("import torch, collops\n", "")):
         done = run_python(
-            prelude + f"torch.classes.load_library({alias!r})\n"
+            prelude + f"torch.classes.load_library({alias!r})\n" + epilogue +
             "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
-            "print('ok')\n")
+            "print('ok')\n", package_lib=True)
         assert done.returncode == 0 and done.stdout.strip() == "ok", prelude + done.stderr
