@@ -122,7 +122,6 @@ std::string ProcessCommunicator::Where() const {
 void ProcessCommunicator::Enter(const char* op) {
   if (failureStatus_ != NO_ERROR) throw Error(failureStatus_, failureMessage_);
   op_ = op;
-  deadline_ = Deadline::After(timeoutSeconds_);
 }
 
 void ProcessCommunicator::Post() {
@@ -137,6 +136,7 @@ void ProcessCommunicator::WaitAll() {
     if (r == rank_) continue;
     RankControl& peer = segment_.Rank(r);
     if (peer.posted.load(std::memory_order_acquire) >= round) continue;
+    deadline_ = Deadline::After(timeoutSeconds_);
     if (peer.word.Wait([&] { return peer.posted.load(std::memory_order_acquire) >= round; },
                        deadline_, [&] { CheckPeer(r); }, spinIterations_)) {
       continue;

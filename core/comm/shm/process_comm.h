@@ -63,7 +63,7 @@ class ProcessCommunicator final : public Communicator {
 
  private:
   // --- process_comm.cpp: round synchronisation and failure handling ---
-  /// Starts a public call: rethrows the stored failure, sets the op name and the deadline.
+  /// Starts a public call: rethrows the stored failure and sets the op name for messages.
   void Enter(const char* op);
   /// Half of `rank`'s slot that round `round` uses.
   uint8_t* HalfOf(int rank, uint64_t round) const { return segment_.Half(rank, round); }
@@ -82,6 +82,7 @@ class ProcessCommunicator final : public Communicator {
   template <class Ready>
   void Await(WaitWord& word, Ready&& ready, int peer) {
     if (ready()) return;
+    deadline_ = Deadline::After(timeoutSeconds_);
     if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); }, spinIterations_)) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
@@ -118,7 +119,7 @@ class ProcessCommunicator final : public Communicator {
   double timeoutSeconds_ = 300;
   int spinIterations_ = 4000;
   const char* op_ = "";
-  Deadline deadline_ = Deadline::After(0);
+  Deadline deadline_ = Deadline::After(0);  ///< of the current wait: COLLOPS_TIMEOUT from its start
   Status failureStatus_ = NO_ERROR;
   std::string failureMessage_;
 };
