@@ -46,10 +46,16 @@ def counts(*values):
 
 # ---- construction and set_param -----------------------------------------------------------------
 
+# Point-to-point ops need a peer, so they get a 2-rank param; the rest a one-rank job.
+PEER_PARAMS = {"SendOperation": {"rank": 0, "rankSize": 2, "destRank": 1},
+               "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0}}
+
+
 @pytest.mark.parametrize("name", ALL_OPS)
-def test_every_operation_constructs(name):
+def test_every_operation_constructs_and_accepts_params(name):
     op = OperationTorch(name)
-    assert json.loads(op.set_param(solo(rank=0)))["result"] in (0, 1)
+    param = json.dumps(PEER_PARAMS[name]) if name in PEER_PARAMS else solo()
+    assert json.loads(op.set_param(param)) == {"result": 0, "message": ""}
 
 
 def test_unknown_operation_name_raises_listing_known_ones():

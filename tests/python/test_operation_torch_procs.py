@@ -104,3 +104,49 @@ def test_harness_returns_every_rank_result():
 
 def _identity(ctx):
     return ctx.rank
+
+
+ATB_STYLE_SCRIPT = '''
+import json, os, sys
+import torch
+import torch_npu
+import torch.multiprocessing as mp
+
+LIB = os.path.join(os.environ["ATB_HOME_PATH"], "lib/libatb_test_framework.so")
+torch.classes.load_library(LIB)
+
+
+def main_worker(rank, world_size):
+    torch_npu.npu.set_device(rank)
+    op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+    op.set_param(json.dumps({"rank": rank, "rankSize": world_size, "rankRoot": 0,
+                             "backend": "lccl", "allReduceType": "sum"}))
+    torch.manual_seed(0)
+    inputs = [torch.rand(3, 5).half() for _ in range(world_size)]
+    out = op.execute([inputs[rank].npu()])[0]
+    torch.npu.synchronize()
+    golden = sum(t.float() for t in inputs).half()
+    assert torch.allclose(out.cpu().float(), golden.float(), rtol=2 ** -8, atol=2 ** -8)
+    print(f"rank {rank} ok", flush=True)
+
+
+if __name__ == "__main__":
+    mp.spawn(main_worker, nprocs=2, args=(2,), join=True)
+'''
+
+
+def test_unchanged_atb_style_script_runs_with_the_shim(tmp_path):
+    """An ATB-style script (import torch_npu, load $ATB_HOME_PATH/lib/libatb_test_framework.so,
+    torch.multiprocessing.spawn, .npu(), torch.npu.synchronize()) runs as written."""
+    script = tmp_path / "atb_all_reduce.py"
+    script.write_text(ATB_STYLE_SCRIPT)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR", "COLLOPS_JOB_ID")}
+    env.update(PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python", "torch_npu_shim"),
+                                           os.path.join(REPO, "python")]),
+               ATB_HOME_PATH=os.path.join(REPO, "python", "collops"),
+               COLLOPS_JOB_ID=f"atb-style-{os.getpid()}-{time.time_ns()}")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout, done.stdout
