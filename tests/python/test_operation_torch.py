@@ -46,9 +46,12 @@ def counts(*values):
 
 # ---- construction and set_param -----------------------------------------------------------------
 
-# Point-to-point ops need a peer, so they get a 2-rank param; the rest a one-rank job.
+# Point-to-point ops need a peer, so they get a 2-rank param; AllToAllV requires its counts;
+# the rest run as a one-rank job.
 PEER_PARAMS = {"SendOperation": {"rank": 0, "rankSize": 2, "destRank": 1},
-               "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0}}
+               "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0},
+               "AllToAllVOperation": {"rank": 0, "rankSize": 1, "sendCounts": [1],
+                                      "sdispls": [0], "recvCounts": [1], "rdispls": [0]}}
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
