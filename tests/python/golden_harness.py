@@ -360,6 +360,25 @@ def case_two_domains(ctx, seed):
                        f"{ctx} domain {name} step {step}")
 
 
+def case_zero_size(ctx, seed):
+    """Empty tensors move nothing and still come back with the right shapes; ops stay in step."""
+    R = ctx.world_size
+    runs = [("AllReduceOperation", {}, torch.zeros(0, 4), [(0, 4)]),
+            ("AllGatherOperation", {}, torch.zeros(0, 3), [(R, 0, 3)]),
+            ("ReduceScatterOperation", {}, torch.zeros(0, 2), [(0, 2)]),
+            ("AllToAllOperation", {}, torch.zeros(2, 0), [(2, 0)]),
+            ("BroadcastOperation", {}, torch.zeros(0), [])]
+    for name, extra, x, shapes in runs:
+        outs = make_op(name, ctx.param(**extra)).execute([x])
+        assert [tuple(o.shape) for o in outs] == shapes, f"{ctx} {name}: {outs}"
+    # AllToAllV where this rank sends nothing to anyone but itself.
+    send = [1 if j == ctx.rank else 0 for j in range(R)]
+    op = make_op("AllToAllVOperation", ctx.param(sendCounts=send, sdispls=[0] * R,
+                                                 recvCounts=send, rdispls=[0] * R))
+    (y,) = op.execute([torch.tensor([ctx.rank + 0.5])])
+    assert_equal(y, torch.tensor([[ctx.rank + 0.5]]), f"{ctx} AllToAllV self-only")
+
+
 def case_rank_mismatch(ctx, seed=None):
     """Rank 1 expects 2 elements from rank 0, which sends 1: ERROR_RANK_MISMATCH on every rank,
     raised as RuntimeError (never a hang, never garbage)."""
@@ -388,4 +407,5 @@ GOLDEN_CASES = {
     "all_to_allvv2": case_all_to_allvv2,
     "send_recv": case_send_recv,
     "two_domains": case_two_domains,
+    "zero_size": case_zero_size,
 }
