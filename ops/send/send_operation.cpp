@@ -1,0 +1,43 @@
+#include "ops/send/send_operation.h"
+
+#include "collops/registry.h"
+
+namespace collops {
+
+void SendOperation::ValidateParam(const SendParam& param) {
+  ValidateCommParam(kName, param);
+  if (param.destRank < 0 || param.destRank >= param.rankSize) {
+    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): destRank = ", param.destRank,
+         " must be in [0, rankSize = ", param.rankSize, ")");
+  }
+  if (param.destRank == param.rank) {
+    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): destRank = ", param.destRank,
+         " is this rank; a rank cannot send to itself");
+  }
+}
+
+SendOperation::SendOperation(const SendParam& param)
+    : OperationBase(kName, param), destRank_(param.destRank) {}
+
+std::vector<TensorSpec> SendOperation::InputSpecs() const { return {{"x", DtypeSet::kMovable}}; }
+
+std::vector<TensorSpec> SendOperation::OutputSpecs() const { return {}; }
+
+void SendOperation::InferShapeImpl(const std::vector<TensorDesc>&,
+                                   std::vector<TensorDesc>& out) const {
+  out.clear();
+}
+
+CallSignature SendOperation::SignatureImpl(const VariantPack&) const {
+  // Empty opName: the other ranks are not part of this call, so no all-rank exchange.
+  return CallSignature{};
+}
+
+void SendOperation::ExecuteImpl(const VariantPack& pack, uint8_t*, uint64_t, Communicator& comm) {
+  const Tensor& x = pack.inTensors[0];
+  comm.Send(x.deviceData, NumElements(x.desc.shape), x.desc.dtype, destRank_);
+}
+
+COLLOPS_REGISTER_OPERATION(SendOperation, SendParam);
+
+}  // namespace collops
