@@ -1,0 +1,346 @@
+#include "core/comm/shm/thread_comm.h"
+
+#include <cstring>
+#include <utility>
+
+#include "collops/backend.h"
+#include "collops/reduce.h"
+#include "collops/status.h"
+
+namespace collops {
+namespace {
+
+// Out-of-place AllReduce up to this size reduces the whole array on every rank: the redundant
+// arithmetic is cheaper than the third Sync that slicing needs.
+constexpr size_t kWholeReduceMaxBytes = 32 * 1024;
+
+const char* At(const void* base, int64_t elements, size_t elementSize) {
+  return static_cast<const char*>(base) + elements * static_cast<int64_t>(elementSize);
+}
+char* At(void* base, int64_t elements, size_t elementSize) {
+  return static_cast<char*>(base) + elements * static_cast<int64_t>(elementSize);
+}
+
+// The local slice may overlap its destination (AllGatherV with `in` inside `out`).
+void CopyLocal(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+}
+void CopyPeer(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+
+// Slice r of `count` elements split in `parts` near-equal pieces: {first element, length}.
+std::pair<size_t, size_t> Slice(size_t count, int parts, int r) {
+  const size_t base = count / parts;
+  const size_t extra = count % parts;
+  const size_t index = static_cast<size_t>(r);
+  return {index * base + (index < extra ? index : extra), base + (index < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+ThreadCommunicator::ThreadCommunicator(std::shared_ptr<shm::ThreadGroup> group, int rank)
+    : group_(std::move(group)),
+      rank_(rank),
+      size_(group_->size()),
+      srcs_(size_),
+      sent_(size_),
+      received_(size_) {}
+
+shm::RankSlot& ThreadCommunicator::Publish(const void* in, void* out, int64_t count, DataType dtype,
+                                           int32_t op) {
+  shm::RankSlot& slot = group_->slot(rank_);
+  slot.in = in;
+  slot.out = out;
+  slot.count = count;
+  slot.dtype = dtype;
+  slot.op = op;
+  slot.sendCounts = slot.sdispls = slot.recvCounts = nullptr;
+  return slot;
+}
+
+void ThreadCommunicator::FailTogether(const char* what, const std::string& message) {
+  group_->Sync(rank_, what);
+  Fail(ERROR_RANK_MISMATCH, message);
+}
+
+std::string ThreadCommunicator::CheckUniform(const char* what, bool checkCount,
+                                             const char* opField) const {
+  const shm::RankSlot& first = group_->slot(0);
+  const bool reduce = opField != nullptr && std::strcmp(opField, "reduce op") == 0;
+  auto opText = [&](int32_t op) {
+    return reduce ? std::string(ReduceOpName(static_cast<ReduceOp>(op))) : std::to_string(op);
+  };
+  for (int j = 1; j < size_; ++j) {
+    const shm::RankSlot& other = group_->slot(j);
+    if (checkCount && other.count != first.count) {
+      return Concat("lccl ", what, ": rank 0 has count ", first.count, " but rank ", j,
+                    " has count ", other.count);
+    }
+    if (other.dtype != first.dtype) {
+      return Concat("lccl ", what, ": rank 0 has dtype ", DataTypeName(first.dtype), " but rank ",
+                    j, " has dtype ", DataTypeName(other.dtype));
+    }
+    if (opField != nullptr && other.op != first.op) {
+      return Concat("lccl ", what, ": rank 0 has ", opField, " ", opText(first.op), " but rank ", j,
+                    " has ", opField, " ", opText(other.op));
+    }
+  }
+  return "";
+}
+
+size_t ThreadCommunicator::CheckedElementSize(const char* what, DataType dtype,
+                                              bool reduction) const {
+  const size_t size = DataTypeSize(dtype);
+  if (size == 0) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "lccl ", what, " on rank ", rank_, ": dtype ",
+         DataTypeName(dtype), " is not supported");
+  }
+  if (reduction && !IsReducibleDtype(dtype)) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "lccl ", what, " on rank ", rank_, ": dtype ",
+         DataTypeName(dtype), " cannot be reduced");
+  }
+  return size;
+}
+
+void ThreadCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
+  group_->ThrowIfBroken();
+  Publish(in, out, static_cast<int64_t>(bytes), ACL_UINT8, 0);
+  group_->Sync(rank_, "AllGatherBytes");
+  const std::string bad = CheckUniform("AllGatherBytes", true, nullptr);
+  if (!bad.empty()) FailTogether("AllGatherBytes", bad);
+
+  CopyLocal(At(out, rank_, bytes), in, bytes);
+  for (int step = 1; step < size_; ++step) {
+    const int j = (rank_ + step) % size_;
+    CopyPeer(At(out, j, bytes), group_->slot(j).in, bytes);
+  }
+  group_->Sync(rank_, "AllGatherBytes");
+}
+
+void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
+                                   ReduceOp op) {
+  group_->ThrowIfBroken();
+  const size_t es = CheckedElementSize("AllReduce", dtype, true);
+  Publish(in, out, static_cast<int64_t>(count), dtype, static_cast<int32_t>(op));
+  group_->Sync(rank_, "AllReduce");
+  const std::string bad = CheckUniform("AllReduce", true, "reduce op");
+  if (!bad.empty()) FailTogether("AllReduce", bad);
+
+  // The path must be the same on every rank (they run different numbers of Syncs), so it is
+  // chosen from what all ranks published, not from this rank's arguments alone.
+  bool anyInPlace = false;
+  for (int j = 0; j < size_; ++j) {
+    anyInPlace = anyInPlace || group_->slot(j).in == group_->slot(j).out;
+  }
+  if (!anyInPlace && count * es <= kWholeReduceMaxBytes) {
+    for (int j = 0; j < size_; ++j) srcs_[j] = group_->slot(j).in;
+    if (count != 0) ReduceArrays(dtype, op, srcs_.data(), size_, out, count);
+    group_->Sync(rank_, "AllReduce");
+    return;
+  }
+
+  // In place, this rank writes only its own slice of its buffer, which no peer reads: peers read
+  // their own slices of it. Reading the owners' slices after the second Sync is safe for the same
+  // reason, and the third Sync keeps each owner's slice unchanged until every rank has copied it.
+  const auto [begin, length] = Slice(count, size_, rank_);
+  for (int j = 0; j < size_; ++j) srcs_[j] = At(group_->slot(j).in, begin, es);
+  if (length != 0) ReduceArrays(dtype, op, srcs_.data(), size_, At(out, begin, es), length);
+  group_->Sync(rank_, "AllReduce");
+  for (int step = 1; step < size_; ++step) {
+    const int j = (rank_ + step) % size_;
+    const auto [first, n] = Slice(count, size_, j);
+    CopyPeer(At(out, first, es), At(group_->slot(j).out, first, es), n * es);
+  }
+  group_->Sync(rank_, "AllReduce");
+}
+
+void ThreadCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
+                                    const int64_t* recvCounts, const int64_t* rdispls,
+                                    DataType dtype) {
+  group_->ThrowIfBroken();
+  const size_t es = CheckedElementSize("AllGatherV", dtype, false);
+  Publish(in, out, static_cast<int64_t>(sendCount), dtype, 0).recvCounts = recvCounts;
+  group_->Sync(rank_, "AllGatherV");
+  std::string bad = CheckUniform("AllGatherV", false, nullptr);
+  for (int i = 0; i < size_ && bad.empty(); ++i) {
+    for (int j = 0; j < size_ && bad.empty(); ++j) {
+      const int64_t wanted = group_->slot(i).recvCounts[j];
+      const int64_t has = group_->slot(j).count;
+      if (wanted > has) {
+        bad = Concat("lccl AllGatherV: rank ", i, " expects recvCounts[", j, "] = ", wanted,
+                     " elements from rank ", j, ", but rank ", j, " sends sendCount = ", has);
+      }
+    }
+  }
+  if (!bad.empty()) FailTogether("AllGatherV", bad);
+
+  CopyLocal(At(out, rdispls[rank_], es), in, recvCounts[rank_] * es);
+  for (int step = 1; step < size_; ++step) {
+    const int j = (rank_ + step) % size_;
+    CopyPeer(At(out, rdispls[j], es), group_->slot(j).in, recvCounts[j] * es);
+  }
+  group_->Sync(rank_, "AllGatherV");
+}
+
+void ThreadCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
+                                        const int64_t* sdispls, void* out, size_t recvCount,
+                                        DataType dtype, ReduceOp op) {
+  group_->ThrowIfBroken();
+  const size_t es = CheckedElementSize("ReduceScatterV", dtype, true);
+  shm::RankSlot& mine =
+      Publish(in, out, static_cast<int64_t>(recvCount), dtype, static_cast<int32_t>(op));
+  mine.sendCounts = sendCounts;
+  mine.sdispls = sdispls;
+  group_->Sync(rank_, "ReduceScatterV");
+  std::string bad = CheckUniform("ReduceScatterV", false, "reduce op");
+  for (int j = 0; j < size_ && bad.empty(); ++j) {
+    for (int i = 0; i < size_ && bad.empty(); ++i) {
+      const int64_t sends = group_->slot(j).sendCounts[i];
+      const int64_t expects = group_->slot(i).count;
+      if (sends != expects) {
+        bad = Concat("lccl ReduceScatterV: rank ", j, " sends sendCounts[", i, "] = ", sends,
+                     " elements to rank ", i, ", but rank ", i, " expects recvCount = ", expects);
+      }
+    }
+  }
+  if (!bad.empty()) FailTogether("ReduceScatterV", bad);
+
+  for (int j = 0; j < size_; ++j) {
+    srcs_[j] = At(group_->slot(j).in, group_->slot(j).sdispls[rank_], es);
+  }
+  if (recvCount != 0) ReduceArrays(dtype, op, srcs_.data(), size_, out, recvCount);
+  group_->Sync(rank_, "ReduceScatterV");
+}
+
+void ThreadCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
+                                   const int64_t* sdispls, void* out, const int64_t* recvCounts,
+                                   const int64_t* rdispls, DataType dtype) {
+  group_->ThrowIfBroken();
+  const size_t es = CheckedElementSize("AllToAllV", dtype, false);
+  shm::RankSlot& mine = Publish(in, out, 0, dtype, 0);
+  mine.sendCounts = sendCounts;
+  mine.sdispls = sdispls;
+  mine.recvCounts = recvCounts;
+  group_->Sync(rank_, "AllToAllV");
+  std::string bad = CheckUniform("AllToAllV", false, nullptr);
+  for (int j = 0; j < size_ && bad.empty(); ++j) {
+    for (int i = 0; i < size_ && bad.empty(); ++i) {
+      const int64_t sends = group_->slot(j).sendCounts[i];
+      const int64_t expects = group_->slot(i).recvCounts[j];
+      if (sends != expects) {
+        bad = Concat("lccl AllToAllV: rank ", j, " sends sendCounts[", i, "] = ", sends,
+                     " elements to rank ", i, ", but rank ", i, " expects recvCounts[", j,
+                     "] = ", expects);
+      }
+    }
+  }
+  if (!bad.empty()) FailTogether("AllToAllV", bad);
+
+  CopyLocal(At(out, rdispls[rank_], es), At(in, sdispls[rank_], es), recvCounts[rank_] * es);
+  for (int step = 1; step < size_; ++step) {
+    const int j = (rank_ + step) % size_;
+    const shm::RankSlot& peer = group_->slot(j);
+    CopyPeer(At(out, rdispls[j], es), At(peer.in, peer.sdispls[rank_], es), recvCounts[j] * es);
+  }
+  group_->Sync(rank_, "AllToAllV");
+}
+
+void ThreadCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  group_->ThrowIfBroken();
+  const size_t es = CheckedElementSize("Broadcast", dtype, false);
+  if (root < 0 || root >= size_) {
+    Fail(ERROR_INVALID_PARAM, "lccl Broadcast on rank ", rank_, ": root = ", root,
+         " must be in [0, ", size_, ")");
+  }
+  Publish(buf, buf, static_cast<int64_t>(count), dtype, root);
+  group_->Sync(rank_, "Broadcast");
+  const std::string bad = CheckUniform("Broadcast", true, "root");
+  if (!bad.empty()) FailTogether("Broadcast", bad);
+  if (rank_ != root) CopyPeer(buf, group_->slot(root).in, count * es);
+  group_->Sync(rank_, "Broadcast");
+}
+
+void ThreadCommunicator::CheckPeer(const char* what, int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    Fail(ERROR_INVALID_PARAM, "lccl ", what, " on rank ", rank_, ": peer = ", peer,
+         " must be another rank in [0, ", size_, ")");
+  }
+}
+
+std::string ThreadCommunicator::P2pMismatch(int src, int dst, size_t sendCount, DataType sendDtype,
+                                            size_t recvCount, DataType recvDtype) const {
+  return Concat("lccl Send/Recv: rank ", src, " sends ", sendCount, " elements of ",
+                DataTypeName(sendDtype), " to rank ", dst, ", but rank ", dst, " receives ",
+                recvCount, " elements of ", DataTypeName(recvDtype));
+}
+
+void ThreadCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
+  group_->ThrowIfBroken();
+  CheckPeer("Send", peer);
+  CheckedElementSize("Send", dtype, false);
+  shm::Channel& channel = group_->channel(rank_, peer);
+  const uint64_t k = ++sent_[peer];
+  channel.buf = buf;
+  channel.count = count;
+  channel.dtype = dtype;
+  channel.posted.store(k, std::memory_order_release);
+  group_->slot(peer).word.Notify();
+
+  const double timedOut = group_->WaitFor(
+      group_->slot(rank_).word, [&] { return channel.taken.load(std::memory_order_acquire) >= k; });
+  if (timedOut != 0) {
+    group_->BreakAndThrow(ERROR_TIMEOUT,
+                          Concat(group_->Describe(), ": Send from rank ", rank_, " to rank ", peer,
+                                 " timed out after ", shm::FormatSeconds(timedOut), ": rank ", peer,
+                                 " did not arrive at the matching Recv"));
+  }
+  if (channel.recvCount != count || channel.recvDtype != dtype) {
+    Fail(ERROR_RANK_MISMATCH,
+         P2pMismatch(rank_, peer, count, dtype, channel.recvCount, channel.recvDtype));
+  }
+}
+
+void ThreadCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  group_->ThrowIfBroken();
+  CheckPeer("Recv", peer);
+  const size_t es = CheckedElementSize("Recv", dtype, false);
+  shm::Channel& channel = group_->channel(peer, rank_);
+  const uint64_t k = ++received_[peer];
+  const double timedOut = group_->WaitFor(group_->slot(rank_).word, [&] {
+    return channel.posted.load(std::memory_order_acquire) >= k;
+  });
+  if (timedOut != 0) {
+    group_->BreakAndThrow(ERROR_TIMEOUT,
+                          Concat(group_->Describe(), ": Recv on rank ", rank_, " from rank ", peer,
+                                 " timed out after ", shm::FormatSeconds(timedOut), ": rank ", peer,
+                                 " did not arrive at the matching Send"));
+  }
+  // Read the message before releasing it: the sender may post the next one right after.
+  const size_t sendCount = channel.count;
+  const DataType sendDtype = channel.dtype;
+  const bool match = sendCount == count && sendDtype == dtype;
+  if (match) CopyPeer(buf, channel.buf, count * es);
+  channel.recvCount = count;
+  channel.recvDtype = dtype;
+  channel.taken.store(k, std::memory_order_release);
+  group_->slot(peer).word.Notify();
+  if (!match) {
+    Fail(ERROR_RANK_MISMATCH, P2pMismatch(peer, rank_, sendCount, sendDtype, count, dtype));
+  }
+}
+
+void ThreadCommunicator::Barrier() { group_->Sync(rank_, "Barrier"); }
+
+std::shared_ptr<ThreadCommunicator> JoinThreadGroup(const CommParam& param) {
+  return std::make_shared<ThreadCommunicator>(shm::ThreadGroup::Join(param), param.rank);
+}
+
+namespace {
+
+[[maybe_unused]] const bool kRegistered = RegisterCommunicatorBackend(
+    "lccl", COMM_MULTI_THREAD,
+    [](const CommParam& param) -> std::shared_ptr<Communicator> { return JoinThreadGroup(param); });
+
+}  // namespace
+}  // namespace collops

@@ -1,0 +1,170 @@
+#include "core/comm/shm/thread_group.h"
+
+#include <sched.h>
+
+#include <map>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+namespace collops {
+namespace shm {
+namespace {
+
+// Groups still forming, keyed by (commDomain, rankSize). A group leaves the registry the moment
+// its last rank joins (or its rendezvous times out), so the same domain can form a new group later
+// while the old one is still in use.
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<std::string, int>, std::shared_ptr<ThreadGroup>> forming;
+};
+
+Registry& TheRegistry() {
+  static Registry* registry = new Registry;  // never destroyed: rank threads may outlive main()
+  return *registry;
+}
+
+// Spin budgets of WaitWord::Wait, in pause instructions (~40-140 cycles each).
+constexpr int kSpinIterations = 4000;
+constexpr int kOversubscribedSpinIterations = 200;
+
+int UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::string DescribeGroup(const std::string& domain, int size) {
+  return Concat("lccl thread group '", domain, "' (", size, size == 1 ? " rank)" : " ranks)");
+}
+
+}  // namespace
+
+std::string FormatRanks(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i == 0 ? "" : ", ") << ranks[i];
+  return out.str();
+}
+
+std::string FormatSeconds(double seconds) { return Concat(seconds, " s"); }
+
+ThreadGroup::ThreadGroup(std::string domain, int size)
+    : domain_(std::move(domain)),
+      size_(size),
+      spinIterations_(size <= UsableCpus() ? kSpinIterations : kOversubscribedSpinIterations),
+      slots_(size),
+      channels_(static_cast<size_t>(size) * size),
+      claimed_(size, false) {}
+
+std::string ThreadGroup::Describe() const { return DescribeGroup(domain_, size_); }
+
+std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
+  const int size = param.rankSize;
+  const int rank = param.rank;
+  if (size <= 0) {
+    Fail(ERROR_INVALID_PARAM, DescribeGroup(param.commDomain, size), ": rankSize = ", size,
+         " must be > 0");
+  }
+  if (rank < 0 || rank >= size) {
+    Fail(ERROR_INVALID_PARAM, DescribeGroup(param.commDomain, size), ": rank = ", rank,
+         " must be in [0, ", size, ")");
+  }
+
+  Registry& registry = TheRegistry();
+  const auto key = std::make_pair(param.commDomain, size);
+  std::shared_ptr<ThreadGroup> group;
+  bool complete = false;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    std::shared_ptr<ThreadGroup>& entry = registry.forming[key];
+    if (!entry) entry = std::make_shared<ThreadGroup>(param.commDomain, size);
+    group = entry;
+    if (group->claimed_[rank]) {
+      Fail(ERROR_INVALID_PARAM, group->Describe(), ": rank ", rank,
+           " joined twice (another thread already holds rank ", rank,
+           " of the group that is forming)");
+    }
+    group->claimed_[rank] = true;
+    complete = group->joined_.fetch_add(1, std::memory_order_acq_rel) + 1 == size;
+    if (complete) registry.forming.erase(key);
+  }
+  if (complete) {
+    group->joinWord_.Notify();
+    return group;
+  }
+
+  const double timedOut = group->WaitFor(
+      group->joinWord_, [&] { return group->joined_.load(std::memory_order_acquire) == size; });
+  if (timedOut == 0) return group;
+
+  std::vector<int> missing;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    // The last rank may have joined between the deadline and this lock.
+    if (group->joined_.load(std::memory_order_acquire) == size) return group;
+    const auto it = registry.forming.find(key);
+    if (it != registry.forming.end() && it->second == group) registry.forming.erase(it);
+    // Erased, so nobody can claim another slot: claimed_ is final from here on.
+    for (int r = 0; r < size; ++r) {
+      if (!group->claimed_[r]) missing.push_back(r);
+    }
+  }
+  group->BreakAndThrow(ERROR_TIMEOUT, Concat(group->Describe(), ": ", FormatRanks(missing),
+                                             " did not join within ", FormatSeconds(timedOut)));
+}
+
+void ThreadGroup::Sync(int rank, const char* what) {
+  ThrowIfBroken();
+  RankSlot& mine = slots_[rank];
+  const uint64_t k = mine.syncs.load(std::memory_order_relaxed) + 1;
+  mine.syncs.store(k, std::memory_order_relaxed);
+  // acq_rel: the release publishes this rank's slot; the last arriver's acquire collects every
+  // rank's release before it opens the sync point with its own release store.
+  if (arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1 == k * size_) {
+    generation_.store(k, std::memory_order_release);
+    syncWord_.Notify();
+    return;
+  }
+  const double timedOut =
+      WaitFor(syncWord_, [&] { return generation_.load(std::memory_order_acquire) >= k; });
+  if (timedOut == 0) return;
+
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (slots_[r].syncs.load(std::memory_order_relaxed) < k) missing.push_back(r);
+  }
+  BreakAndThrow(ERROR_TIMEOUT, Concat(Describe(), ": ", what, " on rank ", rank,
+                                      " timed out after ", FormatSeconds(timedOut), " waiting for ",
+                                      FormatRanks(missing), " to arrive"));
+}
+
+void ThreadGroup::ThrowIfBroken() const {
+  if (!Broken()) return;
+  std::lock_guard<std::mutex> lock(brokenMutex_);
+  throw Error(brokenStatus_, brokenMessage_);
+}
+
+void ThreadGroup::BreakAndThrow(Status status, const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(brokenMutex_);
+    if (!broken_.load(std::memory_order_relaxed)) {
+      brokenStatus_ = status;
+      brokenMessage_ = message;
+      broken_.store(true, std::memory_order_release);
+    }
+  }
+  WakeAll();
+  ThrowIfBroken();
+  throw Error(status, message);  // not reached: the group is broken by now
+}
+
+void ThreadGroup::WakeAll() {
+  syncWord_.Notify();
+  joinWord_.Notify();
+  for (RankSlot& slot : slots_) slot.word.Notify();
+}
+
+}  // namespace shm
+}  // namespace collops

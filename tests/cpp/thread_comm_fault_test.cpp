@@ -1,0 +1,314 @@
+// Failure modes of the multi-thread lccl communicator: rendezvous rules, timeouts that name the
+// missing ranks and break the group for every rank, mismatched ranks, and group lifetimes.
+#include <gmock/gmock.h>
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/communicator.h"
+#include "thread_comm_test_util.h"
+#include "thread_ranks.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Waits (up to 20 s) until `comm` is broken by a peer's timeout.
+void AwaitBroken(Communicator& comm) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!comm.Broken() && SecondsSince(start) < 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Every primitive on a broken communicator throws `status` at once.
+void ExpectEveryCallFailsFast(Communicator& comm, Status status) {
+  int32_t x[2] = {1, 2};
+  int32_t y[2 * 8] = {};
+  const int64_t counts[8] = {}, displs[8] = {};
+  const int peer = (comm.Rank() + 1) % comm.Size();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(comm.Broken());
+  EXPECT_EQ(CaughtStatus([&] { comm.Barrier(); }), status);
+  EXPECT_EQ(CaughtStatus([&] { comm.AllGatherBytes(x, y, 4); }), status);
+  EXPECT_EQ(CaughtStatus([&] { comm.AllReduce(x, x, 2, ACL_INT32, ReduceOp::kSum); }), status);
+  EXPECT_EQ(CaughtStatus([&] { comm.AllGatherV(x, 0, y, counts, displs, ACL_INT32); }), status);
+  EXPECT_EQ(CaughtStatus(
+                [&] { comm.ReduceScatterV(x, counts, displs, y, 0, ACL_INT32, ReduceOp::kSum); }),
+            status);
+  EXPECT_EQ(CaughtStatus([&] { comm.AllToAllV(x, counts, displs, y, counts, displs, ACL_INT32); }),
+            status);
+  EXPECT_EQ(CaughtStatus([&] { comm.Broadcast(x, 2, ACL_INT32, 0); }), status);
+  EXPECT_EQ(CaughtStatus([&] { comm.Send(x, 2, ACL_INT32, peer); }), status);
+  EXPECT_EQ(CaughtStatus([&] { comm.Recv(x, 2, ACL_INT32, peer); }), status);
+  EXPECT_LT(SecondsSince(start), 0.5) << "calls on a broken communicator must not wait";
+}
+
+// The harness itself: what a failing or stuck rank looks like to gtest and ctest.
+void ThrowOnRankOne(int rank) {
+  if (rank == 1) throw std::runtime_error("boom");
+}
+void FailOnRankTwo(int rank) { EXPECT_NE(rank, 2) << "marker"; }
+void HangUnlessRankOne(int rank) {
+  if (rank != 1) std::this_thread::sleep_for(std::chrono::seconds(30));
+}
+
+TEST(ThreadCommHarness, AnExceptionInARankIsAFailureNamingTheRank) {
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(RunThreadRanks(3, ThrowOnRankOne), "rank 1 threw: boom");
+}
+
+TEST(ThreadCommHarness, AnAssertionInARankThreadFailsTheTest) {
+  EXPECT_NONFATAL_FAILURE_ON_ALL_THREADS(RunThreadRanks(3, FailOnRankTwo), "marker");
+}
+
+TEST(ThreadCommHarnessDeathTest, StuckRanksAreNamedAndTheProcessAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no fork of threads
+  EXPECT_DEATH(RunThreadRanks(3, HangUnlessRankOne, 0.2),
+               "rank\\(s\\) 0, 2 still running after 0.2 s");
+}
+
+TEST(ThreadCommFaults, BackendIsRegisteredForThreadMode) {
+  EXPECT_THAT(ListCommunicatorBackends(), ::testing::Contains("lccl/thread"));
+}
+
+TEST(ThreadCommFaults, TimeoutIsReadFromTheEnvironmentOnEveryCall) {
+  {
+    ScopedEnv env("COLLOPS_TIMEOUT", "2");
+    EXPECT_EQ(CommTimeoutSeconds(), 2.0);
+  }
+  ScopedEnv env("COLLOPS_TIMEOUT", "0.5");
+  EXPECT_EQ(CommTimeoutSeconds(), 0.5);
+}
+
+TEST(ThreadCommFaults, InvalidRanksAndPeersAreRejected) {
+  const std::string domain = UniqueDomain();
+  EXPECT_EQ(CaughtStatus([&] { JoinRank(2, 2, domain); }), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CaughtStatus([&] { JoinRank(-1, 2, domain); }), ERROR_INVALID_PARAM);
+  std::shared_ptr<Communicator> comm = JoinRank(0, 1, domain);
+  int32_t x = 0;
+  std::string message;
+  EXPECT_EQ(CaughtStatus([&] { comm->Send(&x, 1, ACL_INT32, 0); }, &message), ERROR_INVALID_PARAM);
+  EXPECT_THAT(message, HasSubstr("peer = 0"));
+  EXPECT_EQ(CaughtStatus([&] { comm->Broadcast(&x, 1, ACL_INT32, 1); }), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CaughtStatus([&] { comm->AllReduce(&x, &x, 1, ACL_UINT8, ReduceOp::kSum); }),
+            ERROR_INVALID_TENSOR_DTYPE);
+  EXPECT_FALSE(comm->Broken());
+}
+
+TEST(ThreadCommFaults, RanksThatNeverJoinAreNamedInTheTimeout) {
+  const std::string domain = UniqueDomain();
+  {
+    ScopedEnv env("COLLOPS_TIMEOUT", "1");
+    RunThreadRanks(2, [&](int rank) {  // ranks 2 and 3 of the 4 never come
+      const auto start = std::chrono::steady_clock::now();
+      std::string message;
+      EXPECT_EQ(CaughtStatus([&] { JoinRank(rank, 4, domain); }, &message), ERROR_TIMEOUT);
+      EXPECT_THAT(message, HasSubstr("lccl thread group '" + domain +
+                                     "' (4 ranks): ranks 2, 3 did not join within 1 s"));
+      EXPECT_GE(SecondsSince(start), 0.9);
+      EXPECT_LT(SecondsSince(start), 10);
+    });
+  }
+  // The failed rendezvous left nothing behind: the domain forms a working group afterwards.
+  RunThreadRanks(4, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 4, domain);
+    comm->Barrier();
+  });
+}
+
+TEST(ThreadCommFaults, SecondClaimOfARankWhileFormingIsRejected) {
+  const std::string domain = UniqueDomain();
+  std::atomic<int> rejected{0};
+  std::string rejection;
+  RunThreadRanks(3, [&](int thread) {
+    if (thread == 2) {  // joins as rank 1 only once the duplicate claim has been rejected
+      while (rejected.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      JoinRank(1, 2, domain)->Barrier();
+      return;
+    }
+    std::string message;
+    std::shared_ptr<Communicator> comm;
+    const Status status = CaughtStatus([&] { comm = JoinRank(0, 2, domain); }, &message);
+    if (status == NO_ERROR) {
+      comm->Barrier();
+      return;
+    }
+    EXPECT_EQ(status, ERROR_INVALID_PARAM);
+    rejection = message;
+    rejected.fetch_add(1);
+  });
+  EXPECT_EQ(rejected.load(), 1);
+  EXPECT_THAT(rejection, HasSubstr("'" + domain + "'"));
+  EXPECT_THAT(rejection, HasSubstr("rank 0 joined twice"));
+}
+
+TEST(ThreadCommFaults, CollectiveTimeoutBreaksTheGroupForEveryRank) {
+  const std::string domain = UniqueDomain();
+  ScopedEnv env("COLLOPS_TIMEOUT", "1");
+  RunThreadRanks(3, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 3, domain);
+    comm->Barrier();
+    if (rank == 2) {
+      AwaitBroken(*comm);  // never enters the AllReduce the others wait in
+    } else {
+      int32_t x[3] = {1, 2, 3};
+      std::string message;
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_EQ(
+          CaughtStatus([&] { comm->AllReduce(x, x, 3, ACL_INT32, ReduceOp::kSum); }, &message),
+          ERROR_TIMEOUT);
+      EXPECT_THAT(message, HasSubstr("AllReduce"));
+      EXPECT_THAT(message, HasSubstr("waiting for rank 2 to arrive"));
+      EXPECT_LT(SecondsSince(start), 10);
+    }
+    ExpectEveryCallFailsFast(*comm, ERROR_TIMEOUT);
+  });
+}
+
+TEST(ThreadCommFaults, RecvWithoutSendTimesOutNamingThePeer) {
+  const std::string domain = UniqueDomain();
+  ScopedEnv env("COLLOPS_TIMEOUT", "1");
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    if (rank == 1) {
+      AwaitBroken(*comm);
+    } else {
+      int32_t x[4];
+      std::string message;
+      EXPECT_EQ(CaughtStatus([&] { comm->Recv(x, 4, ACL_INT32, 1); }, &message), ERROR_TIMEOUT);
+      EXPECT_THAT(message, HasSubstr("rank 1 did not arrive at the matching Send"));
+    }
+    ExpectEveryCallFailsFast(*comm, ERROR_TIMEOUT);
+  });
+}
+
+TEST(ThreadCommFaults, SendRecvMismatchFailsOnBothSidesAndKeepsTheOrder) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    std::vector<int32_t> buf(5, rank == 0 ? 42 : -1);
+    std::string message;
+    // Count: rank 0 sends 5, rank 1 expects 4.
+    const Status count = CaughtStatus(
+        [&] {
+          rank == 0 ? comm->Send(buf.data(), 5, ACL_INT32, 1)
+                    : comm->Recv(buf.data(), 4, ACL_INT32, 0);
+        },
+        &message);
+    EXPECT_EQ(count, ERROR_RANK_MISMATCH);
+    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, but rank 1 "
+                                   "receives 4 elements of int32"));
+    // Dtype: int32 against float.
+    const Status dtype = CaughtStatus(
+        [&] {
+          rank == 0 ? comm->Send(buf.data(), 5, ACL_INT32, 1)
+                    : comm->Recv(buf.data(), 5, ACL_FLOAT, 0);
+        },
+        &message);
+    EXPECT_EQ(dtype, ERROR_RANK_MISMATCH);
+    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, but rank 1 "
+                                   "receives 5 elements of float"));
+    // Both messages were consumed: the next pair matches and carries the data.
+    EXPECT_FALSE(comm->Broken());
+    if (rank == 0) {
+      comm->Send(buf.data(), 5, ACL_INT32, 1);
+    } else {
+      comm->Recv(buf.data(), 5, ACL_INT32, 0);
+      EXPECT_EQ(buf, std::vector<int32_t>(5, 42));
+    }
+  });
+}
+
+TEST(ThreadCommFaults, CollectiveArgumentMismatchFailsEveryRankAndKeepsTheGroup) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(3, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 3, domain);
+    int32_t x[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    std::string message;
+    EXPECT_EQ(
+        CaughtStatus([&] { comm->AllReduce(x, x, rank == 2 ? 5 : 4, ACL_INT32, ReduceOp::kSum); },
+                     &message),
+        ERROR_RANK_MISMATCH);
+    EXPECT_THAT(message, HasSubstr("rank 0 has count 4 but rank 2 has count 5"));
+
+    EXPECT_EQ(CaughtStatus([&] { comm->Broadcast(x, 4, ACL_INT32, rank == 1 ? 1 : 0); }, &message),
+              ERROR_RANK_MISMATCH);
+    EXPECT_THAT(message, HasSubstr("rank 0 has root 0 but rank 1 has root 1"));
+
+    // Rank 1 expects 2 elements from rank 0, which sends it 1.
+    const int64_t sendCounts[3] = {1, 1, 1}, displs[3] = {0, 1, 2};
+    const int64_t recvCounts[3] = {rank == 1 ? 2 : 1, 1, 1}, rdispls[3] = {0, 2, 3};
+    int32_t y[8];
+    EXPECT_EQ(
+        CaughtStatus(
+            [&] { comm->AllToAllV(x, sendCounts, displs, y, recvCounts, rdispls, ACL_INT32); },
+            &message),
+        ERROR_RANK_MISMATCH);
+    EXPECT_THAT(message, HasSubstr("rank 0 sends sendCounts[1] = 1 elements to rank 1, but rank "
+                                   "1 expects recvCounts[0] = 2"));
+
+    EXPECT_FALSE(comm->Broken());
+    comm->AllReduce(x, x, 4, ACL_INT32, ReduceOp::kSum);
+    EXPECT_EQ(x[0], 3);
+  });
+}
+
+TEST(ThreadCommFaults, TwoDomainsUsedConcurrentlyByTheSameThreads) {
+  const std::string domainA = UniqueDomain("a"), domainB = UniqueDomain("b");
+  RunThreadRanks(4, [&](int rank) {
+    std::shared_ptr<Communicator> a = JoinRank(rank, 4, domainA);
+    std::shared_ptr<Communicator> b = JoinRank(3 - rank, 4, domainB);  // ranks reversed
+    for (int i = 0; i < 50; ++i) {
+      int32_t sum = rank + i, max = rank * 10 + i;
+      a->AllReduce(&sum, &sum, 1, ACL_INT32, ReduceOp::kSum);
+      b->AllReduce(&max, &max, 1, ACL_INT32, ReduceOp::kMax);
+      ASSERT_EQ(sum, 6 + 4 * i);
+      ASSERT_EQ(max, 30 + i);
+      int32_t root = b->Rank() * 100 + i;
+      b->Broadcast(&root, 1, ACL_INT32, 1);
+      ASSERT_EQ(root, 100 + i);
+    }
+  });
+}
+
+TEST(ThreadCommFaults, SameDomainFormsANewGroupAfterTheFirstIsGone) {
+  const std::string domain = UniqueDomain();
+  for (int round = 0; round < 3; ++round) {
+    RunThreadRanks(3, [&](int rank) {
+      std::shared_ptr<Communicator> comm = JoinRank(rank, 3, domain);
+      int32_t x = rank + round;
+      comm->AllReduce(&x, &x, 1, ACL_INT32, ReduceOp::kSum);
+      EXPECT_EQ(x, 3 + 3 * round);
+    });
+  }
+  // And after a group of that domain broke.
+  {
+    ScopedEnv env("COLLOPS_TIMEOUT", "1");
+    RunThreadRanks(2, [&](int rank) {
+      std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+      if (rank == 0) {
+        EXPECT_EQ(CaughtStatus([&] { comm->Barrier(); }), ERROR_TIMEOUT);
+      }
+      AwaitBroken(*comm);
+    });
+  }
+  RunThreadRanks(2, [&](int rank) { JoinRank(rank, 2, domain)->Barrier(); });
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops
