@@ -1,0 +1,188 @@
+// ReduceArrays: argument checks and the choice of kernel build (generic, avx2, avx512).
+//
+// The choice is made once, from what the CPU supports, lowered by COLLOPS_ISA when set. Every
+// build computes bit-identical results (see reduce_kernels.inc), so the choice affects speed only.
+#include "collops/reduce.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "collops/status.h"
+#include "core/src/reduce/reduce_dispatch.h"
+
+namespace collops {
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+  }
+  return "unknown";
+}
+
+bool ParseReduceOp(const std::string& name, ReduceOp* op) {
+  for (ReduceOp candidate : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+    if (name == ReduceOpName(candidate)) {
+      *op = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IsReducibleDtype(DataType dtype) {
+  switch (dtype) {
+    case ACL_INT8:
+    case ACL_INT16:
+    case ACL_INT32:
+    case ACL_INT64:
+    case ACL_FLOAT16:
+    case ACL_BF16:
+    case ACL_FLOAT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace reduce_internal {
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric:
+      return "generic";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+bool ParseIsa(const char* name, Isa* isa) {
+  for (Isa candidate : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    if (std::strcmp(name, IsaName(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool CpuSupportsIsa(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (isa) {
+    case Isa::kGeneric:
+      return true;
+    case Isa::kAvx2:
+      return avx2;
+    case Isa::kAvx512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  return false;
+#else
+  return isa == Isa::kGeneric;
+#endif
+}
+
+Isa BestSupportedIsa() {
+  if (CpuSupportsIsa(Isa::kAvx512)) return Isa::kAvx512;
+  if (CpuSupportsIsa(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kGeneric;
+}
+
+ReduceKernel KernelForIsa(Isa isa) {
+  if (!CpuSupportsIsa(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kGeneric:
+      return &generic::Reduce;
+    case Isa::kAvx2:
+      return &avx2::Reduce;
+    case Isa::kAvx512:
+      return &avx512::Reduce;
+  }
+  return nullptr;
+}
+
+namespace {
+
+struct Selection {
+  Isa isa;
+  ReduceKernel kernel;
+};
+
+Selection Select() {
+  Isa isa = BestSupportedIsa();
+  if (const char* forced = std::getenv("COLLOPS_ISA"); forced != nullptr && *forced != '\0') {
+    Isa requested;
+    if (!ParseIsa(forced, &requested)) {
+      // A typo here would silently benchmark the wrong kernels; say so once.
+      std::fprintf(stderr, "collops: ignoring COLLOPS_ISA=%s (expected generic, avx2 or avx512)\n",
+                   forced);
+    } else if (static_cast<int>(requested) < static_cast<int>(isa)) {
+      isa = requested;  // Only lower: a higher ISA than the CPU has would crash.
+    }
+  }
+  return {isa, KernelForIsa(isa)};
+}
+
+// Resolved on first use rather than by a namespace-scope initialiser, so that static initialisers
+// of other files that reduce (none should, but ops register statically) cannot see it unset.
+const Selection& Selected() {
+  static const Selection selection = Select();
+  return selection;
+}
+
+bool Overlaps(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
+}  // namespace
+}  // namespace reduce_internal
+
+void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                  size_t count) {
+  using reduce_internal::Overlaps;
+  if (!IsReducibleDtype(dtype)) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "reduction does not support dtype ", DataTypeName(dtype),
+         "; it accepts int8, int16, int32, int64, float16, bfloat16 and float32");
+  }
+  if (static_cast<uint32_t>(op) > static_cast<uint32_t>(ReduceOp::kMin)) {
+    Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: unknown reduce op ", static_cast<int32_t>(op));
+  }
+  if (n < 1) Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: needs at least 1 input, got n = 0");
+  if (count == 0) return;
+  if (srcs == nullptr || dst == nullptr) {
+    Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: null ", srcs == nullptr ? "srcs" : "dst",
+         " with count = ", count);
+  }
+  const size_t bytes = count * DataTypeSize(dtype);
+  for (size_t k = 0; k < n; ++k) {
+    if (srcs[k] == nullptr) Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: srcs[", k, "] is null");
+    // The kernels write a block of dst after reading that block of every source, which is safe
+    // for dst == srcs[k] but not for a shifted overlap.
+    if (srcs[k] != dst && Overlaps(srcs[k], dst, bytes)) {
+      Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: dst partially overlaps srcs[", k, "]");
+    }
+  }
+  reduce_internal::Selected().kernel(dtype, op, srcs, n, dst, count);
+}
+
+const char* ReduceKernelIsa() { return reduce_internal::IsaName(reduce_internal::Selected().isa); }
+
+}  // namespace collops
