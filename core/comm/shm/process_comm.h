@@ -16,6 +16,7 @@
 // naming the ranks that did not arrive.
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -78,12 +79,24 @@ class ProcessCommunicator final : public Communicator {
     Post();
     WaitAll();
   }
+  /// Wraps a wait predicate so that every 16th failed check yields the CPU. On a busy host the
+  /// rank we wait for is often runnable but queued behind us; a pure pause-spin keeps it off the
+  /// core (measured at R=2: 4 KiB AllReduce 14 us -> 4.8 us, 64 KiB 23-33 us -> 14 us).
+  template <class Ready>
+  static auto YieldingEvery16(Ready& ready) {
+    return [&ready, checks = 0]() mutable {
+      if (ready()) return true;
+      if ((++checks & 15) == 0) sched_yield();
+      return false;
+    };
+  }
   /// Waits on `word` until ready(); `peer` is the rank whose progress it needs.
   template <class Ready>
   void Await(WaitWord& word, Ready&& ready, int peer) {
     if (ready()) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); }, spinIterations_)) {
+    if (!word.Wait(YieldingEvery16(ready), deadline_, [&] { CheckPeer(peer); },
+                   spinIterations_)) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
