@@ -313,14 +313,19 @@ std::string FileText(const char* path) {
   return text.str();
 }
 
-/// Entries that appeared in `dir` since `before` and are still there a moment later (files of
-/// unrelated tests running in parallel come and go).
+/// gcc's temporaries ("ccU7hYv6.s"): builds running beside the test suite make them, we never do.
+bool CompilerTemporary(const std::string& name) {
+  return name.size() >= 10 && name.compare(0, 2, "cc") == 0 && name[8] == '.';
+}
+
+/// Entries that appeared in `dir` since `before` and are still there a while later (files of
+/// unrelated tests and builds running in parallel come and go).
 std::vector<std::string> Residue(const char* dir, const std::set<std::string>& before) {
   std::vector<std::string> added;
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  for (int attempt = 0; attempt < 15; ++attempt) {
     added.clear();
     for (const std::string& name : Listing(dir)) {
-      if (before.count(name) == 0) added.push_back(name);
+      if (before.count(name) == 0 && !CompilerTemporary(name)) added.push_back(name);
     }
     if (added.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
