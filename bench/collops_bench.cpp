@@ -1,0 +1,380 @@
+// collops-bench: nccl-tests-style timing of collops operations, as users call them: each rank
+// creates the operation by name from JSON, runs Setup once, then Execute in a loop, so per-call
+// costs (the cross-rank signature check, count validation) are inside every timed iteration.
+//
+// Ranks are forked processes (--mode process, lccl commMode 0) or threads of this process
+// (--mode thread, commMode 1). Each iteration starts after a BarrierOperation (not timed) so
+// every rank's clock covers the same collective; the iteration's time is the max over ranks.
+// Ranks write their times into a shared anonymous mapping that the parent reads and prints.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "collops/collops.h"
+
+namespace collops_bench {
+namespace {
+
+using collops::DataType;
+using collops::OperationPtr;
+using collops::Tensor;
+
+DataType ToCollops(Kind kind) {
+  switch (kind) {
+    case Kind::kFloat32: return collops::ACL_FLOAT;
+    case Kind::kFloat64: return collops::ACL_DOUBLE;
+    case Kind::kFloat16: return collops::ACL_FLOAT16;
+    case Kind::kBFloat16: return collops::ACL_BF16;
+    case Kind::kInt8: return collops::ACL_INT8;
+    case Kind::kInt16: return collops::ACL_INT16;
+    case Kind::kInt32: return collops::ACL_INT32;
+    case Kind::kInt64: return collops::ACL_INT64;
+    case Kind::kUint8: return collops::ACL_UINT8;
+  }
+  return collops::ACL_DT_UNDEFINED;
+}
+
+/// A CPU tensor owning its bytes (int64 count tensors also expose them as hostData).
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  Tensor tensor;
+
+  Buffer(DataType dtype, std::vector<int64_t> shape) {
+    tensor.desc.dtype = dtype;
+    tensor.desc.shape = collops::MakeDims(shape);
+    tensor.dataSize = collops::TensorBytes(tensor.desc);
+    bytes.assign(tensor.dataSize + 64, 0);  // never a null pointer, even for 0 elements
+    tensor.deviceData = bytes.data();
+  }
+  static Buffer Counts(const std::vector<int64_t>& v) {
+    Buffer b(collops::ACL_INT64, {static_cast<int64_t>(v.size())});
+    std::memcpy(b.bytes.data(), v.data(), v.size() * 8);
+    b.tensor.hostData = b.bytes.data();
+    return b;
+  }
+  Buffer(const Buffer& o) : bytes(o.bytes), tensor(o.tensor) { Rebind(); }
+  Buffer& operator=(const Buffer& o) {
+    bytes = o.bytes;
+    tensor = o.tensor;
+    Rebind();
+    return *this;
+  }
+
+ private:
+  void Rebind() {
+    const bool host = tensor.hostData != nullptr;
+    tensor.deviceData = bytes.data();
+    if (host) tensor.hostData = bytes.data();
+  }
+};
+
+void Throw(collops::Status s, const char* what) {
+  throw collops::Error(s, collops::Concat(what, ": ", collops::StatusName(s), ": ",
+                                          collops::LastErrorMessage()));
+}
+
+/// One rank's operation for one size: the op(s), its tensors and workspace, ready to Execute.
+class RankCase {
+ public:
+  RankCase(const Options& o, int rank, int64_t sizeBytes)
+      : o_(o), rank_(rank), dtype_(ToCollops(o.dtype->kind)),
+        layout_(MakeLayout(o.op, o.ranks, rank, sizeBytes, o.dtype->size)) {
+    nlohmann::json p = {{"rank", rank},         {"rankSize", o.ranks},
+                        {"backend", "lccl"},    {"commMode", o.threadMode ? 1 : 0},
+                        {"commDomain", "bench"}};
+    barrier_ = collops::MakeOperation("BarrierOperation", p);
+    const int64_t in = layout_.inCount;
+    const int64_t out = layout_.outCount;
+    x_.emplace_back(dtype_, std::vector<int64_t>{in});
+    switch (o.op) {
+      case Op::kAllReduce: Make("AllReduceOperation", p); break;
+      case Op::kAllGather: Make("AllGatherOperation", p); break;
+      case Op::kAllGatherV:
+        x_.push_back(Buffer::Counts({in}));
+        x_.push_back(Buffer::Counts(layout_.recvCounts));
+        x_.push_back(Buffer::Counts(layout_.rdispls));
+        x_.emplace_back(collops::ACL_INT8, std::vector<int64_t>{out});
+        Make("AllGatherVOperation", p);
+        break;
+      case Op::kReduceScatter: Make("ReduceScatterOperation", p); break;
+      case Op::kReduceScatterV:
+        x_[0] = Buffer(dtype_, {in, 1});
+        x_.push_back(Buffer::Counts(layout_.sendCounts));
+        x_.push_back(Buffer::Counts(layout_.sdispls));
+        x_.push_back(Buffer::Counts({out}));
+        x_.emplace_back(collops::ACL_INT8, std::vector<int64_t>{out});
+        Make("ReduceScatterVOperation", p);
+        break;
+      case Op::kBroadcast: Make("BroadcastOperation", p); break;
+      case Op::kAllToAll: Make("AllToAllOperation", p); break;
+      case Op::kAllToAllV:
+        p["sendCounts"] = layout_.sendCounts;
+        p["sdispls"] = layout_.sdispls;
+        p["recvCounts"] = layout_.recvCounts;
+        p["rdispls"] = layout_.rdispls;
+        Make("AllToAllVOperation", p);
+        break;
+      case Op::kSendRecv: {
+        nlohmann::json s = p, r = p;
+        s["destRank"] = (rank + 1) % o.ranks;
+        r["srcRank"] = (rank + o.ranks - 1) % o.ranks;
+        // Blocking send and receive around a ring: even ranks send first, odd ranks receive
+        // first, so the ring never closes into a cycle of waiting senders.
+        const bool sendFirst = rank % 2 == 0;
+        auto send = collops::MakeOperation("SendOperation", s);
+        auto recv = collops::MakeOperation("RecvOperation", r);
+        if (sendFirst) {
+          AddStep(std::move(send), {0}, false);
+          AddStep(std::move(recv), {0}, true);
+        } else {
+          AddStep(std::move(recv), {0}, true);
+          AddStep(std::move(send), {0}, false);
+        }
+        break;
+      }
+    }
+    FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast && rank != 0 ? 0 : rank, in,
+              x_[0].bytes.data());
+    if (o.op == Op::kBroadcast && rank != 0) Poison(x_[0]);
+    for (auto& step : steps_) SetupStep(step);
+  }
+
+  void Barrier() {
+    collops::VariantPack pack;
+    uint64_t ws = 0;
+    collops::Status s = barrier_->Setup(pack, ws, nullptr);
+    if (s == collops::NO_ERROR) s = barrier_->Execute(pack, nullptr, 0, nullptr);
+    if (s != collops::NO_ERROR) Throw(s, "BarrierOperation");
+  }
+
+  void Execute() {
+    for (auto& step : steps_) {
+      const collops::Status s =
+          step.op->Execute(step.pack, workspace_.data(), workspace_.size(), nullptr);
+      if (s != collops::NO_ERROR) Throw(s, step.op->GetName().c_str());
+    }
+  }
+
+  /// Poisons the output, runs once more and compares with the golden values.
+  int64_t Check() {
+    Buffer& result = ResultBuffer();
+    if (o_.op == Op::kBroadcast && rank_ == 0) {
+      // The root's x is its input, untouched by the collective; checking it is meaningful.
+    } else {
+      Poison(result);
+    }
+    Barrier();
+    Execute();
+    const int64_t count = o_.op == Op::kBroadcast ? layout_.inCount : layout_.outCount;
+    return CountWrong(o_.op, o_.dtype->kind, o_.dtype->size, o_.ranks, rank_, layout_,
+                      result.bytes.data(), count);
+  }
+
+  const Layout& layout() const { return layout_; }
+
+ private:
+  struct Step {
+    OperationPtr op;
+    std::vector<int> inputs;  ///< indices into x_ (the recv step uses x_[0] as its template)
+    bool ownOutputs;          ///< outputs allocated from InferShape into y_
+    collops::VariantPack pack;
+  };
+
+  void Make(const char* name, const nlohmann::json& p) {
+    std::vector<int> all;
+    for (size_t i = 0; i < x_.size(); ++i) all.push_back(static_cast<int>(i));
+    AddStep(collops::MakeOperation(name, p), all, true);
+  }
+
+  void AddStep(OperationPtr op, std::vector<int> inputs, bool outputs) {
+    steps_.push_back(Step{std::move(op), std::move(inputs), outputs, {}});
+  }
+
+  void SetupStep(Step& step) {
+    std::vector<collops::TensorDesc> inDescs, outDescs;
+    for (int i : step.inputs) {
+      step.pack.inTensors.push_back(x_[i].tensor);
+      inDescs.push_back(x_[i].tensor.desc);
+    }
+    collops::Status s = step.op->InferShape(inDescs, outDescs);
+    if (s != collops::NO_ERROR) Throw(s, "InferShape");
+    if (step.ownOutputs) {
+      for (const auto& d : outDescs) {
+        y_.emplace_back(d.dtype, std::vector<int64_t>(d.shape.dims, d.shape.dims + d.shape.dimNum));
+        step.pack.outTensors.push_back(y_.back().tensor);
+      }
+    }
+    uint64_t ws = 0;
+    s = step.op->Setup(step.pack, ws, nullptr);
+    if (s != collops::NO_ERROR) Throw(s, "Setup");
+    if (ws > workspace_.size()) workspace_.resize(ws);
+  }
+
+  Buffer& ResultBuffer() { return o_.op == Op::kBroadcast ? x_[0] : y_.back(); }
+
+  static void Poison(Buffer& b) { std::memset(b.bytes.data(), 0xA5, b.tensor.dataSize); }
+
+  const Options& o_;
+  int rank_;
+  DataType dtype_;
+  Layout layout_;
+  std::vector<Buffer> x_;
+  // Reserved so the tensors handed to Setup keep their addresses while more are added.
+  std::vector<Buffer> y_ = Reserved();
+  std::vector<Step> steps_;
+  std::vector<uint8_t> workspace_ = std::vector<uint8_t>(64);
+  OperationPtr barrier_;
+
+  static std::vector<Buffer> Reserved() {
+    std::vector<Buffer> v;
+    v.reserve(4);
+    return v;
+  }
+};
+
+/// The parent's view of every rank's results, in a MAP_SHARED mapping so forked ranks can write.
+struct Shared {
+  int sizes, ranks, iters;
+  double* seconds;    // [size][rank][iter]
+  int64_t* wrong;     // [size][rank]
+  int64_t* bytes;     // [size][rank]
+  int64_t* count;     // [size][rank]
+  char* errors;       // [rank][256]
+  void* base;
+  size_t length;
+
+  Shared(int s, int r, int n) : sizes(s), ranks(r), iters(n) {
+    const size_t ns = static_cast<size_t>(s) * r * n, nr = static_cast<size_t>(s) * r;
+    length = ns * 8 + 3 * nr * 8 + static_cast<size_t>(r) * 256;
+    base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) std::perror("mmap"), std::exit(1);
+    seconds = static_cast<double*>(base);
+    wrong = reinterpret_cast<int64_t*>(seconds + ns);
+    bytes = wrong + nr;
+    count = bytes + nr;
+    errors = reinterpret_cast<char*>(count + nr);
+    for (size_t i = 0; i < nr; ++i) wrong[i] = -1;
+  }
+  ~Shared() { munmap(base, length); }
+};
+
+/// One rank's whole run over every size. Returns 0, or 1 after recording an error.
+int RunRank(const Options& o, int rank, Shared& sh) {
+  const std::vector<int64_t> sizes = Sizes(o);
+  try {
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      RankCase c(o, rank, sizes[s]);
+      for (int i = 0; i < o.warmup; ++i) c.Execute();
+      double* out = sh.seconds + (s * o.ranks + rank) * o.iters;
+      for (int i = 0; i < o.iters; ++i) {
+        c.Barrier();
+        const double t0 = NowSeconds();
+        c.Execute();
+        out[i] = NowSeconds() - t0;
+      }
+      const size_t at = s * o.ranks + rank;
+      sh.bytes[at] = c.layout().bytes;
+      sh.count[at] = c.layout().bytes / static_cast<int64_t>(o.dtype->size);
+      if (o.check) sh.wrong[at] = c.Check();
+    }
+  } catch (const std::exception& e) {
+    std::snprintf(sh.errors + rank * 256, 256, "rank %d: %s", rank, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  const Options o = ParseOptions(argc, argv, /*hasMode=*/true);
+  if (o.ranks < 1 || (o.op == Op::kSendRecv && o.ranks < 2)) {
+    std::fprintf(stderr, "collops-bench: -r must be >= 1 (>= 2 for sendrecv)\n");
+    return 2;
+  }
+  const std::vector<int64_t> sizes = Sizes(o);
+  Shared sh(static_cast<int>(sizes.size()), o.ranks, o.iters);
+  const char* system = o.threadMode ? "collops-thread" : "collops-process";
+  PrintHeader(o, system);
+  std::fflush(stdout);
+
+  bool failed = false;
+  if (o.threadMode) {
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int r = 0; r < o.ranks; ++r) {
+      threads.emplace_back([&, r] { failures += RunRank(o, r, sh); });
+    }
+    for (auto& t : threads) t.join();
+    failed = failures > 0;
+  } else {
+    // A job key of our own, so concurrent benchmark runs never rendezvous with each other.
+    const std::string job = "collops-bench-" + std::to_string(getpid());
+    setenv("COLLOPS_JOB_ID", job.c_str(), 1);
+    std::vector<pid_t> pids;
+    for (int r = 0; r < o.ranks; ++r) {
+      const pid_t pid = fork();
+      if (pid < 0) std::perror("fork"), std::exit(1);
+      if (pid == 0) _exit(RunRank(o, r, sh));
+      pids.push_back(pid);
+    }
+    for (size_t r = 0; r < pids.size(); ++r) {
+      int status = 0;
+      waitpid(pids[r], &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failed = true;
+        if (sh.errors[r * 256] == '\0') {
+          std::snprintf(sh.errors + r * 256, 256, "rank %zu died (wait status %d)", r, status);
+        }
+      }
+    }
+  }
+
+  std::string error;
+  for (int r = 0; r < o.ranks; ++r) {
+    if (sh.errors[r * 256] != '\0') error += (error.empty() ? "" : "; ") + std::string(sh.errors + r * 256);
+  }
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    Row row;
+    const size_t at0 = s * o.ranks;
+    row.bytes = sh.bytes[at0];
+    row.count = sh.count[at0];
+    if (row.bytes == 0) {  // this size never completed on rank 0
+      row.bytes = sizes[s];
+      row.error = error.empty() ? "not run" : error;
+      PrintRow(o, system, row);
+      continue;
+    }
+    bool complete = true;
+    for (int i = 0; i < o.iters; ++i) {
+      double worst = 0;
+      for (int r = 0; r < o.ranks; ++r) {
+        worst = std::max(worst, sh.seconds[(at0 + r) * o.iters + i]);
+      }
+      row.iterSeconds.push_back(worst);
+    }
+    if (o.check) {
+      row.wrong = 0;
+      for (int r = 0; r < o.ranks; ++r) {
+        if (sh.wrong[at0 + r] < 0) complete = false;
+        else row.wrong += sh.wrong[at0 + r];
+      }
+    }
+    if (!complete) row.error = error;
+    PrintRow(o, system, row);
+  }
+  if (failed && !o.json) std::fprintf(stderr, "collops-bench: %s\n", error.c_str());
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace collops_bench
+
+int main(int argc, char** argv) { return collops_bench::Main(argc, argv); }

@@ -1,0 +1,141 @@
+// collops-mpi-bench: the peer measurement. The same ops, layouts (bench_common.h), data, golden
+// check and timing rule as collops-bench, through OpenMPI's collectives:
+//   allreduce MPI_Allreduce, allgather MPI_Allgather, allgatherv MPI_Allgatherv,
+//   reducescatter MPI_Reduce_scatter_block, reducescatterv MPI_Reduce_scatter,
+//   broadcast MPI_Bcast, alltoall MPI_Alltoall, alltoallv MPI_Alltoallv, sendrecv MPI_Sendrecv
+//   (to rank+1, from rank-1, as nccl-tests' sendrecv).
+// Launch with mpirun -np R; the rank count is the communicator size.
+#include <mpi.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "bench/bench_common.h"
+
+namespace collops_bench {
+namespace {
+
+/// MPI has no float16/bfloat16 arithmetic: those move as 16-bit words and cannot be reduced.
+MPI_Datatype ToMpi(Kind kind, bool reduces) {
+  switch (kind) {
+    case Kind::kFloat32: return MPI_FLOAT;
+    case Kind::kFloat64: return MPI_DOUBLE;
+    case Kind::kInt8: return MPI_INT8_T;
+    case Kind::kUint8: return MPI_UINT8_T;
+    case Kind::kInt16: return MPI_INT16_T;
+    case Kind::kInt32: return MPI_INT32_T;
+    case Kind::kInt64: return MPI_INT64_T;
+    case Kind::kFloat16:
+    case Kind::kBFloat16: return reduces ? MPI_DATATYPE_NULL : MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+std::vector<int> Ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+
+struct Case {
+  const Options& o;
+  int rank;
+  Layout l;
+  MPI_Datatype type;
+  std::vector<uint8_t> x, y;
+  std::vector<int> sc, sd, rc, rd;
+
+  Case(const Options& opt, int r, int64_t size)
+      : o(opt), rank(r), l(MakeLayout(opt.op, opt.ranks, r, size, opt.dtype->size)),
+        type(ToMpi(opt.dtype->kind, InfoOf(opt.op).reduces)) {
+    x.assign(l.inCount * o.dtype->size + 64, 0);
+    y.assign(l.outCount * o.dtype->size + 64, 0);
+    sc = Ints(l.sendCounts), sd = Ints(l.sdispls), rc = Ints(l.recvCounts), rd = Ints(l.rdispls);
+    FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast ? 0 : rank, l.inCount,
+              x.data());
+    if (o.op == Op::kBroadcast && rank != 0) std::memset(x.data(), 0xA5, x.size());
+  }
+
+  void Execute() {
+    const int n = static_cast<int>(l.inCount);
+    const int R = o.ranks;
+    switch (o.op) {
+      case Op::kAllReduce: MPI_Allreduce(x.data(), y.data(), n, type, MPI_SUM, MPI_COMM_WORLD); break;
+      case Op::kAllGather:
+        MPI_Allgather(x.data(), n, type, y.data(), n, type, MPI_COMM_WORLD);
+        break;
+      case Op::kAllGatherV:
+        MPI_Allgatherv(x.data(), n, type, y.data(), rc.data(), rd.data(), type, MPI_COMM_WORLD);
+        break;
+      case Op::kReduceScatter:
+        MPI_Reduce_scatter_block(x.data(), y.data(), static_cast<int>(l.outCount), type, MPI_SUM,
+                                 MPI_COMM_WORLD);
+        break;
+      case Op::kReduceScatterV:
+        // Segments of x are the prefix-sum layout MPI_Reduce_scatter expects.
+        MPI_Reduce_scatter(x.data(), y.data(), sc.data(), type, MPI_SUM, MPI_COMM_WORLD);
+        break;
+      case Op::kBroadcast: MPI_Bcast(x.data(), n, type, 0, MPI_COMM_WORLD); break;
+      case Op::kAllToAll:
+        MPI_Alltoall(x.data(), n / R, type, y.data(), n / R, type, MPI_COMM_WORLD);
+        break;
+      case Op::kAllToAllV:
+        MPI_Alltoallv(x.data(), sc.data(), sd.data(), type, y.data(), rc.data(), rd.data(), type,
+                      MPI_COMM_WORLD);
+        break;
+      case Op::kSendRecv:
+        MPI_Sendrecv(x.data(), n, type, (rank + 1) % R, 0, y.data(), n, type, (rank + R - 1) % R,
+                     0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        break;
+    }
+  }
+
+  int64_t Check() {
+    std::vector<uint8_t>& out = o.op == Op::kBroadcast ? x : y;
+    if (!(o.op == Op::kBroadcast && rank == 0)) std::memset(out.data(), 0xA5, out.size());
+    MPI_Barrier(MPI_COMM_WORLD);
+    Execute();
+    const int64_t count = o.op == Op::kBroadcast ? l.inCount : l.outCount;
+    return CountWrong(o.op, o.dtype->kind, o.dtype->size, o.ranks, rank, l, out.data(), count);
+  }
+};
+
+int Main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Options o = ParseOptions(argc, argv, /*hasMode=*/false);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &o.ranks);
+  if (ToMpi(o.dtype->kind, InfoOf(o.op).reduces) == MPI_DATATYPE_NULL) {
+    if (rank == 0) std::fprintf(stderr, "collops-mpi-bench: MPI cannot reduce %s\n", o.dtype->name);
+    MPI_Finalize();
+    return 2;
+  }
+  if (rank == 0) PrintHeader(o, "openmpi");
+  for (int64_t size : Sizes(o)) {
+    Case c(o, rank, size);
+    for (int i = 0; i < o.warmup; ++i) c.Execute();
+    std::vector<double> mine(o.iters);
+    for (int i = 0; i < o.iters; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = NowSeconds();
+      c.Execute();
+      mine[i] = NowSeconds() - t0;
+    }
+    std::vector<double> worst(o.iters);
+    MPI_Reduce(mine.data(), worst.data(), o.iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    long long wrong = o.check ? c.Check() : -1, total = 0;
+    MPI_Reduce(&wrong, &total, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      Row row;
+      row.bytes = c.l.bytes;
+      row.count = c.l.bytes / static_cast<int64_t>(o.dtype->size);
+      row.iterSeconds = worst;
+      row.wrong = o.check ? total : -1;
+      PrintRow(o, "openmpi", row);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace
+}  // namespace collops_bench
+
+int main(int argc, char** argv) { return collops_bench::Main(argc, argv); }
