@@ -1,0 +1,30 @@
+"""Registers the torch.distributed backend "collops" (torch_bindings/c10d_backend.cpp).
+
+The backend's factory lives in libcollops_torch.so, which also exports a tiny pybind11 module
+``_c10d``; it is imported from that very file (already loaded by ``torch.ops.load_library``, so
+the dynamic loader hands back the same image) and its ``create_backend`` is registered for CPU
+tensors. Afterwards ``dist.init_process_group("collops")`` and ``"cpu:collops,cuda:nccl"`` work.
+"""
+import importlib.machinery
+import importlib.util
+
+import torch.distributed as dist
+
+BACKEND_NAME = "collops"
+
+
+def _import_factory_module(library_path):
+    name = "collops._c10d"
+    loader = importlib.machinery.ExtensionFileLoader(name, library_path)
+    spec = importlib.util.spec_from_file_location(name, library_path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def register(library_path):
+    """Registers "collops" with torch.distributed (once per process; later calls do nothing)."""
+    if not dist.is_available() or hasattr(dist.Backend, BACKEND_NAME.upper()):
+        return
+    factory = _import_factory_module(library_path)
+    dist.Backend.register_backend(BACKEND_NAME, factory.create_backend, devices=["cpu"])

@@ -1,0 +1,527 @@
+// The torch.distributed backend "collops": a c10d::Backend over the lccl multi-process
+// communicator, so `dist.init_process_group("cpu:collops")`, DDP and functional collectives run
+// on collops.
+//
+// Every collective is synchronous on CPU (the Communicator contract), so each call returns a Work
+// that is already complete and whose future already holds the outputs; DDP's comm hooks only need
+// getFuture() to work.
+//
+// Group identity: torch hands each group's backend a Store prefixed with the group's name. Rank 0
+// of the group writes a random token there and every rank reads it, so the lccl commDomain is
+// unique per group and per job: sub-groups from dist.new_group get their own communicators, and
+// two jobs on one host never meet even when they share MASTER_PORT or COLLOPS_JOB_ID.
+//
+// Python sees one function, `create_backend(store, rank, size, timeout)`, through the module
+// `_c10d` that this library also exports (collops/_c10d_backend.py loads it and registers it with
+// torch.distributed.Backend.register_backend).
+#include <pybind11/pybind11.h>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/comm_params.h"
+#include "collops/communicator.h"
+#include "collops/reduce.h"
+#include "collops/status.h"
+#include "collops/tensor.h"
+
+// The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
+// torch._C._distributed_c10d.Backend type torch registered.
+PYBIND11_DECLARE_HOLDER_TYPE(T, c10::intrusive_ptr<T>, true)
+
+namespace collops {
+namespace {
+
+constexpr char kBackendName[] = "collops";
+constexpr char kDomainKey[] = "collops/comm_domain";
+
+// A Work that finished before it was returned: the communicator is synchronous.
+class CompletedWork final : public c10d::Work {
+ public:
+  CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : Work(rank, type), outputs_(std::move(outputs)) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()));
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// Reduction dtypes map to collops' ACL numbering; anything else is only ever moved as bytes.
+DataType ReduceDtype(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ACL_FLOAT;
+    case at::kHalf: return ACL_FLOAT16;
+    case at::kBFloat16: return ACL_BF16;
+    case at::kChar: return ACL_INT8;
+    case at::kShort: return ACL_INT16;
+    case at::kInt: return ACL_INT32;
+    case at::kLong: return ACL_INT64;
+    default:
+      TORCH_CHECK(false, "collops backend: reductions support int8, int16, int32, int64, float16, "
+                  "bfloat16 and float32, not ", t.scalar_type());
+  }
+}
+
+// AVG is SUM followed by a division on every rank (as gloo does for floats).
+ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::AVG: return ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN: return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return ReduceOp::kMax;
+    default:
+      TORCH_CHECK(false, "collops backend: ", what, " supports SUM, AVG, PRODUCT, MIN and MAX, "
+                  "not reduce op ", static_cast<int>(op.op_));
+  }
+}
+
+void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
+  if (op.op_ != c10d::ReduceOp::AVG) return;
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()),
+              "collops backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
+  t.div_(size);
+}
+
+// Byte count of a tensor: data movement treats every dtype as bytes.
+size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+void CheckCpu(const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.device().is_cpu(), "collops backend: ", what, " takes CPU tensors, got ",
+              t.device(), "; use init_process_group(\"cpu:collops,cuda:nccl\") for GPU tensors");
+}
+
+// Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
+template <class Body>
+void InPlace(at::Tensor& t, const char* what, Body body) {
+  CheckCpu(t, what);
+  if (t.is_contiguous()) {
+    body(t);
+    return;
+  }
+  at::Tensor c = t.contiguous();
+  body(c);
+  t.copy_(c);
+}
+
+// Flattens a list of tensors into one byte buffer; `counts`/`displs` get each one's bytes.
+at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
+                std::vector<int64_t>* displs) {
+  int64_t total = 0;
+  for (const auto& t : ts) {
+    displs->push_back(total);
+    counts->push_back(NumBytes(t));
+    total += NumBytes(t);
+  }
+  at::Tensor buf = at::empty({total}, at::kByte);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    CheckCpu(ts[i], "a tensor list");
+    buf.narrow(0, (*displs)[i], (*counts)[i]).copy_(ts[i].contiguous().view(-1).view(at::kByte));
+  }
+  return buf;
+}
+
+void Unpack(const at::Tensor& buf, std::vector<at::Tensor>& ts,
+            const std::vector<int64_t>& displs) {
+  for (size_t i = 0; i < ts.size(); ++i) {
+    at::Tensor src = buf.narrow(0, displs[i], NumBytes(ts[i])).view(ts[i].scalar_type());
+    ts[i].copy_(src.view(ts[i].sizes()));
+  }
+}
+
+class CollopsBackend final : public c10d::Backend {
+ public:
+  CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
+      : Backend(rank, size) {
+    // Agree on a domain now, while every rank is constructing; the communicator itself is
+    // created on first use, so groups that never communicate cost no rendezvous.
+    if (rank == 0) {
+      std::random_device rd;
+      std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                          std::chrono::steady_clock::now().time_since_epoch().count());
+      std::string token = Concat("c10d.", std::hex, gen(), gen());
+      store->set(kDomainKey, std::vector<uint8_t>(token.begin(), token.end()));
+      domain_ = token;
+    } else {
+      std::vector<uint8_t> v = store->get(kDomainKey);
+      domain_.assign(v.begin(), v.end());
+    }
+  }
+
+  const std::string getBackendName() const override { return kBackendName; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    return Run(c10d::OpType::BROADCAST, tensors, [&] {
+      for (auto& t : tensors) {
+        InPlace(t, "broadcast", [&](at::Tensor& c) {
+          Comm().Broadcast(c.data_ptr(), NumBytes(c), ACL_INT8, static_cast<int>(opts.rootRank));
+        });
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    return Run(c10d::OpType::ALLREDUCE, tensors, [&] {
+      for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    return Run(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
+      for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
+    });
+  }
+
+  // Every rank reduces (one AllReduce into scratch); only the root keeps the result.
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                         const c10d::ReduceOptions& opts) override {
+    return Run(c10d::OpType::REDUCE, tensors, [&] {
+      for (auto& t : tensors) {
+        at::Tensor scratch = t.contiguous().clone();
+        AllReduceOne(scratch, opts.reduceOp);
+        if (getRank() == opts.rootRank) t.copy_(scratch);
+      }
+    });
+  }
+
+  // List form, sizes may differ per rank: one AllGatherV into a byte buffer, then unpack.
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "collops backend: allgather needs one output "
+                "list per input tensor");
+    return Run(c10d::OpType::ALLGATHER, Flatten(outputs), [&] {
+      for (size_t k = 0; k < inputs.size(); ++k) AllGatherList(outputs[k], inputs[k]);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    return allgather(outputs, inputs, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions&) override {
+    return Run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] { AllGatherFlat(output, input); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions&) override {
+    return Run(c10d::OpType::COALESCED, outputs, [&] {
+      for (size_t k = 0; k < inputs.size(); ++k) AllGatherFlat(outputs[k], inputs[k]);
+    });
+  }
+
+  // Gather is an AllGatherV into scratch whose result only the root keeps (inputs are equal).
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    return Run(c10d::OpType::GATHER, Flatten(outputs), [&] {
+      const at::Tensor& in = inputs.at(0);
+      at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
+      AllGatherFlat(all, in);
+      if (getRank() != opts.rootRank) return;
+      auto& outs = outputs.at(0);
+      TORCH_CHECK(static_cast<int>(outs.size()) == getSize(),
+                  "collops backend: gather needs ", getSize(), " outputs on the root");
+      for (int i = 0; i < getSize(); ++i) {
+        outs[i].copy_(all.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
+      }
+    });
+  }
+
+  // Scatter is an AllToAllV in which only the root sends.
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    return Run(c10d::OpType::SCATTER, outputs, [&] {
+      at::Tensor& out = outputs.at(0);
+      const int root = static_cast<int>(opts.rootRank);
+      std::vector<int64_t> send, sdispls;
+      at::Tensor buf = at::empty({0}, at::kByte);
+      if (getRank() == root) {
+        buf = Pack(inputs.at(0), &send, &sdispls);
+      } else {
+        send.assign(getSize(), 0);
+        sdispls.assign(getSize(), 0);
+      }
+      std::vector<int64_t> recv(getSize(), 0), rdispls(getSize(), 0);
+      recv[root] = NumBytes(out);
+      InPlace(out, "scatter", [&](at::Tensor& c) {
+        Comm().AllToAllV(buf.data_ptr(), send.data(), sdispls.data(), c.data_ptr(), recv.data(),
+                         rdispls.data(), ACL_INT8);
+      });
+    });
+  }
+
+  // List form, sizes may differ per destination: inputs packed by destination, one
+  // ReduceScatterV whose per-rank counts are the inputs' sizes.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return Run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        auto& ins = inputs.at(k);
+        TORCH_CHECK(static_cast<int>(ins.size()) == getSize(), "collops backend: "
+                    "reduce_scatter needs ", getSize(), " inputs, got ", ins.size());
+        std::vector<int64_t> counts, displs;
+        for (auto& t : ins) TORCH_CHECK(t.scalar_type() == outputs[k].scalar_type(),
+                                        "collops backend: reduce_scatter dtypes differ");
+        at::Tensor packed = Pack(ins, &counts, &displs);
+        const int64_t es = outputs[k].element_size();
+        for (auto& c : counts) c /= es;
+        for (auto& d : displs) d /= es;
+        ReduceScatterOne(outputs[k], packed, counts, displs, opts.reduceOp);
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    return Run(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
+               [&] { ReduceScatterFlat(output, input, opts.reduceOp); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    return Run(c10d::OpType::COALESCED, outputs, [&] {
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        ReduceScatterFlat(outputs[k], inputs[k], opts.reduceOp);
+      }
+    });
+  }
+
+  // Splits are in rows of dim 0; empty split lists mean equal splits (torch's convention).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions&) override {
+    return Run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
+      CheckCpu(input, "alltoall_base");
+      at::Tensor in = input.contiguous();
+      std::vector<int64_t> sc, sd, rc, rd;
+      RowSplits(in, inputSplits, "input", &sc, &sd);
+      RowSplits(output, outputSplits, "output", &rc, &rd);
+      InPlace(output, "alltoall_base", [&](at::Tensor& c) {
+        Comm().AllToAllV(in.data_ptr(), sc.data(), sd.data(), c.data_ptr(), rc.data(), rd.data(),
+                         ACL_INT8);
+      });
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    return Run(c10d::OpType::ALLTOALL, outputs, [&] {
+      TORCH_CHECK(static_cast<int>(inputs.size()) == getSize() &&
+                  static_cast<int>(outputs.size()) == getSize(),
+                  "collops backend: alltoall needs ", getSize(), " inputs and outputs");
+      std::vector<int64_t> sc, sd, rc, rd;
+      at::Tensor in = Pack(inputs, &sc, &sd);
+      at::Tensor out = Pack(outputs, &rc, &rd);
+      Comm().AllToAllV(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
+                       ACL_INT8);
+      Unpack(out, outputs, rd);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return Run(c10d::OpType::BARRIER, {}, [&] { Comm().Barrier(); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int /*tag*/) override {
+    return Run(c10d::OpType::SEND, tensors, [&] {
+      for (auto& t : tensors) {
+        CheckCpu(t, "send");
+        at::Tensor c = t.contiguous();
+        Comm().Send(c.data_ptr(), NumBytes(c), ACL_INT8, dst);
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int /*tag*/) override {
+    return Run(c10d::OpType::RECV, tensors, [&] {
+      for (auto& t : tensors) {
+        InPlace(t, "recv", [&](at::Tensor& c) {
+          Comm().Recv(c.data_ptr(), NumBytes(c), ACL_INT8, src);
+        });
+      }
+    });
+  }
+
+ private:
+  // The lccl communicator of this group, created (rendezvous included) on first use.
+  Communicator& Comm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_ || comm_->Broken()) {
+      CommParam p;
+      p.rank = getRank();
+      p.rankSize = getSize();
+      p.backend = "lccl";
+      p.commMode = COMM_MULTI_PROCESS;
+      p.commDomain = domain_;
+      comm_ = CreateCommunicator(p);
+    }
+    return *comm_;
+  }
+
+  // Runs one collective, turning collops::Error into a torch error that names the status, and
+  // wraps the outputs in a completed Work.
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                     Body body) {
+    try {
+      body();
+    } catch (const Error& e) {
+      TORCH_CHECK(false, "collops backend (rank ", getRank(), " of ", getSize(), ", domain ",
+                  domain_, "): ", StatusName(e.status()), ": ", e.what());
+    }
+    return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
+  }
+
+  static std::vector<at::Tensor> Flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+    std::vector<at::Tensor> all;
+    for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+    return all;
+  }
+
+  void AllReduceOne(at::Tensor& t, const c10d::ReduceOp& op) {
+    const ReduceOp cop = ToCollopsOp(op, "allreduce");
+    const DataType dtype = ReduceDtype(t);
+    InPlace(t, "allreduce", [&](at::Tensor& c) {
+      Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), dtype, cop);
+      FinishAvg(op, c, getSize());
+    });
+  }
+
+  void AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input) {
+    TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collops backend: allgather needs ",
+                getSize(), " outputs, got ", outs.size());
+    CheckCpu(input, "allgather");
+    at::Tensor in = input.contiguous();
+    std::vector<int64_t> counts, displs;
+    int64_t total = 0;
+    for (const auto& o : outs) {
+      counts.push_back(NumBytes(o));
+      displs.push_back(total);
+      total += NumBytes(o);
+    }
+    TORCH_CHECK(counts[getRank()] == static_cast<int64_t>(NumBytes(in)),
+                "collops backend: allgather output ", getRank(), " has ", counts[getRank()],
+                " bytes but this rank's input has ", NumBytes(in));
+    at::Tensor buf = at::empty({total}, at::kByte);
+    Comm().AllGatherV(in.data_ptr(), NumBytes(in), buf.data_ptr(), counts.data(), displs.data(),
+                      ACL_INT8);
+    Unpack(buf, outs, displs);
+  }
+
+  void AllGatherFlat(at::Tensor& output, const at::Tensor& input) {
+    CheckCpu(input, "allgather");
+    at::Tensor in = input.contiguous();
+    TORCH_CHECK(output.numel() == in.numel() * getSize(), "collops backend: all_gather_into_tensor "
+                "output has ", output.numel(), " elements, expected ", in.numel() * getSize());
+    std::vector<int64_t> counts(getSize(), NumBytes(in)), displs(getSize());
+    for (int i = 0; i < getSize(); ++i) displs[i] = i * NumBytes(in);
+    InPlace(output, "all_gather_into_tensor", [&](at::Tensor& c) {
+      Comm().AllGatherV(in.data_ptr(), NumBytes(in), c.data_ptr(), counts.data(), displs.data(),
+                        ACL_INT8);
+    });
+  }
+
+  // counts/displs in elements of `output`'s dtype.
+  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in, const std::vector<int64_t>& counts,
+                        const std::vector<int64_t>& displs, const c10d::ReduceOp& op) {
+    const ReduceOp cop = ToCollopsOp(op, "reduce_scatter");
+    const DataType dtype = ReduceDtype(output);
+    TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
+                output.numel(), " elements but this rank's slice has ", counts[getRank()]);
+    InPlace(output, "reduce_scatter", [&](at::Tensor& c) {
+      Comm().ReduceScatterV(in.data_ptr(), counts.data(), displs.data(), c.data_ptr(), c.numel(),
+                            dtype, cop);
+      FinishAvg(op, c, getSize());
+    });
+  }
+
+  void ReduceScatterFlat(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
+    CheckCpu(input, "reduce_scatter_tensor");
+    TORCH_CHECK(input.numel() == output.numel() * getSize(), "collops backend: "
+                "reduce_scatter_tensor input has ", input.numel(), " elements, expected ",
+                output.numel() * getSize());
+    std::vector<int64_t> counts(getSize(), output.numel()), displs(getSize());
+    for (int i = 0; i < getSize(); ++i) displs[i] = i * output.numel();
+    ReduceScatterOne(output, input.contiguous(), counts, displs, op);
+  }
+
+  // Byte counts and displacements of `t`'s dim-0 splits.
+  void RowSplits(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which,
+                 std::vector<int64_t>* counts, std::vector<int64_t>* displs) const {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t rowBytes = rows == 0 ? 0 : NumBytes(t) / rows;
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      TORCH_CHECK(rows % getSize() == 0, "collops backend: all_to_all_single ", which, " has ",
+                  rows, " rows, not divisible by ", getSize(), " ranks; pass split sizes");
+      s.assign(getSize(), rows / getSize());
+    }
+    TORCH_CHECK(static_cast<int>(s.size()) == getSize(), "collops backend: all_to_all_single ",
+                which, " split sizes have ", s.size(), " entries for ", getSize(), " ranks");
+    int64_t at = 0;
+    for (int64_t n : s) {
+      TORCH_CHECK(n >= 0, "collops backend: negative ", which, " split size ", n);
+      displs->push_back(at * rowBytes);
+      counts->push_back(n * rowBytes);
+      at += n;
+    }
+    TORCH_CHECK(at == rows, "collops backend: all_to_all_single ", which, " split sizes sum to ",
+                at, " but the tensor has ", rows, " rows");
+  }
+
+  std::string domain_;
+  std::mutex mu_;
+  std::shared_ptr<Communicator> comm_;
+};
+
+c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size,
+                                                const pybind11::object& /*timeout*/) {
+  // COLLOPS_TIMEOUT bounds every wait inside lccl; torch's per-group timeout is not mapped.
+  return c10::make_intrusive<CollopsBackend>(store, rank, size);
+}
+
+}  // namespace
+}  // namespace collops
+
+// Loaded by collops/_c10d_backend.py from this same library file (see the header comment).
+PYBIND11_MODULE(_c10d, m) {
+  m.doc() = "The collops torch.distributed backend factory.";
+  pybind11::module_::import("torch.distributed");  // registers the Store and Backend types
+  m.def("create_backend", &collops::CreateBackend, pybind11::arg("store"), pybind11::arg("rank"),
+        pybind11::arg("size"), pybind11::arg("timeout"));
+}
