@@ -1,0 +1,131 @@
+"""hfai.distributed's API backed by collops: uneven collectives, pairwise_apply, object collectives.
+
+Tensor functions work on any process group (collops runs uneven lists natively; other backends
+go through ``torch.ops.collops``' padded fallbacks). The object functions -- ``barrier``,
+``broadcast``, ``gather`` -- move pickled Python objects through the default group's Store, so
+they need no tensor communication at all; like hfai's they take no group, and every rank must call
+them in the same order.
+"""
+import itertools
+import pickle
+
+import torch
+import torch.distributed as dist
+
+from . import functional as F
+
+__all__ = ["all_gather", "reduce_scatter", "all_gather_into_tensor_uneven",
+           "reduce_scatter_tensor_uneven", "pairwise_apply", "barrier", "broadcast", "gather"]
+
+
+def _equal(sizes):
+    return all(s == sizes[0] for s in sizes)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """``dist.all_gather``, but the tensors may differ in size per rank (tensor_list[i] receives
+    rank i's tensor). ``async_op=True`` is only supported when every size is equal."""
+    sizes = [t.numel() for t in tensor_list]
+    if _equal([t.shape for t in tensor_list]) and tensor.shape == tensor_list[0].shape:
+        return dist.all_gather(tensor_list, tensor, group=group, async_op=async_op)
+    if async_op:
+        raise ValueError("collops.distributed.all_gather: async_op=True needs equal sizes")
+    out = F.all_gather_v(tensor.reshape(-1), sizes, group)
+    for dst, src in zip(tensor_list, out.split(sizes)):
+        dst.copy_(src.view(dst.shape))
+    return None
+
+
+def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """``dist.reduce_scatter``, but input_list[i] (rank i's share) may differ in size per i."""
+    if _equal([t.shape for t in input_list]):
+        return dist.reduce_scatter(output, input_list, op=op, group=group, async_op=async_op)
+    if async_op:
+        raise ValueError("collops.distributed.reduce_scatter: async_op=True needs equal sizes")
+    sizes = [t.numel() for t in input_list]
+    flat = torch.cat([t.reshape(-1) for t in input_list])
+    output.copy_(F.reduce_scatter_v(flat, sizes, op, group).view(output.shape))
+    return None
+
+
+def _row_sizes(split_sizes, total_rows, world, what):
+    if split_sizes is None:
+        if total_rows % world:
+            raise ValueError(f"collops.distributed.{what}: {total_rows} rows do not split evenly "
+                             f"over {world} ranks; pass split sizes")
+        return [total_rows // world] * world
+    return [int(s) for s in split_sizes]
+
+
+def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None):
+    """torch_npu's signature: rank i's `input` (output_split_sizes[i] rows) lands in `output`'s
+    rows in rank order. None = equal splits of output."""
+    sizes = _row_sizes(output_split_sizes, output.shape[0], dist.get_world_size(group),
+                       "all_gather_into_tensor_uneven")
+    output.copy_(F.all_gather_v(input, sizes, group))
+
+
+def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM,
+                                 group=None):
+    """torch_npu's signature: `input`'s rows split as input_split_sizes; rank r's `output` gets
+    the reduction over ranks of split r. None = equal splits of input."""
+    sizes = _row_sizes(input_split_sizes, input.shape[0], dist.get_world_size(group),
+                       "reduce_scatter_tensor_uneven")
+    output.copy_(F.reduce_scatter_v(input, sizes, op, group))
+
+
+def pairwise_apply(f, x, args=(), group=None, equal_size=False):
+    """``[f(x, x_j, *args) for j in ranks]`` where x_j is rank j's `x`. Shapes may differ per
+    rank (same number of dims) unless `equal_size`, which skips the shape exchange."""
+    world = dist.get_world_size(group)
+    if equal_size:
+        shapes = [tuple(x.shape)] * world
+    else:
+        mine = torch.tensor(list(x.shape), dtype=torch.int64)
+        shapes = [tuple(s.tolist()) for s in F.all_gather(mine.view(1, -1), group)]
+    sizes = [int(torch.Size(s).numel()) for s in shapes]
+    flat = F.all_gather_v(x.reshape(-1), sizes, group)
+    xs = [chunk.view(shape) for chunk, shape in zip(flat.split(sizes), shapes)]
+    return [f(x, xs[j], *args) for j in range(world)]
+
+
+_generation = itertools.count()
+
+
+def _store():
+    return dist.distributed_c10d._get_default_store()
+
+
+def _key(kind):
+    return f"collops/objects/{kind}/{next(_generation)}"
+
+
+def barrier(group=None, async_op=False):
+    """Returns once every rank of the default group has entered (through the Store)."""
+    store, world = _store(), dist.get_world_size()
+    key = _key("barrier")
+    if store.add(key, 1) == world:
+        store.set(key + "/done", b"1")
+    store.wait([key + "/done"])
+
+
+def broadcast(objs, src=0, group=None, async_op=False):
+    """objs[0] of rank `src` (any picklable object) replaces objs[0] on every other rank."""
+    store = _store()
+    key = _key("broadcast")
+    if dist.get_rank() == src:
+        store.set(key, pickle.dumps(objs[0]))
+    else:
+        objs[0] = pickle.loads(store.get(key))
+
+
+def gather(obj, gather_list=None, dst=0, group=None, async_op=False):
+    """Rank `dst` gets every rank's `obj` in gather_list (rank order); others pass None."""
+    store, rank, world = _store(), dist.get_rank(), dist.get_world_size()
+    key = _key("gather")
+    store.set(f"{key}/{rank}", pickle.dumps(obj))
+    if rank != dst:
+        return
+    if gather_list is None:
+        raise ValueError("collops.distributed.gather: rank dst needs a gather_list")
+    gather_list[:] = [pickle.loads(store.get(f"{key}/{i}")) for i in range(world)]

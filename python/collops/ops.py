@@ -1,0 +1,197 @@
+"""``torch.ops.collops.*``: functional collectives that ``torch.compile(fullgraph=True)`` captures.
+
+Each op returns a new tensor (inputs are never mutated), has a fake kernel for tracing, and is
+registered as an *ordered effect* (``torch.library._register_effectful_op``): the compiler
+threads an effect token through every collops collective, so none is ever dropped as dead code
+or reordered against another -- ranks must issue collectives in the same order.
+
+``group_name`` names a torch ProcessGroup (``group.group_name``); any backend works. The eager
+kernels run the group's own c10d collectives, which on a "collops" group are collops itself.
+Uneven ops on other backends (gloo, nccl) are built from even ones by padding to the largest
+chunk, since those backends require equal sizes. Reduce ops: "sum", "avg", "prod"/"product",
+"max", "min". Sizes and splits are counts of rows (dim 0).
+"""
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _resolve_process_group
+
+__all__ = ["SCHEMAS", "REDUCE_OPS", "resolve_group", "is_collops_group"]
+
+_NS = "collops"
+
+#: The schemas, exactly as DESIGN.md section 5 and issue 5 give them.
+SCHEMAS = {
+    "all_reduce": "all_reduce(Tensor x, str op, str group_name) -> Tensor",
+    "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",
+    "all_gather_v": "all_gather_v(Tensor x, SymInt[] sizes, str group_name) -> Tensor",
+    "reduce_scatter": "reduce_scatter(Tensor x, str op, str group_name) -> Tensor",
+    "reduce_scatter_v":
+        "reduce_scatter_v(Tensor x, SymInt[] sizes, str op, str group_name) -> Tensor",
+    "all_to_all": "all_to_all(Tensor x, str group_name) -> Tensor",
+    "all_to_all_v": "all_to_all_v(Tensor x, SymInt[] output_split_sizes, "
+                    "SymInt[] input_split_sizes, str group_name) -> Tensor",
+    "broadcast": "broadcast(Tensor x, int src, str group_name) -> Tensor",
+}
+
+REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp.PRODUCT,
+    "product": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+}
+
+
+def resolve_group(group_name):
+    """The ProcessGroup named `group_name` ("" = the default group)."""
+    if not group_name:
+        return dist.group.WORLD
+    return _resolve_process_group(group_name)
+
+
+def is_collops_group(pg):
+    """True when `pg` serves CPU tensors with the collops backend (uneven lists run natively)."""
+    return "collops" in str(dist.get_backend(pg))
+
+
+def _reduce_op(op):
+    try:
+        return REDUCE_OPS[op.lower()]
+    except KeyError:
+        raise ValueError(f"collops: unknown reduce op {op!r}; use one of {sorted(REDUCE_OPS)}")
+
+
+def _check_sizes(sizes, world, what):
+    if len(sizes) != world:
+        raise ValueError(f"collops.{what}: {len(sizes)} sizes for a group of {world} ranks")
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"collops.{what}: negative size in {list(sizes)}")
+
+
+def _padded(x, rows):
+    """`x` with zero rows appended up to `rows` rows."""
+    if x.shape[0] == rows:
+        return x.contiguous()
+    out = x.new_zeros((rows, *x.shape[1:]))
+    out[: x.shape[0]] = x
+    return out
+
+
+def _all_reduce(x, op, group_name):
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out, op=_reduce_op(op), group=resolve_group(group_name))
+    return out
+
+
+def _all_gather(x, group_name):
+    pg = resolve_group(group_name)
+    out = x.new_empty((dist.get_world_size(pg) * x.shape[0], *x.shape[1:]))
+    dist.all_gather_into_tensor(out, x.contiguous(), group=pg)
+    return out
+
+
+def _all_gather_v(x, sizes, group_name):
+    pg = resolve_group(group_name)
+    world, rank = dist.get_world_size(pg), dist.get_rank(pg)
+    _check_sizes(sizes, world, "all_gather_v")
+    if sizes[rank] != x.shape[0]:
+        raise ValueError(f"collops.all_gather_v: sizes[{rank}] = {sizes[rank]} but this rank's "
+                         f"input has {x.shape[0]} rows")
+    out = x.new_empty((sum(sizes), *x.shape[1:]))
+    if is_collops_group(pg):
+        dist.all_gather(list(out.split(list(sizes))), x.contiguous(), group=pg)
+        return out
+    most = max(sizes)
+    gathered = x.new_empty((world * most, *x.shape[1:]))
+    dist.all_gather_into_tensor(gathered, _padded(x, most), group=pg)
+    return torch.cat([gathered[i * most: i * most + n] for i, n in enumerate(sizes)])
+
+
+def _reduce_scatter(x, op, group_name):
+    pg = resolve_group(group_name)
+    world = dist.get_world_size(pg)
+    if x.shape[0] % world:
+        raise ValueError(f"collops.reduce_scatter: {x.shape[0]} rows do not split over {world} "
+                         "ranks; use reduce_scatter_v")
+    out = x.new_empty((x.shape[0] // world, *x.shape[1:]))
+    dist.reduce_scatter_tensor(out, x.contiguous(), op=_reduce_op(op), group=pg)
+    return out
+
+
+def _reduce_scatter_v(x, sizes, op, group_name):
+    pg = resolve_group(group_name)
+    world, rank = dist.get_world_size(pg), dist.get_rank(pg)
+    _check_sizes(sizes, world, "reduce_scatter_v")
+    if sum(sizes) != x.shape[0]:
+        raise ValueError(f"collops.reduce_scatter_v: sizes sum to {sum(sizes)} but the input "
+                         f"has {x.shape[0]} rows")
+    out = x.new_empty((sizes[rank], *x.shape[1:]))
+    if is_collops_group(pg):
+        dist.reduce_scatter(out, list(x.split(list(sizes))), op=_reduce_op(op), group=pg)
+        return out
+    most = max(sizes)
+    padded = torch.cat([_padded(c, most) for c in x.split(list(sizes))])
+    scattered = x.new_empty((most, *x.shape[1:]))
+    dist.reduce_scatter_tensor(scattered, padded, op=_reduce_op(op), group=pg)
+    return scattered[: sizes[rank]].clone()
+
+
+def _all_to_all(x, group_name):
+    pg = resolve_group(group_name)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    dist.all_to_all_single(out, x.contiguous(), group=pg)
+    return out
+
+
+def _all_to_all_v(x, output_split_sizes, input_split_sizes, group_name):
+    pg = resolve_group(group_name)
+    world = dist.get_world_size(pg)
+    _check_sizes(output_split_sizes, world, "all_to_all_v")
+    _check_sizes(input_split_sizes, world, "all_to_all_v")
+    out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
+    dist.all_to_all_single(out, x.contiguous(), list(output_split_sizes),
+                           list(input_split_sizes), group=pg)
+    return out
+
+
+def _broadcast(x, src, group_name):
+    out = x.clone(memory_format=torch.contiguous_format)
+    dist.broadcast(out, group_src=src, group=resolve_group(group_name))
+    return out
+
+
+# Fake kernels: shapes only. Group sizes and ranks come from the real group at trace time.
+def _world(group_name):
+    return dist.get_world_size(resolve_group(group_name))
+
+
+_FAKES = {
+    "all_reduce": lambda x, op, g: x.new_empty(x.shape),
+    "all_gather": lambda x, g: x.new_empty((_world(g) * x.shape[0], *x.shape[1:])),
+    "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
+    "reduce_scatter": lambda x, op, g: x.new_empty((x.shape[0] // _world(g), *x.shape[1:])),
+    "reduce_scatter_v": lambda x, sizes, op, g: x.new_empty(
+        (sizes[dist.get_rank(resolve_group(g))], *x.shape[1:])),
+    "all_to_all": lambda x, g: x.new_empty(x.shape),
+    "all_to_all_v": lambda x, osz, isz, g: x.new_empty((sum(osz), *x.shape[1:])),
+    "broadcast": lambda x, src, g: x.new_empty(x.shape),
+}
+
+_KERNELS = {
+    "all_reduce": _all_reduce, "all_gather": _all_gather, "all_gather_v": _all_gather_v,
+    "reduce_scatter": _reduce_scatter, "reduce_scatter_v": _reduce_scatter_v,
+    "all_to_all": _all_to_all, "all_to_all_v": _all_to_all_v, "broadcast": _broadcast,
+}
+
+
+def _register():
+    lib = torch.library.Library(_NS, "FRAGMENT")
+    for name, schema in SCHEMAS.items():
+        lib.define(schema)
+        # CompositeExplicitAutograd: one kernel for every device; the group's backend decides
+        # what it supports.
+        lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{_NS}::{name}", _FAKES[name], lib=lib)
+        torch.library._register_effectful_op(f"{_NS}::{name}", torch.library.EffectType.ORDERED,
+                                             lib=lib)
+    return lib
+
+
+_LIB = _register()
