@@ -84,3 +84,11 @@ def _load():
 _LIBRARY = _load()
 
 from . import compat  # noqa: E402  (needs the library loaded)
+
+# torch.distributed backend "collops", torch.ops.collops.* (graph-capturable collectives), and
+# the helpers over them (issue 5).
+from . import _c10d_backend  # noqa: E402
+
+_c10d_backend.register(_LIBRARY or library_path())
+from . import ops, functional, distributed  # noqa: E402,F401
+from .patch import patch_torch_distributed  # noqa: E402,F401
