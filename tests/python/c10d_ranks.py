@@ -1,0 +1,33 @@
+"""Process-group set-up shared by the torch.distributed tests (test_c10d_*, test_compile_*,
+test_distributed_*): every rank runs under rank_harness.run_process_ranks (deadline, every exit
+code checked) and joins one FileStore-backed default group, so tests never race for a TCP port."""
+import os
+import tempfile
+import time
+
+import rank_harness
+
+
+def run_group_job(world_size, fn, *args, backend="collops", timeout=None):
+    """Runs fn(ctx, *args) on `world_size` spawned ranks inside an initialised default group."""
+    store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    try:
+        return rank_harness.run_process_ranks(world_size, _in_group, fn, backend, store, args,
+                                              **kwargs)
+    finally:
+        if os.path.exists(store):
+            os.remove(store)
+
+
+def _in_group(ctx, fn, backend, store, args):
+    import torch.distributed as dist
+
+    import collops  # noqa: F401  (registers the "collops" backend)
+
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=ctx.rank,
+                            world_size=ctx.world_size)
+    try:
+        return fn(ctx, *args)
+    finally:
+        dist.destroy_process_group()

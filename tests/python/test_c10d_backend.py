@@ -1,0 +1,183 @@
+"""The torch.distributed backend "collops": every collective against golden values computed
+independently on each rank, futures, strided tensors, sub-groups, and a clear dtype error."""
+import torch
+import torch.distributed as dist
+
+from c10d_ranks import run_group_job
+
+WORLD = 3
+
+
+def _data(rank, n=5, dtype=torch.float32):
+    return (torch.arange(n, dtype=torch.float32) * (rank + 1) + rank).to(dtype)
+
+
+def _collectives(ctx):
+    rank, world = ctx.rank, ctx.world_size
+    others = [_data(r) for r in range(world)]
+
+    # allreduce: every ReduceOp the backend maps, reductions in several dtypes.
+    golden = {dist.ReduceOp.SUM: torch.stack(others).sum(0),
+              dist.ReduceOp.PRODUCT: torch.stack(others).prod(0),
+              dist.ReduceOp.MIN: torch.stack(others).min(0).values,
+              dist.ReduceOp.MAX: torch.stack(others).max(0).values,
+              dist.ReduceOp.AVG: torch.stack(others).mean(0)}
+    for op, want in golden.items():
+        t = _data(rank)
+        dist.all_reduce(t, op=op)
+        torch.testing.assert_close(t, want, msg=f"allreduce {op}")
+    for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.bfloat16,
+                  torch.float16):
+        t = _data(rank, dtype=dtype)
+        dist.all_reduce(t)
+        want = torch.stack([_data(r, dtype=dtype).float() for r in range(world)]).sum(0)
+        torch.testing.assert_close(t.float(), want, atol=0, rtol=2 ** -7)
+        assert t.dtype == dtype
+
+    # A strided (transposed) tensor is reduced in place through a contiguous copy.
+    m = (torch.arange(6.0).view(2, 3) + rank).t()
+    dist.all_reduce(m)
+    torch.testing.assert_close(m, sum(torch.arange(6.0).view(2, 3) + r for r in range(world)).t())
+
+    # The Work of an async call is complete and its future holds the outputs (DDP needs this).
+    t = _data(rank)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.is_completed() and work.wait()
+    (fut_out,) = work.get_future().wait()
+    torch.testing.assert_close(fut_out, golden[dist.ReduceOp.SUM])
+
+    # all_gather with different sizes per rank, and all_gather_into_tensor.
+    outs = [torch.zeros(2 + r, dtype=torch.int64) for r in range(world)]
+    dist.all_gather(outs, torch.arange(2 + rank, dtype=torch.int64) + 10 * rank)
+    for r in range(world):
+        assert torch.equal(outs[r], torch.arange(2 + r, dtype=torch.int64) + 10 * r)
+    flat = torch.empty(world * 5)
+    dist.all_gather_into_tensor(flat, _data(rank))
+    assert torch.equal(flat, torch.cat(others))
+
+    # reduce_scatter: list with uneven sizes, and the tensor form.
+    sizes = [1 + r for r in range(world)]
+    ins = [torch.full((sizes[j],), float(rank + j)) for j in range(world)]
+    out = torch.empty(sizes[rank])
+    dist.reduce_scatter(out, ins)
+    assert torch.equal(out, torch.full((sizes[rank],), float(sum(r + rank for r in range(world)))))
+    big = torch.arange(world * 4, dtype=torch.float32) * (rank + 1)
+    part = torch.empty(4)
+    dist.reduce_scatter_tensor(part, big)
+    full = sum(torch.arange(world * 4, dtype=torch.float32) * (r + 1) for r in range(world))
+    assert torch.equal(part, full[rank * 4:(rank + 1) * 4])
+
+    # all_to_all_single: even, and uneven (rank r sends j+1 rows of width 2 to rank j).
+    src = torch.arange(world * 2.0) + 100 * rank
+    dst = torch.empty(world * 2)
+    dist.all_to_all_single(dst, src)
+    assert torch.equal(dst, torch.cat([torch.arange(rank * 2.0, rank * 2 + 2) + 100 * j
+                                       for j in range(world)]))
+    in_splits = [j + 1 for j in range(world)]
+    src = torch.cat([torch.full((j + 1, 2), float(10 * rank + j)) for j in range(world)])
+    dst = torch.empty((rank + 1) * world, 2)
+    dist.all_to_all_single(dst, src, [rank + 1] * world, in_splits)
+    assert torch.equal(dst, torch.cat([torch.full((rank + 1, 2), float(10 * j + rank))
+                                       for j in range(world)]))
+    # all_to_all (lists, sizes per pair).
+    ins = [torch.full((rank + j + 1,), float(rank * 10 + j)) for j in range(world)]
+    outs = [torch.empty(j + rank + 1) for j in range(world)]
+    dist.all_to_all(outs, ins)
+    for j in range(world):
+        assert torch.equal(outs[j], torch.full((j + rank + 1,), float(j * 10 + rank)))
+
+    # Rooted collectives.
+    t = _data(rank)
+    dist.broadcast(t, src=2)
+    assert torch.equal(t, others[2])
+    t = _data(rank)
+    dist.reduce(t, dst=1, op=dist.ReduceOp.MAX)
+    if rank == 1:
+        assert torch.equal(t, golden[dist.ReduceOp.MAX])
+    else:
+        assert torch.equal(t, _data(rank))
+    gl = [torch.empty(5) for _ in range(world)] if rank == 0 else None
+    dist.gather(_data(rank), gl, dst=0)
+    if rank == 0:
+        assert all(torch.equal(gl[r], others[r]) for r in range(world))
+    out = torch.empty(3)
+    dist.scatter(out, [torch.full((3,), float(r)) for r in range(world)] if rank == 1 else None,
+                 src=1)
+    assert torch.equal(out, torch.full((3,), float(rank)))
+    dist.barrier()
+
+    # Point to point around the ring.
+    right, left = (rank + 1) % world, (rank - 1) % world
+    got = torch.empty(4, dtype=torch.float64)
+    if rank % 2 == 0:
+        dist.send(torch.full((4,), rank, dtype=torch.float64), right)
+        dist.recv(got, left)
+    else:
+        dist.recv(got, left)
+        dist.send(torch.full((4,), rank, dtype=torch.float64), right)
+    assert torch.equal(got, torch.full((4,), left, dtype=torch.float64))
+
+    # Coalesced variants, as functional collectives issue them.
+    import torch.distributed._functional_collectives as funcol
+    a, b = _data(rank), _data(rank, n=3)
+    ra, rb = funcol.all_reduce_coalesced([a, b], "sum", dist.group.WORLD)
+    torch.testing.assert_close(ra, golden[dist.ReduceOp.SUM])
+    torch.testing.assert_close(rb, sum(_data(r, n=3) for r in range(world)))
+    ga, gb = funcol.all_gather_into_tensor_coalesced([a, b], dist.group.WORLD)
+    assert torch.equal(ga, torch.cat(others))
+    assert torch.equal(gb, torch.cat([_data(r, n=3) for r in range(world)]))
+    sa, = funcol.reduce_scatter_tensor_coalesced([torch.arange(world * 2.0)], "sum", [0],
+                                                 dist.group.WORLD)
+    assert torch.equal(sa, world * torch.arange(rank * 2.0, rank * 2 + 2))
+
+    # Reductions on a dtype lccl cannot reduce fail on every rank with a message, never hang.
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.bool))
+    except RuntimeError as e:
+        assert "reductions support" in str(e), e
+    else:
+        raise AssertionError("bool allreduce did not raise")
+
+
+def _subgroups(ctx):
+    rank = ctx.rank
+    # Two overlapping sub-groups, each with its own communicator; every rank creates both.
+    g02 = dist.new_group([0, 2], backend="collops")
+    g12 = dist.new_group([1, 2], backend="collops")
+    if rank in (0, 2):
+        t = torch.full((4,), float(rank + 1))
+        dist.all_reduce(t, group=g02)
+        assert torch.equal(t, torch.full((4,), 4.0)), t
+        t = torch.full((2,), float(rank))
+        dist.broadcast(t, src=2, group=g02)
+        assert torch.equal(t, torch.full((2,), 2.0))
+    if rank in (1, 2):
+        outs = [torch.empty(1 + i) for i in range(2)]
+        dist.all_gather(outs, torch.full((1 + dist.get_rank(g12),), float(rank)), group=g12)
+        assert torch.equal(outs[0], torch.tensor([1.0])) and torch.equal(outs[1],
+                                                                         torch.tensor([2.0, 2.0]))
+    t = torch.ones(3)
+    dist.all_reduce(t)  # the world group still works after the sub-groups ran
+    assert torch.equal(t, torch.full((3,), 3.0))
+    return dist.get_backend(g12 if rank == 1 else g02)
+
+
+def _job(ctx):
+    _collectives(ctx)
+    return _subgroups(ctx)
+
+
+def test_c10d_backend_collectives_and_subgroups():
+    assert run_group_job(WORLD, _job) == ["collops"] * WORLD
+
+
+def _mixed(ctx):
+    # "cpu:collops" in a device-mapped backend string selects collops for CPU tensors.
+    t = torch.full((3,), float(ctx.rank))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), 1.0))
+    return str(dist.get_backend())
+
+
+def test_c10d_backend_device_string():
+    assert run_group_job(2, _mixed, backend="cpu:collops")[0] == "cpu:collops"
