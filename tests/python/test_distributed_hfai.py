@@ -1,0 +1,90 @@
+"""collops.distributed (hfai.distributed's API): seed 002's examples reproduced exactly, uneven
+tensor helpers, pairwise_apply with differing shapes, and the Store-backed object collectives."""
+import torch
+import torch.distributed as dist
+
+from c10d_ranks import run_group_job
+
+
+def _seed_all_gather(ctx):
+    # Seed 002, verbatim (2 ranks).
+    import collops.distributed as cdist
+
+    rank = ctx.rank
+    tensor_list = [torch.zeros(2 + i, dtype=torch.int64) for i in range(2)]
+    tensor = torch.arange(2 + rank, dtype=torch.int64) + 1 + 2 * rank
+    cdist.all_gather(tensor_list, tensor)
+    return [t.tolist() for t in tensor_list]
+
+
+def test_seed_uneven_all_gather():
+    assert run_group_job(2, _seed_all_gather) == [[[1, 2], [3, 4, 5]]] * 2
+
+
+def _four_ranks(ctx):
+    import collops.distributed as cdist
+
+    rank, world = ctx.rank, ctx.world_size
+    out = {}
+    # Seed 002's pairwise_apply: f = x + y, x = ones(1) * rank, 4 ranks.
+    x = torch.ones(1) * rank
+    out["pairwise"] = [t.item() for t in cdist.pairwise_apply(lambda a, b: a + b, x)]
+    # Shapes that differ per rank (same number of dims), extra args.
+    y = torch.full((rank + 1, 2), float(rank))
+    res = cdist.pairwise_apply(lambda a, b, k: torch.cat([a, b]) * k, y, args=(2,))
+    for j, r in enumerate(res):
+        assert torch.equal(r, torch.cat([y, torch.full((j + 1, 2), float(j))]) * 2)
+    same = cdist.pairwise_apply(torch.sub, torch.full((3,), float(rank)), equal_size=True)
+    assert [t.tolist() for t in same] == [[float(rank - j)] * 3 for j in range(world)]
+
+    # Uneven reduce_scatter (list form): input_list[j] has j+1 elements.
+    ins = [torch.full((j + 1,), float(rank + 1)) for j in range(world)]
+    o = torch.empty(rank + 1)
+    cdist.reduce_scatter(o, ins)
+    assert torch.equal(o, torch.full((rank + 1,), float(sum(range(1, world + 1)))))
+    # Equal sizes take torch's own path (async_op allowed).
+    ins = [torch.full((2,), float(rank)) for _ in range(world)]
+    o = torch.empty(2)
+    cdist.reduce_scatter(o, ins, async_op=True).wait()
+    assert torch.equal(o, torch.full((2,), float(sum(range(world)))))
+
+    # torch_npu's tensor forms: rank r contributes r+1 rows.
+    splits = [r + 1 for r in range(world)]
+    gathered = torch.empty(sum(splits), 2)
+    cdist.all_gather_into_tensor_uneven(gathered, torch.full((rank + 1, 2), float(rank)), splits)
+    assert torch.equal(gathered, torch.cat([torch.full((r + 1, 2), float(r))
+                                            for r in range(world)]))
+    part = torch.empty(rank + 1, 2)
+    cdist.reduce_scatter_tensor_uneven(part, torch.arange(sum(splits) * 2.0).view(-1, 2), splits,
+                                       op=dist.ReduceOp.MAX)
+    start = sum(splits[:rank])
+    assert torch.equal(part, torch.arange(sum(splits) * 2.0).view(-1, 2)[start:start + rank + 1])
+    even = torch.empty(2)
+    cdist.reduce_scatter_tensor_uneven(even, torch.ones(2 * world))
+    assert torch.equal(even, torch.full((2,), float(world)))
+
+    # Object collectives over the store.
+    cdist.barrier()
+    objs = [{"from": rank}] if rank == 2 else [None]
+    cdist.broadcast(objs, src=2)
+    assert objs == [{"from": 2}]
+    gl = [] if rank == 0 else None
+    cdist.gather(("rank", rank), gl, dst=0)
+    if rank == 0:
+        assert gl == [("rank", r) for r in range(world)]
+    cdist.barrier()
+    try:
+        cdist.all_gather([torch.empty(1), torch.empty(2), torch.empty(1), torch.empty(1)],
+                         torch.empty(1 if rank != 1 else 2), async_op=True)
+    except ValueError as e:
+        assert "equal sizes" in str(e)
+    else:
+        raise AssertionError("uneven async all_gather did not raise")
+    return out
+
+
+def test_four_ranks_pairwise_uneven_and_objects():
+    results = run_group_job(4, _four_ranks)
+    # Seed 002: rank r gets [r, r+1, r+2, r+3].
+    assert [r["pairwise"] for r in results] == [[float(r + j) for j in range(4)]
+                                               for r in range(4)]
