@@ -33,6 +33,15 @@ std::shared_ptr<Communicator> CommunicatorPool::Get(const CommParam& param) {
   return comm;
 }
 
+std::shared_ptr<Communicator> CommunicatorPool::Find(const CommParam& param) {
+  if (param.comm != nullptr) return Get(param);
+  const Key key{ResolveBackend(param), param.commDomain, param.rankSize, param.rank,
+                static_cast<int>(param.commMode)};
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = communicators_.find(key);
+  return (it != communicators_.end() && !it->second->Broken()) ? it->second : nullptr;
+}
+
 void CommunicatorPool::Clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   communicators_.clear();

@@ -18,6 +18,7 @@ bool InSet(DataType dtype, DtypeSet set) {
     case DtypeSet::kCounts:
       return dtype == ACL_INT64;
     case DtypeSet::kAny:
+    case DtypeSet::kShapeOnly:
       return DataTypeSize(dtype) != 0;
   }
   return false;
@@ -29,7 +30,8 @@ const char* SetDescription(DtypeSet set) {
     case DtypeSet::kMovable:
       return "int8, int16, int32, int64, float16, bfloat16, float32, uint8, float64, bool";
     case DtypeSet::kCounts: return "int64";
-    case DtypeSet::kAny: return "any dtype";
+    case DtypeSet::kAny:
+    case DtypeSet::kShapeOnly: return "any dtype";
   }
   return "?";
 }
@@ -97,8 +99,9 @@ void OperationBase::CheckTensors(const std::vector<Tensor>& tensors,
            ") has dataSize ", t.dataSize, " but shape ", DimsToString(t.desc.shape), " of ",
            DataTypeName(t.desc.dtype), " needs ", bytes, " bytes");
     }
-    const bool hostCountsOnly = specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr;
-    if (bytes > 0 && t.deviceData == nullptr && !hostCountsOnly) {
+    const bool dataNotNeeded = specs[i].dtypes == DtypeSet::kShapeOnly ||
+                               (specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr);
+    if (bytes > 0 && t.deviceData == nullptr && !dataNotNeeded) {
       Fail(ERROR_INVALID_TENSOR_ADDR, name_, ": ", role, "[", i, "] (", specs[i].name,
            ") has no data (deviceData is null)");
     }
@@ -146,17 +149,42 @@ void OperationBase::AcquireCommunicator(Context* context) {
   comm_ = ctx.Communicators().Get(commParam_);
 }
 
+template <class Body>
+void OperationBase::RunSharingFailure(Context* context, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    // Only through a communicator that exists already: creating one just to report an error
+    // would make a lone rank wait for a rendezvous. Peers of a rank that fails before its first
+    // communicator exists see ERROR_TIMEOUT naming it (documented in docs/operations.md).
+    if (IsCollective()) {
+      try {
+        Context& ctx = context != nullptr ? *context : DefaultContext();
+        std::shared_ptr<Communicator> comm =
+            (comm_ != nullptr && !comm_->Broken()) ? comm_ : ctx.Communicators().Find(commParam_);
+        if (comm != nullptr) ShareLocalFailure(*comm, name_, e.status());
+      } catch (const Error&) {
+        // Nobody to tell; our own error stands.
+      }
+    }
+    throw;
+  }
+}
+
 Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceSize,
                             Context* context) {
   return Guarded([&] {
     setUp_ = false;
-    CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
-    std::vector<TensorSpec> outSpecs = OutputSpecs();
-    for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference below
-    CheckTensors(variantPack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
-    CheckOutputsMatchInferred(variantPack);
-    PrepareImpl(variantPack);
-    const uint64_t size = WorkspaceSizeImpl(variantPack);
+    uint64_t size = 0;
+    RunSharingFailure(context, [&] {
+      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+      std::vector<TensorSpec> outSpecs = OutputSpecs();
+      for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference
+      CheckTensors(variantPack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+      CheckOutputsMatchInferred(variantPack);
+      PrepareImpl(variantPack);
+      size = WorkspaceSizeImpl(variantPack);
+    });
     AcquireCommunicator(context);
     setupDescs_.clear();
     for (const auto& t : variantPack.inTensors) setupDescs_.push_back(t.desc);
@@ -173,25 +201,29 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
     if (!setUp_) {
       Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_, ": Execute needs a successful Setup first");
     }
-    std::vector<TensorDesc> descs;
-    for (const auto& t : variantPack.inTensors) descs.push_back(t.desc);
-    for (const auto& t : variantPack.outTensors) descs.push_back(t.desc);
-    if (descs != setupDescs_) {
-      Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
-           ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
-    }
-    CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
-    if (workspaceSize < setupWorkspaceSize_) {
-      Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
-           " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");
-    }
-    if (setupWorkspaceSize_ > 0 && workspace == nullptr) {
-      Fail(ERROR_INVALID_WORKSPACE_ADDR, name_, ": workspace is null but Setup asked for ",
-           setupWorkspaceSize_, " bytes");
-    }
-    PrepareImpl(variantPack);
+    CallSignature signature;
+    RunSharingFailure(context, [&] {
+      std::vector<TensorDesc> descs;
+      for (const auto& t : variantPack.inTensors) descs.push_back(t.desc);
+      for (const auto& t : variantPack.outTensors) descs.push_back(t.desc);
+      if (descs != setupDescs_) {
+        Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
+             ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
+      }
+      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM,
+                   "inTensors");
+      if (workspaceSize < setupWorkspaceSize_) {
+        Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
+             " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");
+      }
+      if (setupWorkspaceSize_ > 0 && workspace == nullptr) {
+        Fail(ERROR_INVALID_WORKSPACE_ADDR, name_, ": workspace is null but Setup asked for ",
+             setupWorkspaceSize_, " bytes");
+      }
+      PrepareImpl(variantPack);
+      signature = SignatureImpl(variantPack);
+    });
     AcquireCommunicator(context);
-    const CallSignature signature = SignatureImpl(variantPack);
     if (!signature.opName.empty()) VerifyAgreement(*comm_, signature);
     ExecuteImpl(variantPack, workspace, workspaceSize, *comm_);
   });

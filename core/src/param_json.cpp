@@ -7,11 +7,26 @@
 namespace collops {
 namespace {
 
-/// Short rendering of a JSON value for messages: long values are cut.
+/// dump() that never throws: bytes that are not UTF-8 (C++ callers can pass such strings; text
+/// input cannot hold them) are replaced.
+std::string SafeDump(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string Cut(std::string text) { return text.size() > 60 ? text.substr(0, 57) + "..." : text; }
+
+/// Short rendering of a JSON value for messages. Containers are summarised one level deep:
+/// dump() recurses once per nesting level, so a deeply nested param would overflow the stack.
 std::string Show(const nlohmann::json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
+  if (!value.is_structured()) return Cut(SafeDump(value));
+  std::string text = value.is_array() ? "[" : "{";
+  for (auto it = value.begin(); it != value.end() && text.size() <= 60; ++it) {
+    if (it != value.begin()) text += ",";
+    if (value.is_object()) text += SafeDump(nlohmann::json(it.key())) + ":";
+    text += it->is_structured() ? (it->is_array() ? "[...]" : "{...}") : SafeDump(*it);
+  }
+  text += value.is_array() ? "]" : "}";
+  return Cut(text);
 }
 
 }  // namespace

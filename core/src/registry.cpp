@@ -64,6 +64,10 @@ Status CreateOperation(const std::string& opName, const std::string& paramJson, 
     SetLastErrorMessage(Concat(opName, ": params are not valid JSON (at byte ", e.byte,
                                "): ", e.what()));
     return ERROR_INVALID_PARAM;
+  } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number such as 1e400
+    if (op != nullptr) *op = nullptr;
+    SetLastErrorMessage(Concat(opName, ": params are not valid JSON: ", e.what()));
+    return ERROR_INVALID_PARAM;
   }
   return CreateOperation(opName, param, op);
 }

@@ -15,6 +15,8 @@ struct WireHeader {
   int32_t root;
   int64_t count;
   int64_t hasCounts;
+  int32_t failedStatus;
+  int32_t unused;
 };
 
 uint64_t HashName(const std::string& name) {  // FNV-1a: stable across processes and builds
@@ -43,6 +45,7 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   header.root = mine.root;
   header.count = mine.count;
   header.hasCounts = hasCounts ? 1 : 0;
+  header.failedStatus = mine.failedStatus;
   std::memcpy(record.data(), &header, sizeof header);
   if (hasCounts) {
     std::memcpy(record.data() + sizeof header, mine.sendCounts.data(), countsBytes / 2);
@@ -61,6 +64,12 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   };
   // Every rank scans the same gathered records in the same order, so all report the same first
   // disagreement.
+  for (int r = 0; r < size; ++r) {
+    if (headers[r].failedStatus != 0) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": rank ", r, " failed its own checks for this call (",
+           StatusName(headers[r].failedStatus), "); its error message says why");
+    }
+  }
   for (int r = 1; r < size; ++r) {
     const WireHeader& a = headers[0];
     const WireHeader& b = headers[r];
@@ -93,6 +102,18 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
              expected, " from rank ", i, " (", mine.recvField, ")");
       }
     }
+  }
+}
+
+void ShareLocalFailure(Communicator& comm, const std::string& opName, Status status) {
+  CallSignature failed;
+  failed.opName = opName;
+  failed.failedStatus = status == NO_ERROR ? ERROR_INTERNAL_ERROR : status;
+  try {
+    VerifyAgreement(comm, failed);
+  } catch (const Error&) {
+    // Expected (our own record fails the check) or the peers are gone: either way the caller's
+    // own error is the one to report.
   }
 }
 

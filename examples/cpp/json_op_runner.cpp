@@ -9,6 +9,8 @@
 //    "ranks": [{"param": {...this rank's params...},
 //               "inputs": [{"dtype": "int64", "shape": [2, 4], "data": [...]}, ...]}, ...]}
 // "rank", "rankSize" and "commMode": 1 are filled in for each rank.
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -116,7 +118,8 @@ std::string Render(const OwnedTensor& t) {
 std::string RunRank(const json& spec, int rank, int rankSize) {
   const json& rankSpec = spec.at("ranks").at(rank);
   json param = spec.value("param", json::object());
-  for (const auto& item : rankSpec.value("param", json::object()).items()) {
+  const json rankParam = rankSpec.value("param", json::object());
+  for (const auto& item : rankParam.items()) {
     param[item.key()] = item.value();
   }
   param["rank"] = rank;

@@ -29,7 +29,7 @@ std::vector<TensorSpec> AllGatherVOperation::InputSpecs() const {
           {"sendCount", DtypeSet::kCounts},
           {"recvCounts", DtypeSet::kCounts},
           {"rdispls", DtypeSet::kCounts},
-          {"y_shape", DtypeSet::kAny}};
+          {"y_shape", DtypeSet::kShapeOnly}};
 }
 
 std::vector<TensorSpec> AllGatherVOperation::OutputSpecs() const {

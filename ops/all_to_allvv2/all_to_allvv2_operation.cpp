@@ -25,7 +25,7 @@ AllToAllVV2Operation::AllToAllVV2Operation(const AllToAllVV2Param& param)
 std::vector<TensorSpec> AllToAllVV2Operation::InputSpecs() const {
   return {{"x", DtypeSet::kMovable},      {"sendCounts", DtypeSet::kCounts},
           {"sdispls", DtypeSet::kCounts}, {"recvCounts", DtypeSet::kCounts},
-          {"rdispls", DtypeSet::kCounts}, {"tensorForInferShape", DtypeSet::kAny}};
+          {"rdispls", DtypeSet::kCounts}, {"tensorForInferShape", DtypeSet::kShapeOnly}};
 }
 
 std::vector<TensorSpec> AllToAllVV2Operation::OutputSpecs() const {

@@ -60,7 +60,7 @@ std::vector<TensorSpec> ReduceScatterVOperation::InputSpecs() const {
           {"sendCounts", DtypeSet::kCounts},
           {"sdispls", DtypeSet::kCounts},
           {"recvCount", DtypeSet::kCounts},
-          {"y_shape", DtypeSet::kAny}};
+          {"y_shape", DtypeSet::kShapeOnly}};
 }
 
 std::vector<TensorSpec> ReduceScatterVOperation::OutputSpecs() const {

@@ -22,6 +22,9 @@ class CommunicatorPool {
   /// The communicator `param` names: param.comm when the caller gave one (never freed), else a
   /// cached or newly created one. Throws Error.
   std::shared_ptr<Communicator> Get(const CommParam& param);
+  /// The communicator Get() would return, if it exists already and is not broken; else null.
+  /// Never creates one (creating waits for the other ranks).
+  std::shared_ptr<Communicator> Find(const CommParam& param);
   /// Drops every cached communicator (they are freed when no operation holds them any more).
   void Clear();
 

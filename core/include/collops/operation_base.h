@@ -21,7 +21,9 @@ enum class DtypeSet {
   kMovable,    ///< data movement: the 7 reducible dtypes plus uint8, float64, bool
   kReducible,  ///< int8, int16, int32, int64, float16, bfloat16, float32
   kCounts,     ///< int64 host counts
-  kAny,        ///< any known dtype (shape carriers such as tensorForInferShape)
+  kAny,        ///< any known dtype
+  kShapeOnly,  ///< any known dtype; only the shape is read, so the data may be absent (ATB's
+               ///< infer-shape carriers: tensorForInferShape, y_shape)
 };
 
 struct TensorSpec {
@@ -59,6 +61,9 @@ class OperationBase : public Operation {
   /// What this rank is about to do, for the cross-rank agreement check. A signature with an
   /// empty opName skips the check (Send and Recv: the communicator checks the pair itself).
   virtual CallSignature SignatureImpl(const VariantPack& pack) const = 0;
+  /// False for point-to-point ops (Send, Recv): they have no all-rank signature exchange in
+  /// which a failing rank could tell its peers.
+  virtual bool IsCollective() const { return true; }
   /// Moves the data. The communicator has Size() == rankSize and Rank() == rank.
   virtual void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                            Communicator& comm) = 0;
@@ -86,6 +91,10 @@ class OperationBase : public Operation {
                   Status countStatus, const char* role) const;
   void CheckOutputsMatchInferred(const VariantPack& pack) const;
   void AcquireCommunicator(Context* context);
+  /// Runs a rank-local step; if it throws, a collective op first tells its peers through the
+  /// signature exchange they are about to enter, so they fail at once instead of timing out.
+  template <class Body>
+  void RunSharingFailure(Context* context, Body&& body);
 
   std::string name_;
   CommParam commParam_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collops/communicator.h"
+#include "collops/status.h"
 #include "collops/tensor.h"
 
 namespace collops {
@@ -19,13 +20,21 @@ struct CallSignature {
   int64_t count = -1;                 ///< element count every rank must agree on; -1 = unchecked
   std::vector<int64_t> sendCounts;    ///< elements this rank sends to rank j; empty = unchecked
   std::vector<int64_t> recvCounts;    ///< elements this rank expects from rank j
+  /// Nonzero when this rank failed its own checks for this call (the Status it failed with): it
+  /// still takes part in the exchange so its peers fail at once instead of waiting for it.
+  int32_t failedStatus = 0;
   std::string sendField = "sendCounts";  ///< param names used in the mismatch message
   std::string recvField = "recvCounts";
 };
 
 /// Exchanges `mine` with every rank of `comm` (one AllGatherBytes) and throws
 /// Error(ERROR_RANK_MISMATCH) when any two ranks disagree; the message names both ranks and both
-/// values and is identical on every rank.
+/// values and is identical on every rank. When some rank's record carries failedStatus, every
+/// rank throws ERROR_RANK_MISMATCH naming the lowest such rank and its Status.
 void VerifyAgreement(Communicator& comm, const CallSignature& mine);
+
+/// For a rank whose own checks failed: tells the peers (one exchange) so they fail fast, and
+/// swallows what the exchange reports; the caller then rethrows its own error.
+void ShareLocalFailure(Communicator& comm, const std::string& opName, Status status);
 
 }  // namespace collops
