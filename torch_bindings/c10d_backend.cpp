@@ -50,8 +50,8 @@ class CompletedWork final : public c10d::Work {
  public:
   CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
       : Work(rank, type), outputs_(std::move(outputs)) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()));
+    future_ =
+        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
     future_->markCompleted(c10::IValue(outputs_));
   }
   bool isCompleted() override { return true; }
@@ -68,16 +68,25 @@ class CompletedWork final : public c10d::Work {
 // Reduction dtypes map to collops' ACL numbering; anything else is only ever moved as bytes.
 DataType ReduceDtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ACL_FLOAT;
-    case at::kHalf: return ACL_FLOAT16;
-    case at::kBFloat16: return ACL_BF16;
-    case at::kChar: return ACL_INT8;
-    case at::kShort: return ACL_INT16;
-    case at::kInt: return ACL_INT32;
-    case at::kLong: return ACL_INT64;
+    case at::kFloat:
+      return ACL_FLOAT;
+    case at::kHalf:
+      return ACL_FLOAT16;
+    case at::kBFloat16:
+      return ACL_BF16;
+    case at::kChar:
+      return ACL_INT8;
+    case at::kShort:
+      return ACL_INT16;
+    case at::kInt:
+      return ACL_INT32;
+    case at::kLong:
+      return ACL_INT64;
     default:
-      TORCH_CHECK(false, "collops backend: reductions support int8, int16, int32, int64, float16, "
-                  "bfloat16 and float32, not ", t.scalar_type());
+      TORCH_CHECK(false,
+                  "collops backend: reductions support int8, int16, int32, int64, float16, "
+                  "bfloat16 and float32, not ",
+                  t.scalar_type());
   }
 }
 
@@ -85,13 +94,19 @@ DataType ReduceDtype(const at::Tensor& t) {
 ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::AVG: return ReduceOp::kSum;
-    case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
-    case c10d::ReduceOp::MIN: return ReduceOp::kMin;
-    case c10d::ReduceOp::MAX: return ReduceOp::kMax;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
     default:
-      TORCH_CHECK(false, "collops backend: ", what, " supports SUM, AVG, PRODUCT, MIN and MAX, "
-                  "not reduce op ", static_cast<int>(op.op_));
+      TORCH_CHECK(false, "collops backend: ", what,
+                  " supports SUM, AVG, PRODUCT, MIN and MAX, "
+                  "not reduce op ",
+                  static_cast<int>(op.op_));
   }
 }
 
@@ -196,7 +211,7 @@ class CollopsBackend final : public c10d::Backend {
 
   // Every rank reduces (one AllReduce into scratch); only the root keeps the result.
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
-                                         const c10d::ReduceOptions& opts) override {
+                                        const c10d::ReduceOptions& opts) override {
     return Run(c10d::OpType::REDUCE, tensors, [&] {
       for (auto& t : tensors) {
         at::Tensor scratch = t.contiguous().clone();
@@ -210,16 +225,17 @@ class CollopsBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions&) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "collops backend: allgather needs one output "
+    TORCH_CHECK(outputs.size() == inputs.size(),
+                "collops backend: allgather needs one output "
                 "list per input tensor");
     return Run(c10d::OpType::ALLGATHER, Flatten(outputs), [&] {
       for (size_t k = 0; k < inputs.size(); ++k) AllGatherList(outputs[k], inputs[k]);
     });
   }
 
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
     return allgather(outputs, inputs, opts);
   }
 
@@ -246,8 +262,8 @@ class CollopsBackend final : public c10d::Backend {
       AllGatherFlat(all, in);
       if (getRank() != opts.rootRank) return;
       auto& outs = outputs.at(0);
-      TORCH_CHECK(static_cast<int>(outs.size()) == getSize(),
-                  "collops backend: gather needs ", getSize(), " outputs on the root");
+      TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collops backend: gather needs ",
+                  getSize(), " outputs on the root");
       for (int i = 0; i < getSize(); ++i) {
         outs[i].copy_(all.narrow(0, i * in.numel(), in.numel()).view(outs[i].sizes()));
       }
@@ -286,11 +302,14 @@ class CollopsBackend final : public c10d::Backend {
     return Run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
       for (size_t k = 0; k < outputs.size(); ++k) {
         auto& ins = inputs.at(k);
-        TORCH_CHECK(static_cast<int>(ins.size()) == getSize(), "collops backend: "
-                    "reduce_scatter needs ", getSize(), " inputs, got ", ins.size());
+        TORCH_CHECK(static_cast<int>(ins.size()) == getSize(),
+                    "collops backend: "
+                    "reduce_scatter needs ",
+                    getSize(), " inputs, got ", ins.size());
         std::vector<int64_t> counts, displs;
-        for (auto& t : ins) TORCH_CHECK(t.scalar_type() == outputs[k].scalar_type(),
-                                        "collops backend: reduce_scatter dtypes differ");
+        for (auto& t : ins)
+          TORCH_CHECK(t.scalar_type() == outputs[k].scalar_type(),
+                      "collops backend: reduce_scatter dtypes differ");
         at::Tensor packed = Pack(ins, &counts, &displs);
         const int64_t es = outputs[k].element_size();
         for (auto& c : counts) c /= es;
@@ -339,7 +358,7 @@ class CollopsBackend final : public c10d::Backend {
                                           const c10d::AllToAllOptions&) override {
     return Run(c10d::OpType::ALLTOALL, outputs, [&] {
       TORCH_CHECK(static_cast<int>(inputs.size()) == getSize() &&
-                  static_cast<int>(outputs.size()) == getSize(),
+                      static_cast<int>(outputs.size()) == getSize(),
                   "collops backend: alltoall needs ", getSize(), " inputs and outputs");
       std::vector<int64_t> sc, sd, rc, rd;
       at::Tensor in = Pack(inputs, &sc, &sd);
@@ -369,9 +388,8 @@ class CollopsBackend final : public c10d::Backend {
                                       int /*tag*/) override {
     return Run(c10d::OpType::RECV, tensors, [&] {
       for (auto& t : tensors) {
-        InPlace(t, "recv", [&](at::Tensor& c) {
-          Comm().Recv(c.data_ptr(), NumBytes(c), ACL_INT8, src);
-        });
+        InPlace(t, "recv",
+                [&](at::Tensor& c) { Comm().Recv(c.data_ptr(), NumBytes(c), ACL_INT8, src); });
       }
     });
   }
@@ -445,8 +463,10 @@ class CollopsBackend final : public c10d::Backend {
   void AllGatherFlat(at::Tensor& output, const at::Tensor& input) {
     CheckCpu(input, "allgather");
     at::Tensor in = input.contiguous();
-    TORCH_CHECK(output.numel() == in.numel() * getSize(), "collops backend: all_gather_into_tensor "
-                "output has ", output.numel(), " elements, expected ", in.numel() * getSize());
+    TORCH_CHECK(output.numel() == in.numel() * getSize(),
+                "collops backend: all_gather_into_tensor "
+                "output has ",
+                output.numel(), " elements, expected ", in.numel() * getSize());
     std::vector<int64_t> counts(getSize(), NumBytes(in)), displs(getSize());
     for (int i = 0; i < getSize(); ++i) displs[i] = i * NumBytes(in);
     InPlace(output, "all_gather_into_tensor", [&](at::Tensor& c) {
@@ -456,8 +476,9 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   // counts/displs in elements of `output`'s dtype.
-  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in, const std::vector<int64_t>& counts,
-                        const std::vector<int64_t>& displs, const c10d::ReduceOp& op) {
+  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
+                        const std::vector<int64_t>& counts, const std::vector<int64_t>& displs,
+                        const c10d::ReduceOp& op) {
     const ReduceOp cop = ToCollopsOp(op, "reduce_scatter");
     const DataType dtype = ReduceDtype(output);
     TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
@@ -471,9 +492,10 @@ class CollopsBackend final : public c10d::Backend {
 
   void ReduceScatterFlat(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
     CheckCpu(input, "reduce_scatter_tensor");
-    TORCH_CHECK(input.numel() == output.numel() * getSize(), "collops backend: "
-                "reduce_scatter_tensor input has ", input.numel(), " elements, expected ",
-                output.numel() * getSize());
+    TORCH_CHECK(input.numel() == output.numel() * getSize(),
+                "collops backend: "
+                "reduce_scatter_tensor input has ",
+                input.numel(), " elements, expected ", output.numel() * getSize());
     std::vector<int64_t> counts(getSize(), output.numel()), displs(getSize());
     for (int i = 0; i < getSize(); ++i) displs[i] = i * output.numel();
     ReduceScatterOne(output, input.contiguous(), counts, displs, op);

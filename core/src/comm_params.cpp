@@ -9,12 +9,12 @@ void ValidateCommParam(const std::string& opName, const CommParam& p) {
     Fail(ERROR_INVALID_PARAM, opName, ": rankSize = ", p.rankSize, " must be > 0");
   }
   if (p.rank < 0 || p.rank >= p.rankSize) {
-    Fail(ERROR_INVALID_PARAM, opName, ": rank = ", p.rank, " must be in [0, rankSize = ",
-         p.rankSize, ")");
+    Fail(ERROR_INVALID_PARAM, opName, ": rank = ", p.rank,
+         " must be in [0, rankSize = ", p.rankSize, ")");
   }
   if (p.rankRoot < 0 || p.rankRoot >= p.rankSize) {
-    Fail(ERROR_INVALID_PARAM, opName, ": rankRoot = ", p.rankRoot, " must be in [0, rankSize = ",
-         p.rankSize, ")");
+    Fail(ERROR_INVALID_PARAM, opName, ": rankRoot = ", p.rankRoot,
+         " must be in [0, rankSize = ", p.rankSize, ")");
   }
   if (p.backend != "hccl" && p.backend != "lccl" && p.backend != "mpi" && p.backend != "c10d") {
     Fail(ERROR_INVALID_PARAM, opName, ": backend = \"", p.backend,

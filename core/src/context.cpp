@@ -25,8 +25,8 @@ std::shared_ptr<Communicator> CommunicatorPool::Get(const CommParam& param) {
   // need this same pool meanwhile.
   std::shared_ptr<Communicator> comm = CreateCommunicator(param);
   if (comm->Size() != param.rankSize || comm->Rank() != param.rank) {
-    Fail(ERROR_INTERNAL_ERROR, "backend ", comm->BackendName(), " made rank ", comm->Rank(),
-         " of ", comm->Size(), " for rank ", param.rank, " of ", param.rankSize);
+    Fail(ERROR_INTERNAL_ERROR, "backend ", comm->BackendName(), " made rank ", comm->Rank(), " of ",
+         comm->Size(), " for rank ", param.rank, " of ", param.rankSize);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   communicators_[key] = comm;

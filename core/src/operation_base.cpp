@@ -26,12 +26,15 @@ bool InSet(DataType dtype, DtypeSet set) {
 
 const char* SetDescription(DtypeSet set) {
   switch (set) {
-    case DtypeSet::kReducible: return "int8, int16, int32, int64, float16, bfloat16, float32";
+    case DtypeSet::kReducible:
+      return "int8, int16, int32, int64, float16, bfloat16, float32";
     case DtypeSet::kMovable:
       return "int8, int16, int32, int64, float16, bfloat16, float32, uint8, float64, bool";
-    case DtypeSet::kCounts: return "int64";
+    case DtypeSet::kCounts:
+      return "int64";
     case DtypeSet::kAny:
-    case DtypeSet::kShapeOnly: return "any dtype";
+    case DtypeSet::kShapeOnly:
+      return "any dtype";
   }
   return "?";
 }
@@ -50,9 +53,7 @@ OperationBase::OperationBase(std::string name, const CommParam& commParam)
 uint32_t OperationBase::GetInputNum() const { return InputSpecs().size(); }
 uint32_t OperationBase::GetOutputNum() const { return OutputSpecs().size(); }
 
-std::string OperationBase::Where() const {
-  return Concat(name_, " (rank ", commParam_.rank, ")");
-}
+std::string OperationBase::Where() const { return Concat(name_, " (rank ", commParam_.rank, ")"); }
 
 void OperationBase::CheckDescs(const std::vector<TensorDesc>& descs,
                                const std::vector<TensorSpec>& specs, Status countStatus,
@@ -210,8 +211,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
         Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
              ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
       }
-      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM,
-                   "inTensors");
+      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
       if (workspaceSize < setupWorkspaceSize_) {
         Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
              " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");

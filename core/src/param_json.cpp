@@ -56,8 +56,7 @@ int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& valu
   if (!value.is_number_integer()) WrongType(key, value, "an integer");
   if (value.is_number_unsigned() &&
       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", Show(value),
-         " is out of range");
+    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", Show(value), " is out of range");
   }
   const int64_t v = value.get<int64_t>();
   if (v < lo || v > hi) {
@@ -69,8 +68,8 @@ int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& valu
 
 void JsonParamReader::operator()(const char* key, int& field) {
   if (const auto* v = Find(key)) {
-    field = static_cast<int>(ReadInteger(key, *v, std::numeric_limits<int>::min(),
-                                         std::numeric_limits<int>::max()));
+    field = static_cast<int>(
+        ReadInteger(key, *v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   }
 }
 

@@ -61,8 +61,8 @@ Status CreateOperation(const std::string& opName, const std::string& paramJson, 
     param = nlohmann::json::parse(paramJson);
   } catch (const nlohmann::json::parse_error& e) {
     if (op != nullptr) *op = nullptr;
-    SetLastErrorMessage(Concat(opName, ": params are not valid JSON (at byte ", e.byte,
-                               "): ", e.what()));
+    SetLastErrorMessage(
+        Concat(opName, ": params are not valid JSON (at byte ", e.byte, "): ", e.what()));
     return ERROR_INVALID_PARAM;
   } catch (const nlohmann::json::exception& e) {  // out_of_range 406: a number such as 1e400
     if (op != nullptr) *op = nullptr;

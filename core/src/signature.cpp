@@ -56,7 +56,8 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   comm.AllGatherBytes(record.data(), all.data(), recordBytes);
 
   std::vector<WireHeader> headers(size);
-  for (int r = 0; r < size; ++r) std::memcpy(&headers[r], &all[r * recordBytes], sizeof(WireHeader));
+  for (int r = 0; r < size; ++r)
+    std::memcpy(&headers[r], &all[r * recordBytes], sizeof(WireHeader));
   const auto counts = [&](int r, int which, int j) {
     int64_t v;
     std::memcpy(&v, &all[r * recordBytes + sizeof(WireHeader) + (which * size + j) * 8], 8);

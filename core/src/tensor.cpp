@@ -8,31 +8,47 @@ size_t DataTypeSize(DataType dtype) {
   switch (dtype) {
     case ACL_INT8:
     case ACL_UINT8:
-    case ACL_BOOL: return 1;
+    case ACL_BOOL:
+      return 1;
     case ACL_FLOAT16:
     case ACL_BF16:
-    case ACL_INT16: return 2;
+    case ACL_INT16:
+      return 2;
     case ACL_FLOAT:
-    case ACL_INT32: return 4;
+    case ACL_INT32:
+      return 4;
     case ACL_INT64:
-    case ACL_DOUBLE: return 8;
-    default: return 0;
+    case ACL_DOUBLE:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 std::string DataTypeName(DataType dtype) {
   switch (dtype) {
-    case ACL_FLOAT: return "float32";
-    case ACL_FLOAT16: return "float16";
-    case ACL_INT8: return "int8";
-    case ACL_INT32: return "int32";
-    case ACL_UINT8: return "uint8";
-    case ACL_INT16: return "int16";
-    case ACL_INT64: return "int64";
-    case ACL_DOUBLE: return "float64";
-    case ACL_BOOL: return "bool";
-    case ACL_BF16: return "bfloat16";
-    default: return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
+    case ACL_FLOAT:
+      return "float32";
+    case ACL_FLOAT16:
+      return "float16";
+    case ACL_INT8:
+      return "int8";
+    case ACL_INT32:
+      return "int32";
+    case ACL_UINT8:
+      return "uint8";
+    case ACL_INT16:
+      return "int16";
+    case ACL_INT64:
+      return "int64";
+    case ACL_DOUBLE:
+      return "float64";
+    case ACL_BOOL:
+      return "bool";
+    case ACL_BF16:
+      return "bfloat16";
+    default:
+      return "unknown(" + std::to_string(static_cast<int>(dtype)) + ")";
   }
 }
 
@@ -42,9 +58,7 @@ int64_t NumElements(const Dims& dims) {
   return n;
 }
 
-Dims MakeDims(std::initializer_list<int64_t> dims) {
-  return MakeDims(std::vector<int64_t>(dims));
-}
+Dims MakeDims(std::initializer_list<int64_t> dims) { return MakeDims(std::vector<int64_t>(dims)); }
 
 Dims MakeDims(const std::vector<int64_t>& dims) {
   Dims out;

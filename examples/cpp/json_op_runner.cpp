@@ -39,47 +39,105 @@ const std::map<std::string, DataType>& DtypesByName() {
 /// are small integers, exactly representable).
 void Store(DataType dtype, double value, uint8_t* p) {
   switch (dtype) {
-    case collops::ACL_FLOAT: { float v = value; std::memcpy(p, &v, 4); break; }
-    case collops::ACL_DOUBLE: std::memcpy(p, &value, 8); break;
-    case collops::ACL_INT8: case collops::ACL_UINT8: *p = static_cast<uint8_t>(static_cast<int>(value)); break;
-    case collops::ACL_INT16: { int16_t v = value; std::memcpy(p, &v, 2); break; }
-    case collops::ACL_INT32: { int32_t v = value; std::memcpy(p, &v, 4); break; }
-    case collops::ACL_INT64: { int64_t v = value; std::memcpy(p, &v, 8); break; }
+    case collops::ACL_FLOAT: {
+      float v = value;
+      std::memcpy(p, &v, 4);
+      break;
+    }
+    case collops::ACL_DOUBLE:
+      std::memcpy(p, &value, 8);
+      break;
+    case collops::ACL_INT8:
+    case collops::ACL_UINT8:
+      *p = static_cast<uint8_t>(static_cast<int>(value));
+      break;
+    case collops::ACL_INT16: {
+      int16_t v = value;
+      std::memcpy(p, &v, 2);
+      break;
+    }
+    case collops::ACL_INT32: {
+      int32_t v = value;
+      std::memcpy(p, &v, 4);
+      break;
+    }
+    case collops::ACL_INT64: {
+      int64_t v = value;
+      std::memcpy(p, &v, 8);
+      break;
+    }
     case collops::ACL_BF16: {
-      float f = value; uint32_t bits; std::memcpy(&bits, &f, 4);
-      uint16_t h = bits >> 16; std::memcpy(p, &h, 2); break;
+      float f = value;
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      uint16_t h = bits >> 16;
+      std::memcpy(p, &h, 2);
+      break;
     }
     case collops::ACL_FLOAT16: {
-      float f = value; uint32_t bits; std::memcpy(&bits, &f, 4);
+      float f = value;
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
       const uint32_t sign = (bits >> 16) & 0x8000;
       const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-      uint16_t h = value == 0 ? sign : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
-      std::memcpy(p, &h, 2); break;
+      uint16_t h =
+          value == 0 ? sign : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
+      std::memcpy(p, &h, 2);
+      break;
     }
-    default: throw std::runtime_error("unsupported dtype in demo file");
+    default:
+      throw std::runtime_error("unsupported dtype in demo file");
   }
 }
 
 double Load(DataType dtype, const uint8_t* p) {
   switch (dtype) {
-    case collops::ACL_FLOAT: { float v; std::memcpy(&v, p, 4); return v; }
-    case collops::ACL_DOUBLE: { double v; std::memcpy(&v, p, 8); return v; }
-    case collops::ACL_INT8: return static_cast<int8_t>(*p);
-    case collops::ACL_UINT8: return *p;
-    case collops::ACL_INT16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-    case collops::ACL_INT32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case collops::ACL_INT64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case collops::ACL_FLOAT: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case collops::ACL_DOUBLE: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case collops::ACL_INT8:
+      return static_cast<int8_t>(*p);
+    case collops::ACL_UINT8:
+      return *p;
+    case collops::ACL_INT16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case collops::ACL_INT32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case collops::ACL_INT64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
     case collops::ACL_BF16: {
-      uint16_t h; std::memcpy(&h, p, 2); uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f; std::memcpy(&f, &bits, 4); return f;
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
     }
     case collops::ACL_FLOAT16: {
-      uint16_t h; std::memcpy(&h, p, 2);
+      uint16_t h;
+      std::memcpy(&h, p, 2);
       const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
       const double mag = exp == 0 ? std::ldexp(mant, -24) : std::ldexp(mant + 1024, exp - 25);
       return (h & 0x8000) ? -mag : mag;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -106,8 +164,10 @@ std::string Render(const OwnedTensor& t) {
   std::ostringstream out;
   out << "[";
   for (int64_t i = 0; i < n; ++i) {
-    if (i % inner == 0) out << (i ? "], [" : "[");
-    else out << ", ";
+    if (i % inner == 0)
+      out << (i ? "], [" : "[");
+    else
+      out << ", ";
     out << Load(t.tensor.desc.dtype, t.bytes.data() + i * width);
   }
   out << (n ? "]]" : "]");
@@ -133,7 +193,8 @@ std::string RunRank(const json& spec, int rank, int rankSize) {
     const DataType dtype = DtypesByName().at(in.at("dtype").get<std::string>());
     OwnedTensor t = MakeTensor(dtype, in.at("shape").get<std::vector<int64_t>>());
     const auto data = in.value("data", std::vector<double>());
-    for (size_t i = 0; i < data.size(); ++i) Store(dtype, data[i], t.bytes.data() + i * collops::DataTypeSize(dtype));
+    for (size_t i = 0; i < data.size(); ++i)
+      Store(dtype, data[i], t.bytes.data() + i * collops::DataTypeSize(dtype));
     inputs.push_back(std::move(t));
   }
   collops::VariantPack pack;
@@ -151,7 +212,8 @@ std::string RunRank(const json& spec, int rank, int rankSize) {
   check(op->InferShape(inDescs, outDescs), "InferShape");
   std::vector<OwnedTensor> outputs;
   for (const auto& d : outDescs) {
-    outputs.push_back(MakeTensor(d.dtype, std::vector<int64_t>(d.shape.dims, d.shape.dims + d.shape.dimNum)));
+    outputs.push_back(
+        MakeTensor(d.dtype, std::vector<int64_t>(d.shape.dims, d.shape.dims + d.shape.dimNum)));
     pack.outTensors.push_back(outputs.back().tensor);
   }
   uint64_t workspaceSize = 0;
@@ -160,8 +222,8 @@ std::string RunRank(const json& spec, int rank, int rankSize) {
   check(op->Execute(pack, workspace.data(), workspaceSize, nullptr), "Execute");
   report << "rank " << rank << " " << opName << ":";
   for (size_t i = 0; i < outputs.size(); ++i) {
-    report << " output[" << i << "] " << collops::DimsToString(outputs[i].tensor.desc.shape)
-           << " " << Render(outputs[i]);
+    report << " output[" << i << "] " << collops::DimsToString(outputs[i].tensor.desc.shape) << " "
+           << Render(outputs[i]);
   }
   if (outputs.empty()) {
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -27,10 +27,18 @@ std::vector<double> Golden(const std::vector<std::vector<double>>& perRank, Redu
     for (size_t i = 0; i < out.size(); ++i) {
       const double v = perRank[r][i];
       switch (op) {
-        case ReduceOp::kSum: out[i] += v; break;
-        case ReduceOp::kProd: out[i] *= v; break;
-        case ReduceOp::kMax: out[i] = std::max(out[i], v); break;
-        case ReduceOp::kMin: out[i] = std::min(out[i], v); break;
+        case ReduceOp::kSum:
+          out[i] += v;
+          break;
+        case ReduceOp::kProd:
+          out[i] *= v;
+          break;
+        case ReduceOp::kMax:
+          out[i] = std::max(out[i], v);
+          break;
+        case ReduceOp::kMin:
+          out[i] = std::min(out[i], v);
+          break;
       }
     }
   }
@@ -40,8 +48,8 @@ std::vector<double> Golden(const std::vector<std::vector<double>>& perRank, Redu
 TEST_P(AllReduceGolden, MatchesReference) {
   const auto [rankSize, dtype, op] = GetParam();
   const std::string domain = UniqueDomain();
-  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
-           {0}, {1}, {3, 5}, {2, 3, 37}, {4099}}) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{0}, {1}, {3, 5}, {2, 3, 37}, {4099}}) {
     const int64_t n = NumElements(MakeDims(shape));
     std::vector<std::vector<double>> inputs;
     for (int r = 0; r < rankSize; ++r) {
@@ -67,16 +75,16 @@ TEST_P(AllReduceGolden, MatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllReduce, AllReduceGolden,
-    ::testing::Combine(::testing::ValuesIn(GoldenRankSizes()),
-                       ::testing::ValuesIn(ReducibleDtypes()),
-                       ::testing::Values(ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax,
-                                         ReduceOp::kMin)),
-    [](const auto& info) {
-      return Concat("R", std::get<0>(info.param), "_", DtypeTestName(std::get<1>(info.param)),
-                    "_", ReduceOpName(std::get<2>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(AllReduce, AllReduceGolden,
+                         ::testing::Combine(::testing::ValuesIn(GoldenRankSizes()),
+                                            ::testing::ValuesIn(ReducibleDtypes()),
+                                            ::testing::Values(ReduceOp::kSum, ReduceOp::kProd,
+                                                              ReduceOp::kMax, ReduceOp::kMin)),
+                         [](const auto& info) {
+                           return Concat("R", std::get<0>(info.param), "_",
+                                         DtypeTestName(std::get<1>(info.param)), "_",
+                                         ReduceOpName(std::get<2>(info.param)));
+                         });
 
 TEST(AllReduceErrors, RejectsUnknownReduceType) {
   Operation* op = nullptr;
@@ -100,11 +108,12 @@ TEST(AllReduceErrors, RejectsNonReducibleDtype) {
 TEST(AllReduceErrors, RanksWithDifferentCountsGetRankMismatch) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(3, [&](int rank) {
-    OperationPtr op = MakeOperation(
-        "AllReduceOperation",
-        {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
+    OperationPtr op =
+        MakeOperation("AllReduceOperation",
+                      {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
     const int64_t n = rank == 2 ? 5 : 4;
-    std::vector<HostTensor> ins = {HostTensor::FromValues(ACL_FLOAT, {n}, TestValues(ACL_FLOAT, n, 1, rank))};
+    std::vector<HostTensor> ins = {
+        HostTensor::FromValues(ACL_FLOAT, {n}, TestValues(ACL_FLOAT, n, 1, rank))};
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH);
     EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("rank 2"));

@@ -66,33 +66,66 @@ T WrapInteger(double value) {
 
 double ElementToDouble(DataType dtype, const void* p) {
   switch (dtype) {
-    case ACL_FLOAT: return *static_cast<const float*>(p);
-    case ACL_DOUBLE: return *static_cast<const double*>(p);
-    case ACL_FLOAT16: return DecodeSmallFloat(*static_cast<const uint16_t*>(p), 10, 5);
-    case ACL_BF16: return DecodeSmallFloat(*static_cast<const uint16_t*>(p), 7, 8);
-    case ACL_INT8: return *static_cast<const int8_t*>(p);
-    case ACL_UINT8: return *static_cast<const uint8_t*>(p);
-    case ACL_BOOL: return *static_cast<const uint8_t*>(p);
-    case ACL_INT16: return *static_cast<const int16_t*>(p);
-    case ACL_INT32: return *static_cast<const int32_t*>(p);
-    case ACL_INT64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    default: ADD_FAILURE() << "no conversion for " << DataTypeName(dtype); return 0;
+    case ACL_FLOAT:
+      return *static_cast<const float*>(p);
+    case ACL_DOUBLE:
+      return *static_cast<const double*>(p);
+    case ACL_FLOAT16:
+      return DecodeSmallFloat(*static_cast<const uint16_t*>(p), 10, 5);
+    case ACL_BF16:
+      return DecodeSmallFloat(*static_cast<const uint16_t*>(p), 7, 8);
+    case ACL_INT8:
+      return *static_cast<const int8_t*>(p);
+    case ACL_UINT8:
+      return *static_cast<const uint8_t*>(p);
+    case ACL_BOOL:
+      return *static_cast<const uint8_t*>(p);
+    case ACL_INT16:
+      return *static_cast<const int16_t*>(p);
+    case ACL_INT32:
+      return *static_cast<const int32_t*>(p);
+    case ACL_INT64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    default:
+      ADD_FAILURE() << "no conversion for " << DataTypeName(dtype);
+      return 0;
   }
 }
 
 void DoubleToElement(DataType dtype, double v, void* p) {
   switch (dtype) {
-    case ACL_FLOAT: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case ACL_DOUBLE: *static_cast<double*>(p) = v; break;
-    case ACL_FLOAT16: *static_cast<uint16_t*>(p) = EncodeSmallFloat(v, 10, 5); break;
-    case ACL_BF16: *static_cast<uint16_t*>(p) = EncodeSmallFloat(v, 7, 8); break;
-    case ACL_INT8: *static_cast<int8_t*>(p) = WrapInteger<int8_t>(v); break;
-    case ACL_UINT8: *static_cast<uint8_t*>(p) = WrapInteger<int8_t>(v); break;
-    case ACL_BOOL: *static_cast<uint8_t*>(p) = v != 0; break;
-    case ACL_INT16: *static_cast<int16_t*>(p) = WrapInteger<int16_t>(v); break;
-    case ACL_INT32: *static_cast<int32_t*>(p) = WrapInteger<int32_t>(v); break;
-    case ACL_INT64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    default: ADD_FAILURE() << "no conversion for " << DataTypeName(dtype);
+    case ACL_FLOAT:
+      *static_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case ACL_DOUBLE:
+      *static_cast<double*>(p) = v;
+      break;
+    case ACL_FLOAT16:
+      *static_cast<uint16_t*>(p) = EncodeSmallFloat(v, 10, 5);
+      break;
+    case ACL_BF16:
+      *static_cast<uint16_t*>(p) = EncodeSmallFloat(v, 7, 8);
+      break;
+    case ACL_INT8:
+      *static_cast<int8_t*>(p) = WrapInteger<int8_t>(v);
+      break;
+    case ACL_UINT8:
+      *static_cast<uint8_t*>(p) = WrapInteger<int8_t>(v);
+      break;
+    case ACL_BOOL:
+      *static_cast<uint8_t*>(p) = v != 0;
+      break;
+    case ACL_INT16:
+      *static_cast<int16_t*>(p) = WrapInteger<int16_t>(v);
+      break;
+    case ACL_INT32:
+      *static_cast<int32_t*>(p) = WrapInteger<int32_t>(v);
+      break;
+    case ACL_INT64:
+      *static_cast<int64_t*>(p) = static_cast<int64_t>(v);
+      break;
+    default:
+      ADD_FAILURE() << "no conversion for " << DataTypeName(dtype);
   }
 }
 
@@ -154,8 +187,8 @@ std::vector<double> HostTensor::ToDoubles() const {
 
 std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int rank, bool forProd) {
   std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + 17u);
-  const bool isFloat = dtype == ACL_FLOAT || dtype == ACL_FLOAT16 || dtype == ACL_BF16 ||
-                       dtype == ACL_DOUBLE;
+  const bool isFloat =
+      dtype == ACL_FLOAT || dtype == ACL_FLOAT16 || dtype == ACL_BF16 || dtype == ACL_DOUBLE;
   const bool isUnsigned = dtype == ACL_UINT8 || dtype == ACL_BOOL;
   std::vector<double> values(n);
   for (auto& v : values) {
@@ -190,8 +223,8 @@ std::vector<HostTensor> AllocateOutputs(Operation& op, const std::vector<Tensor>
   return outs;
 }
 
-Status RunOperation(Operation& op, const std::vector<Tensor>& ins,
-                    const std::vector<Tensor>& outs, Context* context) {
+Status RunOperation(Operation& op, const std::vector<Tensor>& ins, const std::vector<Tensor>& outs,
+                    Context* context) {
   VariantPack pack{ins, outs};
   uint64_t workspaceSize = 0;
   const Status setup = op.Setup(pack, workspaceSize, context);
@@ -214,17 +247,24 @@ void ExpectClose(const HostTensor& got, const std::vector<double>& golden,
                  const std::string& what) {
   double thr = 0;
   switch (got.dtype()) {
-    case ACL_FLOAT16: thr = std::ldexp(1.0, -8); break;
-    case ACL_BF16: thr = std::ldexp(1.0, -7); break;
-    case ACL_FLOAT: thr = std::ldexp(1.0, -11); break;
-    default: return ExpectExactly(got, golden, what);
+    case ACL_FLOAT16:
+      thr = std::ldexp(1.0, -8);
+      break;
+    case ACL_BF16:
+      thr = std::ldexp(1.0, -7);
+      break;
+    case ACL_FLOAT:
+      thr = std::ldexp(1.0, -11);
+      break;
+    default:
+      return ExpectExactly(got, golden, what);
   }
   const std::vector<double> values = got.ToDoubles();
   ASSERT_EQ(values.size(), golden.size()) << what;
   for (size_t i = 0; i < values.size(); ++i) {
     ASSERT_LE(std::fabs(values[i] - golden[i]), thr * std::max(1.0, std::fabs(golden[i])))
-        << what << ": element " << i << " of " << DataTypeName(got.dtype()) << " is "
-        << values[i] << ", golden " << golden[i];
+        << what << ": element " << i << " of " << DataTypeName(got.dtype()) << " is " << values[i]
+        << ", golden " << golden[i];
   }
 }
 
@@ -235,9 +275,9 @@ const std::vector<DataType>& ReducibleDtypes() {
 }
 
 const std::vector<DataType>& MovableDtypes() {
-  static const std::vector<DataType> dtypes = {ACL_INT8,  ACL_INT16, ACL_INT32, ACL_INT64,
-                                               ACL_FLOAT16, ACL_BF16, ACL_FLOAT, ACL_UINT8,
-                                               ACL_DOUBLE};
+  static const std::vector<DataType> dtypes = {ACL_INT8,  ACL_INT16,   ACL_INT32,
+                                               ACL_INT64, ACL_FLOAT16, ACL_BF16,
+                                               ACL_FLOAT, ACL_UINT8,   ACL_DOUBLE};
   return dtypes;
 }
 

@@ -54,8 +54,8 @@ std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int ran
 /// Allocates outputs shaped by op.InferShape(ins) (ASSERTs success).
 std::vector<HostTensor> AllocateOutputs(Operation& op, const std::vector<Tensor>& ins);
 /// Setup, workspace, Execute. Returns the first failing Status.
-Status RunOperation(Operation& op, const std::vector<Tensor>& ins,
-                    const std::vector<Tensor>& outs, Context* context = nullptr);
+Status RunOperation(Operation& op, const std::vector<Tensor>& ins, const std::vector<Tensor>& outs,
+                    Context* context = nullptr);
 std::vector<Tensor> Tensors(std::vector<HostTensor>& tensors);
 
 /// Data movement must be exact.
@@ -63,8 +63,7 @@ void ExpectExactly(const HostTensor& got, const std::vector<double>& golden,
                    const std::string& what);
 /// ATB's rule: |a - g| <= thr * max(1, |g|), thr float16 2^-8, bfloat16 2^-7, float32 2^-11;
 /// integers exact after wrapping golden to the dtype.
-void ExpectClose(const HostTensor& got, const std::vector<double>& golden,
-                 const std::string& what);
+void ExpectClose(const HostTensor& got, const std::vector<double>& golden, const std::string& what);
 
 const std::vector<DataType>& ReducibleDtypes();
 const std::vector<DataType>& MovableDtypes();

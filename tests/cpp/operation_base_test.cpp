@@ -14,9 +14,9 @@ namespace {
 using ::testing::HasSubstr;
 
 OperationPtr SingleRankAllReduce() {
-  return MakeOperation("AllReduceOperation",
-                       {{"rank", 0}, {"rankSize", 1}, {"commMode", 1},
-                        {"commDomain", UniqueDomain()}});
+  return MakeOperation(
+      "AllReduceOperation",
+      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
 }
 
 TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape) {
@@ -132,8 +132,10 @@ TEST(OperationBaseErrors, ExecuteWithOtherShapesThanSetupIsIniMatch) {
 
 TEST(OperationBaseErrors, WorkspaceSmallerThanSetupIsInvalidWorkspaceSize) {
   // Transposed AllToAll packs column blocks through the workspace, so it asks for one.
-  OperationPtr op = MakeOperation("AllToAllOperation", {{"rank", 0}, {"rankSize", 1},
-                                                        {"commMode", 1}, {"transpose", true},
+  OperationPtr op = MakeOperation("AllToAllOperation", {{"rank", 0},
+                                                        {"rankSize", 1},
+                                                        {"commMode", 1},
+                                                        {"transpose", true},
                                                         {"commDomain", UniqueDomain()}});
   HostTensor x(ACL_FLOAT, {2, 4});
   std::vector<HostTensor> outs = AllocateOutputs(*op, {x.tensor()});
@@ -151,9 +153,9 @@ TEST(OperationBaseErrors, WorkspaceSmallerThanSetupIsInvalidWorkspaceSize) {
 
 TEST(OperationBase, ShapeCarrierNeedsNoData) {
   // ATB passes tensorForInferShape / y_shape only for their shapes; their data is never read.
-  OperationPtr op = MakeOperation("AllGatherVOperation", {{"rank", 0}, {"rankSize", 1},
-                                                          {"commMode", 1},
-                                                          {"commDomain", UniqueDomain()}});
+  OperationPtr op = MakeOperation(
+      "AllGatherVOperation",
+      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
   HostTensor x = HostTensor::FromValues(ACL_INT32, {3}, {1, 2, 3});
   HostTensor sendCount = HostTensor::Counts({3});
   HostTensor recvCounts = HostTensor::Counts({3});
@@ -161,8 +163,8 @@ TEST(OperationBase, ShapeCarrierNeedsNoData) {
   Tensor yShape;
   yShape.desc = Desc(ACL_INT8, {4});
   yShape.dataSize = 4;  // deviceData stays null
-  std::vector<Tensor> ins = {x.tensor(), sendCount.tensor(), recvCounts.tensor(),
-                             rdispls.tensor(), yShape};
+  std::vector<Tensor> ins = {x.tensor(), sendCount.tensor(), recvCounts.tensor(), rdispls.tensor(),
+                             yShape};
   std::vector<HostTensor> outs = AllocateOutputs(*op, ins);
   ASSERT_EQ(RunOperation(*op, ins, Tensors(outs)), NO_ERROR) << LastErrorMessage();
   ExpectExactly(outs[0], {1, 2, 3, 0}, "AllGatherV with a data-less y_shape");
@@ -212,16 +214,16 @@ TEST(OperationBaseErrors, RankFailingItsOwnChecksFailsItsPeersFast) {
   const std::string domain = UniqueDomain();
   const auto start = std::chrono::steady_clock::now();
   RunThreadRanks(3, [&](int rank) {
-    OperationPtr op = MakeOperation(
-        "AllReduceOperation",
-        {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
+    OperationPtr op =
+        MakeOperation("AllReduceOperation",
+                      {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
     HostTensor x = HostTensor::FromValues(ACL_FLOAT, {4}, TestValues(ACL_FLOAT, 4, 3, rank));
     HostTensor good(ACL_FLOAT, {4});
     // A first good step creates the communicator, as in any training or inference loop.
     ASSERT_EQ(RunOperation(*op, {x.tensor()}, {good.tensor()}), NO_ERROR) << LastErrorMessage();
-    OperationPtr next = MakeOperation(
-        "AllReduceOperation",
-        {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
+    OperationPtr next =
+        MakeOperation("AllReduceOperation",
+                      {{"rank", rank}, {"rankSize", 3}, {"commMode", 1}, {"commDomain", domain}});
     HostTensor y(ACL_FLOAT, {rank == 1 ? 5 : 4});
     const Status status = RunOperation(*next, {x.tensor()}, {y.tensor()});
     if (rank == 1) {

@@ -115,10 +115,14 @@ double Value(int rank, size_t i, int seed, ReduceOp op = ReduceOp::kSum) {
 
 double Fold(ReduceOp op, double a, double b) {
   switch (op) {
-    case ReduceOp::kSum: return a + b;
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kMin: return std::min(a, b);
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
   }
   return 0;
 }
@@ -146,13 +150,12 @@ int64_t FirstDifference(const Buffer& got, const std::vector<double>& want) {
   return -1;
 }
 
-#define EXPECT_BUFFER(got, want, what)                                                  \
-  do {                                                                                  \
-    const Buffer& got_ = (got);                                                         \
-    const int64_t at_ = FirstDifference(got_, want);                                    \
-    EXPECT_EQ(at_, -1) << what << ": element " << at_ << " is "                         \
-                       << (at_ >= 0 ? got_.Get(at_) : 0) << ", expected "               \
-                       << (at_ >= 0 ? want[at_] : 0);                                   \
+#define EXPECT_BUFFER(got, want, what)                                                            \
+  do {                                                                                            \
+    const Buffer& got_ = (got);                                                                   \
+    const int64_t at_ = FirstDifference(got_, want);                                              \
+    EXPECT_EQ(at_, -1) << what << ": element " << at_ << " is " << (at_ >= 0 ? got_.Get(at_) : 0) \
+                       << ", expected " << (at_ >= 0 ? want[at_] : 0);                            \
   } while (0)
 
 ProcessRanksOptions SmallBuffer() {
@@ -166,33 +169,36 @@ class ProcessCommTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    for (const char* algo : {"auto", "oneshot", "rsag"}) {
-      setenv("COLLOPS_ALGO_ALLREDUCE", algo, 1);
-      auto comm = MakeComm(rank, size, std::string("allreduce-") + algo);
-      ASSERT_EQ(comm->BackendName(), "lccl");
-      ASSERT_EQ(comm->Rank(), rank);
-      ASSERT_EQ(comm->Size(), size);
-      for (DataType dtype : kDtypes) {
-        for (ReduceOp op : kOps) {
-          for (size_t n : kSizes) {
-            Buffer in(dtype, n), out(dtype, n);
-            std::vector<double> want(n);
-            for (size_t i = 0; i < n; ++i) {
-              in.Set(i, Value(rank, i, 1, op));
-              want[i] = Value(0, i, 1, op);
-              for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, i, 1, op));
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        for (const char* algo : {"auto", "oneshot", "rsag"}) {
+          setenv("COLLOPS_ALGO_ALLREDUCE", algo, 1);
+          auto comm = MakeComm(rank, size, std::string("allreduce-") + algo);
+          ASSERT_EQ(comm->BackendName(), "lccl");
+          ASSERT_EQ(comm->Rank(), rank);
+          ASSERT_EQ(comm->Size(), size);
+          for (DataType dtype : kDtypes) {
+            for (ReduceOp op : kOps) {
+              for (size_t n : kSizes) {
+                Buffer in(dtype, n), out(dtype, n);
+                std::vector<double> want(n);
+                for (size_t i = 0; i < n; ++i) {
+                  in.Set(i, Value(rank, i, 1, op));
+                  want[i] = Value(0, i, 1, op);
+                  for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, i, 1, op));
+                }
+                const bool inPlace = n % 2 == 1;
+                comm->AllReduce(in.Data(), inPlace ? in.Data() : out.Data(), n, dtype, op);
+                EXPECT_BUFFER(inPlace ? in : out, want,
+                              Concat(algo, " ", DataTypeName(dtype), " ", ReduceOpName(op),
+                                     " n=", n, inPlace ? " in place" : ""));
+              }
             }
-            const bool inPlace = n % 2 == 1;
-            comm->AllReduce(in.Data(), inPlace ? in.Data() : out.Data(), n, dtype, op);
-            EXPECT_BUFFER(inPlace ? in : out, want,
-                          Concat(algo, " ", DataTypeName(dtype), " ", ReduceOpName(op), " n=", n,
-                                 inPlace ? " in place" : ""));
           }
         }
-      }
-    }
-  }, SmallBuffer());
+      },
+      SmallBuffer());
 }
 
 TEST_P(ProcessCommTest, AllReduceBeyondDefaultBuffer) {
@@ -213,73 +219,80 @@ TEST_P(ProcessCommTest, AllReduceBeyondDefaultBuffer) {
 
 TEST_P(ProcessCommTest, AllGatherBytesAndAllGatherV) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "gather");
-    for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
-      std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
-      for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
-      for (int r = 0; r < size; ++r) {
-        for (size_t i = 0; i < bytes; ++i) want[r * bytes + i] = static_cast<uint8_t>(r * 31 + i);
-      }
-      comm->AllGatherBytes(in.data(), out.data(), bytes);
-      EXPECT_EQ(out, want) << "AllGatherBytes of " << bytes << " bytes";
-    }
-    for (DataType dtype : kDtypes) {
-      for (size_t scale : {size_t{1}, size_t{7001}}) {
-        // Uneven counts including 0, gaps between the received ranges.
-        std::vector<int64_t> counts(size), displs(size);
-        int64_t end = 0;
-        for (int r = 0; r < size; ++r) {
-          counts[r] = static_cast<int64_t>(((r * 5 + 3) % 4) * scale);
-          displs[r] = end + 2;
-          end = displs[r] + counts[r];
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeComm(rank, size, "gather");
+        for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
+          std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
+          for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
+          for (int r = 0; r < size; ++r) {
+            for (size_t i = 0; i < bytes; ++i)
+              want[r * bytes + i] = static_cast<uint8_t>(r * 31 + i);
+          }
+          comm->AllGatherBytes(in.data(), out.data(), bytes);
+          EXPECT_EQ(out, want) << "AllGatherBytes of " << bytes << " bytes";
         }
-        Buffer in(dtype, counts[rank]), out(dtype, end + 1);
-        std::vector<double> want(end + 1, -1);
-        for (size_t i = 0; i < out.Count(); ++i) out.Set(i, -1);
-        for (int64_t i = 0; i < counts[rank]; ++i) in.Set(i, Value(rank, i, 3));
-        for (int r = 0; r < size; ++r) {
-          for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = Value(r, i, 3);
+        for (DataType dtype : kDtypes) {
+          for (size_t scale : {size_t{1}, size_t{7001}}) {
+            // Uneven counts including 0, gaps between the received ranges.
+            std::vector<int64_t> counts(size), displs(size);
+            int64_t end = 0;
+            for (int r = 0; r < size; ++r) {
+              counts[r] = static_cast<int64_t>(((r * 5 + 3) % 4) * scale);
+              displs[r] = end + 2;
+              end = displs[r] + counts[r];
+            }
+            Buffer in(dtype, counts[rank]), out(dtype, end + 1);
+            std::vector<double> want(end + 1, -1);
+            for (size_t i = 0; i < out.Count(); ++i) out.Set(i, -1);
+            for (int64_t i = 0; i < counts[rank]; ++i) in.Set(i, Value(rank, i, 3));
+            for (int r = 0; r < size; ++r) {
+              for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = Value(r, i, 3);
+            }
+            comm->AllGatherV(in.Data(), counts[rank], out.Data(), counts.data(), displs.data(),
+                             dtype);
+            EXPECT_BUFFER(out, want, Concat("AllGatherV ", DataTypeName(dtype), " scale ", scale));
+          }
         }
-        comm->AllGatherV(in.Data(), counts[rank], out.Data(), counts.data(), displs.data(),
-                         dtype);
-        EXPECT_BUFFER(out, want, Concat("AllGatherV ", DataTypeName(dtype), " scale ", scale));
-      }
-    }
-  }, SmallBuffer());
+      },
+      SmallBuffer());
 }
 
 TEST_P(ProcessCommTest, ReduceScatterV) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "reduce-scatter");
-    for (DataType dtype : kDtypes) {
-      for (ReduceOp op : kOps) {
-        for (size_t scale : {size_t{1}, size_t{9001}}) {
-          std::vector<int64_t> counts(size), displs(size);
-          int64_t end = 0;
-          for (int r = 0; r < size; ++r) {
-            counts[r] = static_cast<int64_t>(((r * 3 + 2) % 4) * scale);
-            displs[r] = end + 1;
-            end = displs[r] + counts[r];
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeComm(rank, size, "reduce-scatter");
+        for (DataType dtype : kDtypes) {
+          for (ReduceOp op : kOps) {
+            for (size_t scale : {size_t{1}, size_t{9001}}) {
+              std::vector<int64_t> counts(size), displs(size);
+              int64_t end = 0;
+              for (int r = 0; r < size; ++r) {
+                counts[r] = static_cast<int64_t>(((r * 3 + 2) % 4) * scale);
+                displs[r] = end + 1;
+                end = displs[r] + counts[r];
+              }
+              Buffer in(dtype, end), out(dtype, counts[rank]);
+              for (int64_t i = 0; i < end; ++i) in.Set(i, Value(rank, i, 4, op));
+              std::vector<double> want(counts[rank]);
+              for (int64_t i = 0; i < counts[rank]; ++i) {
+                const size_t at = displs[rank] + i;
+                want[i] = Value(0, at, 4, op);
+                for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, at, 4, op));
+              }
+              comm->ReduceScatterV(in.Data(), counts.data(), displs.data(), out.Data(),
+                                   counts[rank], dtype, op);
+              EXPECT_BUFFER(out, want,
+                            Concat("ReduceScatterV ", DataTypeName(dtype), " ", ReduceOpName(op),
+                                   " scale ", scale));
+            }
           }
-          Buffer in(dtype, end), out(dtype, counts[rank]);
-          for (int64_t i = 0; i < end; ++i) in.Set(i, Value(rank, i, 4, op));
-          std::vector<double> want(counts[rank]);
-          for (int64_t i = 0; i < counts[rank]; ++i) {
-            const size_t at = displs[rank] + i;
-            want[i] = Value(0, at, 4, op);
-            for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, at, 4, op));
-          }
-          comm->ReduceScatterV(in.Data(), counts.data(), displs.data(), out.Data(),
-                               counts[rank], dtype, op);
-          EXPECT_BUFFER(out, want,
-                        Concat("ReduceScatterV ", DataTypeName(dtype), " ", ReduceOpName(op),
-                               " scale ", scale));
         }
-      }
-    }
-  }, SmallBuffer());
+      },
+      SmallBuffer());
 }
 
 /// Elements rank `from` sends to rank `to`: uneven, some zero, some beyond the buffer.
@@ -289,93 +302,102 @@ int64_t PieceCount(int from, int to, size_t scale) {
 
 TEST_P(ProcessCommTest, AllToAllV) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "alltoall");
-    for (DataType dtype : kDtypes) {
-      for (size_t scale : {size_t{0}, size_t{1}, size_t{3001}}) {
-        std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
-        int64_t sendEnd = 0, recvEnd = 0;
-        for (int r = 0; r < size; ++r) {
-          sendCounts[r] = PieceCount(rank, r, scale);
-          sdispls[r] = sendEnd + 1;
-          sendEnd = sdispls[r] + sendCounts[r];
-          recvCounts[r] = PieceCount(r, rank, scale);
-          rdispls[r] = recvEnd + 3;
-          recvEnd = rdispls[r] + recvCounts[r];
-        }
-        Buffer in(dtype, sendEnd), out(dtype, recvEnd);
-        for (int64_t i = 0; i < sendEnd; ++i) in.Set(i, Value(rank, i, 5));
-        for (int64_t i = 0; i < recvEnd; ++i) out.Set(i, -1);
-        std::vector<double> want(recvEnd, -1);
-        for (int r = 0; r < size; ++r) {
-          int64_t theirDispl = 1;  // rank r's sdispls[rank], rebuilt from its counts
-          for (int j = 0; j < rank; ++j) theirDispl += PieceCount(r, j, scale) + 1;
-          for (int64_t i = 0; i < recvCounts[r]; ++i) {
-            want[rdispls[r] + i] = Value(r, theirDispl + i, 5);
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeComm(rank, size, "alltoall");
+        for (DataType dtype : kDtypes) {
+          for (size_t scale : {size_t{0}, size_t{1}, size_t{3001}}) {
+            std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
+            int64_t sendEnd = 0, recvEnd = 0;
+            for (int r = 0; r < size; ++r) {
+              sendCounts[r] = PieceCount(rank, r, scale);
+              sdispls[r] = sendEnd + 1;
+              sendEnd = sdispls[r] + sendCounts[r];
+              recvCounts[r] = PieceCount(r, rank, scale);
+              rdispls[r] = recvEnd + 3;
+              recvEnd = rdispls[r] + recvCounts[r];
+            }
+            Buffer in(dtype, sendEnd), out(dtype, recvEnd);
+            for (int64_t i = 0; i < sendEnd; ++i) in.Set(i, Value(rank, i, 5));
+            for (int64_t i = 0; i < recvEnd; ++i) out.Set(i, -1);
+            std::vector<double> want(recvEnd, -1);
+            for (int r = 0; r < size; ++r) {
+              int64_t theirDispl = 1;  // rank r's sdispls[rank], rebuilt from its counts
+              for (int j = 0; j < rank; ++j) theirDispl += PieceCount(r, j, scale) + 1;
+              for (int64_t i = 0; i < recvCounts[r]; ++i) {
+                want[rdispls[r] + i] = Value(r, theirDispl + i, 5);
+              }
+            }
+            comm->AllToAllV(in.Data(), sendCounts.data(), sdispls.data(), out.Data(),
+                            recvCounts.data(), rdispls.data(), dtype);
+            EXPECT_BUFFER(out, want, Concat("AllToAllV ", DataTypeName(dtype), " scale ", scale));
           }
         }
-        comm->AllToAllV(in.Data(), sendCounts.data(), sdispls.data(), out.Data(),
-                        recvCounts.data(), rdispls.data(), dtype);
-        EXPECT_BUFFER(out, want, Concat("AllToAllV ", DataTypeName(dtype), " scale ", scale));
-      }
-    }
-  }, SmallBuffer());
+      },
+      SmallBuffer());
 }
 
 TEST_P(ProcessCommTest, BroadcastFromEveryRoot) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "broadcast");
-    for (DataType dtype : kDtypes) {
-      for (size_t n : kSizes) {
-        for (int root = 0; root < size; ++root) {
-          Buffer buf(dtype, n);
-          std::vector<double> want(n);
-          for (size_t i = 0; i < n; ++i) {
-            buf.Set(i, Value(rank, i, 6));
-            want[i] = Value(root, i, 6);
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeComm(rank, size, "broadcast");
+        for (DataType dtype : kDtypes) {
+          for (size_t n : kSizes) {
+            for (int root = 0; root < size; ++root) {
+              Buffer buf(dtype, n);
+              std::vector<double> want(n);
+              for (size_t i = 0; i < n; ++i) {
+                buf.Set(i, Value(rank, i, 6));
+                want[i] = Value(root, i, 6);
+              }
+              comm->Broadcast(buf.Data(), n, dtype, root);
+              EXPECT_BUFFER(buf, want,
+                            Concat("Broadcast ", DataTypeName(dtype), " n=", n, " root ", root));
+            }
           }
-          comm->Broadcast(buf.Data(), n, dtype, root);
-          EXPECT_BUFFER(buf, want, Concat("Broadcast ", DataTypeName(dtype), " n=", n,
-                                          " root ", root));
         }
-      }
-    }
-  }, SmallBuffer());
+      },
+      SmallBuffer());
 }
 
 TEST_P(ProcessCommTest, SendRecvEveryPair) {
   const int size = GetParam();
-  RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "p2p");
-    for (DataType dtype : kDtypes) {
-      for (size_t n : kSizes) {
-        // Every ordered pair in one fixed order: synchronous sends cannot deadlock.
-        for (int from = 0; from < size; ++from) {
-          for (int to = 0; to < size; ++to) {
-            if (from == to) continue;
-            const int seed = from * 10 + to;
-            if (rank == from) {
-              Buffer buf(dtype, n);
-              for (size_t i = 0; i < n; ++i) buf.Set(i, Value(from, i, seed));
-              comm->Send(buf.Data(), n, dtype, to);
-            } else if (rank == to) {
-              Buffer buf(dtype, n);
-              std::vector<double> want(n);
-              for (size_t i = 0; i < n; ++i) want[i] = Value(from, i, seed);
-              comm->Recv(buf.Data(), n, dtype, from);
-              EXPECT_BUFFER(buf, want, Concat("Recv ", DataTypeName(dtype), " n=", n, " from ",
-                                              from));
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeComm(rank, size, "p2p");
+        for (DataType dtype : kDtypes) {
+          for (size_t n : kSizes) {
+            // Every ordered pair in one fixed order: synchronous sends cannot deadlock.
+            for (int from = 0; from < size; ++from) {
+              for (int to = 0; to < size; ++to) {
+                if (from == to) continue;
+                const int seed = from * 10 + to;
+                if (rank == from) {
+                  Buffer buf(dtype, n);
+                  for (size_t i = 0; i < n; ++i) buf.Set(i, Value(from, i, seed));
+                  comm->Send(buf.Data(), n, dtype, to);
+                } else if (rank == to) {
+                  Buffer buf(dtype, n);
+                  std::vector<double> want(n);
+                  for (size_t i = 0; i < n; ++i) want[i] = Value(from, i, seed);
+                  comm->Recv(buf.Data(), n, dtype, from);
+                  EXPECT_BUFFER(buf, want,
+                                Concat("Recv ", DataTypeName(dtype), " n=", n, " from ", from));
+                }
+              }
             }
           }
         }
-      }
-    }
-    // A collective after point-to-point traffic still sees consistent slots.
-    int32_t mine = rank + 1, sum = 0;
-    comm->AllReduce(&mine, &sum, 1, ACL_INT32, ReduceOp::kSum);
-    EXPECT_EQ(sum, size * (size + 1) / 2);
-  }, SmallBuffer());
+        // A collective after point-to-point traffic still sees consistent slots.
+        int32_t mine = rank + 1, sum = 0;
+        comm->AllReduce(&mine, &sum, 1, ACL_INT32, ReduceOp::kSum);
+        EXPECT_EQ(sum, size * (size + 1) / 2);
+      },
+      SmallBuffer());
 }
 
 TEST_P(ProcessCommTest, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
@@ -393,8 +415,7 @@ TEST_P(ProcessCommTest, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
         EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH);
         EXPECT_NE(std::string(e.what()).find("rank 0 sends 5 elements of"), std::string::npos)
             << e.what();
-        EXPECT_NE(std::string(e.what()).find("rank 1, which expects 4 elements"),
-                  std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("rank 1, which expects 4 elements"), std::string::npos)
             << e.what();
       }
       EXPECT_FALSE(comm->Broken());
@@ -422,8 +443,7 @@ TEST_P(ProcessCommTest, BarrierWaitsForTheLastRank) {
     comm->Barrier();
     timespec after{};
     clock_gettime(CLOCK_MONOTONIC, &after);
-    const double waited =
-        (after.tv_sec - before.tv_sec) + (after.tv_nsec - before.tv_nsec) * 1e-9;
+    const double waited = (after.tv_sec - before.tv_sec) + (after.tv_nsec - before.tv_nsec) * 1e-9;
     if (size > 1) {
       EXPECT_GE(waited, 0.25) << "rank " << rank << " left the barrier early";
     }

@@ -1,17 +1,17 @@
 // Fault tests of the multi-process lccl communicator: a rank killed mid-collective, ranks that
 // never arrive, two jobs sharing a commDomain, a clash on one rank, a process of another user,
 // a bad buffer size, and no residue in /dev/shm, /tmp, SysV IPC or the abstract socket table.
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -72,30 +72,33 @@ void KillMidCollective(int size, int victim) {
     kill(pids[victim], SIGKILL);
   };
   const auto start = std::chrono::steady_clock::now();
-  std::vector<RankOutcome> outcomes = ForkRanks(size, [&](int rank) {
-    close(ready[0]);
-    auto comm = MakeComm(rank, size, "kill");
-    std::vector<float> in(1 << 18, 1.0f), out(in.size());
-    comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
-    ASSERT_EQ(write(ready[1], "x", 1), 1);
-    try {
-      for (;;) comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_PEER_LOST) << e.what();
-      EXPECT_TRUE(Contains(e.what(), Concat("rank ", victim, " (pid "))) << e.what();
-    }
-    EXPECT_TRUE(comm->Broken());
-    const auto before = std::chrono::steady_clock::now();
-    try {
-      comm->Barrier();
-      ADD_FAILURE() << "a broken communicator accepted another call";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_PEER_LOST);
-      EXPECT_TRUE(Contains(e.what(), Concat("rank ", victim, " (pid "))) << e.what();
-    }
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count(),
-              0.1);
-  }, options);
+  std::vector<RankOutcome> outcomes = ForkRanks(
+      size,
+      [&](int rank) {
+        close(ready[0]);
+        auto comm = MakeComm(rank, size, "kill");
+        std::vector<float> in(1 << 18, 1.0f), out(in.size());
+        comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+        ASSERT_EQ(write(ready[1], "x", 1), 1);
+        try {
+          for (;;) comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_PEER_LOST) << e.what();
+          EXPECT_TRUE(Contains(e.what(), Concat("rank ", victim, " (pid "))) << e.what();
+        }
+        EXPECT_TRUE(comm->Broken());
+        const auto before = std::chrono::steady_clock::now();
+        try {
+          comm->Barrier();
+          ADD_FAILURE() << "a broken communicator accepted another call";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_PEER_LOST);
+          EXPECT_TRUE(Contains(e.what(), Concat("rank ", victim, " (pid "))) << e.what();
+        }
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count(),
+                  0.1);
+      },
+      options);
   close(ready[0]);
   close(ready[1]);
   const double killedAfter = std::chrono::duration<double>(killedAt - start).count();
@@ -120,56 +123,65 @@ TEST(ProcessFaultTest, OversubscribedSigkillGivesPeerLostFast) { KillMidCollecti
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
-  const auto outcomes = RunProcessRanks(3, [](int rank) {
-    if (rank == 2) return;  // never joins
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      MakeComm(rank, 3, "late");
-      ADD_FAILURE() << "rank " << rank << " formed a communicator without rank 2";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
-      EXPECT_TRUE(Contains(e.what(), "rank 2 did not arrive within 2 s")) << e.what();
-    }
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_GT(waited, 1.5);
-    EXPECT_LT(waited, 10);
-  }, options);
+  const auto outcomes = RunProcessRanks(
+      3,
+      [](int rank) {
+        if (rank == 2) return;  // never joins
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          MakeComm(rank, 3, "late");
+          ADD_FAILURE() << "rank " << rank << " formed a communicator without rank 2";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "rank 2 did not arrive within 2 s")) << e.what();
+        }
+        const double waited =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_GT(waited, 1.5);
+        EXPECT_LT(waited, 10);
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, MissingRankZeroIsNamedInTimeout) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
-  RunProcessRanks(2, [](int rank) {
-    if (rank == 0) return;
-    try {
-      MakeComm(rank, 2, "no-root");
-      ADD_FAILURE() << "formed a communicator without rank 0";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
-      EXPECT_TRUE(Contains(e.what(), "rank 0 did not arrive within 2 s")) << e.what();
-    }
-  }, options);
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        if (rank == 0) return;
+        try {
+          MakeComm(rank, 2, "no-root");
+          ADD_FAILURE() << "formed a communicator without rank 0";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "rank 0 did not arrive within 2 s")) << e.what();
+        }
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
-  RunProcessRanks(3, [](int rank) {
-    auto comm = MakeComm(rank, 3, "skip");
-    if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(4));  // alive, but skips the barrier
-      return;
-    }
-    try {
-      comm->Barrier();
-      ADD_FAILURE() << "barrier passed without rank 1";
-    } catch (const Error& e) {
-      EXPECT_TRUE(e.status() == ERROR_TIMEOUT) << e.what();
-      EXPECT_TRUE(Contains(e.what(), "rank 1 (pid ")) << e.what();
-    }
-    EXPECT_TRUE(comm->Broken());
-  }, options);
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        auto comm = MakeComm(rank, 3, "skip");
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(4));  // alive, but skips the barrier
+          return;
+        }
+        try {
+          comm->Barrier();
+          ADD_FAILURE() << "barrier passed without rank 1";
+        } catch (const Error& e) {
+          EXPECT_TRUE(e.status() == ERROR_TIMEOUT) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "rank 1 (pid ")) << e.what();
+        }
+        EXPECT_TRUE(comm->Broken());
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
@@ -177,19 +189,22 @@ TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
   // the new rendezvous must succeed while the broken one (same job, domain, size) is alive.
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "1";
-  RunProcessRanks(2, [](int rank) {
-    auto broken = MakeComm(rank, 2, "replace");
-    if (rank == 0) {
-      EXPECT_THROW(broken->Barrier(), Error);
-      EXPECT_TRUE(broken->Broken());
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    }
-    auto fresh = MakeComm(rank, 2, "replace");
-    int32_t in = rank + 1, out = 0;
-    fresh->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
-    EXPECT_EQ(out, 3);
-  }, options);
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        auto broken = MakeComm(rank, 2, "replace");
+        if (rank == 0) {
+          EXPECT_THROW(broken->Barrier(), Error);
+          EXPECT_TRUE(broken->Broken());
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        }
+        auto fresh = MakeComm(rank, 2, "replace");
+        int32_t in = rank + 1, out = 0;
+        fresh->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+        EXPECT_EQ(out, 3);
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
@@ -244,57 +259,63 @@ TEST(ProcessFaultTest, ProcessOfAnotherUserIsRefused) {
   options.deadlineSeconds = 30;
   // Rank 0 and the legitimate rank 1 run as root; before rank 1 starts, an intruder running as
   // nobody connects to rank 0's rendezvous and asks for rank 1.
-  RunProcessRanks(2, [](int rank) {
-    const std::string job = std::getenv("COLLOPS_JOB_ID");
-    if (rank == 1) {
-      const pid_t intruder = fork();
-      if (intruder == 0) {
-        int code = 1;
-        if (setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0) {
-          shm::RendezvousSpec spec;
-          spec.jobKey = job;
-          spec.domain = "foreign";
-          spec.rank = 1;
-          spec.rankSize = 2;
-          spec.timeoutSeconds = 10;
-          try {
-            shm::JoinRendezvous(spec, 0);
-            code = 2;  // admitted: the failure this test exists for
-          } catch (const Error& e) {
-            const bool clear = e.status() == ERROR_COMM_FAIL &&
-                               Contains(e.what(), "uid 65534") &&
-                               Contains(e.what(), "only processes of uid 0");
-            if (!clear) std::fprintf(stderr, "intruder got: %s\n", e.what());
-            code = clear ? 0 : 3;
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        const std::string job = std::getenv("COLLOPS_JOB_ID");
+        if (rank == 1) {
+          const pid_t intruder = fork();
+          if (intruder == 0) {
+            int code = 1;
+            if (setgroups(0, nullptr) == 0 && setgid(65534) == 0 && setuid(65534) == 0) {
+              shm::RendezvousSpec spec;
+              spec.jobKey = job;
+              spec.domain = "foreign";
+              spec.rank = 1;
+              spec.rankSize = 2;
+              spec.timeoutSeconds = 10;
+              try {
+                shm::JoinRendezvous(spec, 0);
+                code = 2;  // admitted: the failure this test exists for
+              } catch (const Error& e) {
+                const bool clear = e.status() == ERROR_COMM_FAIL &&
+                                   Contains(e.what(), "uid 65534") &&
+                                   Contains(e.what(), "only processes of uid 0");
+                if (!clear) std::fprintf(stderr, "intruder got: %s\n", e.what());
+                code = clear ? 0 : 3;
+              }
+            }
+            _exit(code);
           }
+          int status = 0;
+          ASSERT_EQ(waitpid(intruder, &status, 0), intruder);
+          ASSERT_TRUE(WIFEXITED(status));
+          ASSERT_EQ(WEXITSTATUS(status), 0) << "the intruder was not refused with a clear error";
         }
-        _exit(code);
-      }
-      int status = 0;
-      ASSERT_EQ(waitpid(intruder, &status, 0), intruder);
-      ASSERT_TRUE(WIFEXITED(status));
-      ASSERT_EQ(WEXITSTATUS(status), 0) << "the intruder was not refused with a clear error";
-    }
-    auto comm = MakeComm(rank, 2, "foreign");
-    int32_t in = rank + 1, out = 0;
-    comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
-    EXPECT_EQ(out, 3);
-  }, options);
+        auto comm = MakeComm(rank, 2, "foreign");
+        int32_t in = rank + 1, out = 0;
+        comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+        EXPECT_EQ(out, 3);
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, InvalidBufferSizeFailsOnEveryRank) {
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_BYTES"] = "lots";
   options.env["COLLOPS_TIMEOUT"] = "10";
-  RunProcessRanks(3, [](int rank) {
-    try {
-      MakeComm(rank, 3, "bad-size");
-      ADD_FAILURE() << "accepted COLLOPS_SHM_BYTES=lots";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
-      EXPECT_TRUE(Contains(e.what(), "COLLOPS_SHM_BYTES=\"lots\"")) << e.what();
-    }
-  }, options);
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        try {
+          MakeComm(rank, 3, "bad-size");
+          ADD_FAILURE() << "accepted COLLOPS_SHM_BYTES=lots";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "COLLOPS_SHM_BYTES=\"lots\"")) << e.what();
+        }
+      },
+      options);
 }
 
 std::set<std::string> Listing(const char* dir) {
@@ -335,37 +356,43 @@ std::vector<std::string> Residue(const char* dir, const std::set<std::string>& b
 
 TEST(ProcessFaultTest, NothingIsLeftBehindAfterNormalExitTimeoutAndSigkill) {
   const std::set<std::string> shmBefore = Listing("/dev/shm"), tmpBefore = Listing("/tmp");
-  const std::string sysvBefore = FileText("/proc/sysvipc/shm") + FileText("/proc/sysvipc/sem") +
-                                 FileText("/proc/sysvipc/msg");
+  const std::string sysvBefore =
+      FileText("/proc/sysvipc/shm") + FileText("/proc/sysvipc/sem") + FileText("/proc/sysvipc/msg");
   std::vector<std::string> jobs;
   // A normal run of several collectives.
   {
     ProcessRanksOptions options;
     options.env["COLLOPS_SHM_BYTES"] = "65536";
-    RunProcessRanks(3, [&jobs](int rank) {
-      auto comm = MakeComm(rank, 3, "residue");
-      std::vector<float> in(100000, 1.0f), out(in.size());
-      comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
-      comm->Broadcast(in.data(), in.size(), ACL_FLOAT, 2);
-      std::vector<uint8_t> all(3 * 1000);
-      comm->AllGatherBytes(in.data(), all.data(), 1000);
-      comm->Barrier();
-    }, options);
+    RunProcessRanks(
+        3,
+        [&jobs](int rank) {
+          auto comm = MakeComm(rank, 3, "residue");
+          std::vector<float> in(100000, 1.0f), out(in.size());
+          comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+          comm->Broadcast(in.data(), in.size(), ACL_FLOAT, 2);
+          std::vector<uint8_t> all(3 * 1000);
+          comm->AllGatherBytes(in.data(), all.data(), 1000);
+          comm->Barrier();
+        },
+        options);
   }
   // A rank killed in the middle, and a rendezvous that times out.
   KillMidCollective(3, 2);
   {
     ProcessRanksOptions options;
     options.env["COLLOPS_TIMEOUT"] = "1";
-    ForkRanks(2, [](int rank) {
-      if (rank == 0) MakeComm(0, 2, "residue-timeout");
-    }, options);
+    ForkRanks(
+        2,
+        [](int rank) {
+          if (rank == 0) MakeComm(0, 2, "residue-timeout");
+        },
+        options);
   }
   EXPECT_EQ(Residue("/dev/shm", shmBefore), std::vector<std::string>{});
   EXPECT_EQ(Residue("/tmp", tmpBefore), std::vector<std::string>{});
-  EXPECT_EQ(FileText("/proc/sysvipc/shm") + FileText("/proc/sysvipc/sem") +
-                FileText("/proc/sysvipc/msg"),
-            sysvBefore);
+  EXPECT_EQ(
+      FileText("/proc/sysvipc/shm") + FileText("/proc/sysvipc/sem") + FileText("/proc/sysvipc/msg"),
+      sysvBefore);
   // No abstract socket of this test process's jobs survives its ranks.
   std::istringstream lines(FileText("/proc/net/unix"));
   for (std::string line; std::getline(lines, line);) {

@@ -30,10 +30,10 @@ namespace testing {
 struct RankOutcome {
   int rank = 0;
   pid_t pid = 0;
-  bool hung = false;    ///< still running at the deadline (killed by the harness)
-  int exitCode = -1;    ///< valid when signal == 0 and !hung
-  int signal = 0;       ///< the signal that ended it, 0 for a normal exit
-  double seconds = 0;   ///< from the fork of rank 0 to this rank's end
+  bool hung = false;   ///< still running at the deadline (killed by the harness)
+  int exitCode = -1;   ///< valid when signal == 0 and !hung
+  int signal = 0;      ///< the signal that ended it, 0 for a normal exit
+  double seconds = 0;  ///< from the fork of rank 0 to this rank's end
 
   bool Ok() const { return !hung && signal == 0 && exitCode == 0; }
   std::string Describe() const {

@@ -26,7 +26,8 @@ namespace {
 
 size_t ElementBytes(DataType dtype, const std::string& where) {
   const size_t bytes = DataTypeSize(dtype);
-  if (bytes == 0) Fail(ERROR_INVALID_TENSOR_DTYPE, where, "dtype ", DataTypeName(dtype), " has no size");
+  if (bytes == 0)
+    Fail(ERROR_INVALID_TENSOR_DTYPE, where, "dtype ", DataTypeName(dtype), " has no size");
   return bytes;
 }
 
@@ -92,8 +93,8 @@ void ProcessCommunicator::AllGatherV(const void* in, size_t sendCount, void* out
     bytesOf[r] = static_cast<size_t>(std::max<int64_t>(recvCounts[r], 0)) * e;
     offsetOf[r] = static_cast<size_t>(rdispls[r]) * e;
   }
-  GatherRounds(static_cast<const uint8_t*>(in), sendCount * e, static_cast<uint8_t*>(out),
-               bytesOf, offsetOf);
+  GatherRounds(static_cast<const uint8_t*>(in), sendCount * e, static_cast<uint8_t*>(out), bytesOf,
+               offsetOf);
 }
 
 void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
@@ -207,7 +208,8 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
   const size_t region = RegionBytes();
   const size_t per = region / e;
   const int64_t most = *std::max_element(sendCounts, sendCounts + size_);
-  const size_t rounds = std::max<size_t>(1, CeilDiv(static_cast<size_t>(std::max<int64_t>(most, 0)), per));
+  const size_t rounds =
+      std::max<size_t>(1, CeilDiv(static_cast<size_t>(std::max<int64_t>(most, 0)), per));
   std::vector<const void*> srcs(size_);
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;

@@ -66,10 +66,9 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
          "\" is not one of auto, oneshot, rsag");
   }
   header.oneShotMaxBytes = kOneShotMaxBytes;
-  header.chunkBytes = static_cast<uint64_t>(
-      EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
-  const int spin =
-      rankSize <= CpusAvailable() ? kSpinIterations : kOversubscribedSpinIterations;
+  header.chunkBytes =
+      static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
+  const int spin = rankSize <= CpusAvailable() ? kSpinIterations : kOversubscribedSpinIterations;
   header.spinIterations = static_cast<int32_t>(EnvInt("COLLOPS_SHM_SPIN", spin, 0, 100'000'000));
 }
 
@@ -144,8 +143,8 @@ void ProcessCommunicator::WaitAll() {
     if (peer.posted.load(std::memory_order_acquire) >= round) continue;
     deadline_ = Deadline::After(timeoutSeconds_);
     auto arrived = [&] { return peer.posted.load(std::memory_order_acquire) >= round; };
-    if (peer.word.Wait(YieldingEvery16(arrived), deadline_, [&] { CheckPeer(r); },
-                       spinIterations_)) {
+    if (peer.word.Wait(
+            YieldingEvery16(arrived), deadline_, [&] { CheckPeer(r); }, spinIterations_)) {
       continue;
     }
     std::string missing;
@@ -177,8 +176,8 @@ void ProcessCommunicator::CheckPeer(int peer) {
     const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
     Break(status, culprit,
           Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit], ") ",
-                 status == ERROR_TIMEOUT ? "stopped responding" : "died",
-                 " (detected by rank ", abort.reporter, ")"));
+                 status == ERROR_TIMEOUT ? "stopped responding" : "died", " (detected by rank ",
+                 abort.reporter, ")"));
   }
   if (PeerDead(peer)) {
     Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") died"));
@@ -193,8 +192,8 @@ void ProcessCommunicator::Break(Status status, int culprit, const std::string& m
   claim_.Reset();
   // Tell ranks waiting on someone else that this communicator is over; the first record wins.
   uint64_t expected = 0;
-  segment_.Header().abort.compare_exchange_strong(
-      expected, PackAbort({culprit, rank_, status}), std::memory_order_acq_rel);
+  segment_.Header().abort.compare_exchange_strong(expected, PackAbort({culprit, rank_, status}),
+                                                  std::memory_order_acq_rel);
   for (int r = 0; r < size_; ++r) segment_.Rank(r).word.Notify();
   throw Error(status, message);
 }

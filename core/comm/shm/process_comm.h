@@ -95,8 +95,7 @@ class ProcessCommunicator final : public Communicator {
   void Await(WaitWord& word, Ready&& ready, int peer) {
     if (ready()) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(YieldingEvery16(ready), deadline_, [&] { CheckPeer(peer); },
-                   spinIterations_)) {
+    if (!word.Wait(YieldingEvery16(ready), deadline_, [&] { CheckPeer(peer); }, spinIterations_)) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
@@ -111,8 +110,7 @@ class ProcessCommunicator final : public Communicator {
   std::string Where() const;
 
   // --- process_algorithms.cpp ---
-  void AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,
-                        ReduceOp op);
+  void AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   void AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   /// Every rank contributes myBytes (bytesOf[j] for rank j) and rank j's data lands at
   /// out + offsetOf[j]; rounds of at most one half each.

@@ -49,8 +49,9 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
   mine.stagingHalf[slot] = static_cast<uint32_t>((round_ + 1) & 1);
   mine.messages.store(message, std::memory_order_release);
   mine.word.Notify();
-  Await(theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
-        peer);
+  Await(
+      theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
+      peer);
   if (theirs.count[slot] != static_cast<int64_t>(count) || theirs.dtype[slot] != dtype) {
     Fail(ERROR_RANK_MISMATCH, MismatchMessage(rank_, static_cast<int64_t>(count), dtype, peer,
                                               theirs.count[slot], theirs.dtype[slot]));
@@ -63,14 +64,14 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
   for (size_t lo = 0; lo < bytes; lo += sub) {
     ++index;
     // The sub-buffer of chunk index-2 must have been drained.
-    Await(theirs.word,
-          [&] { return theirs.chunks.load(std::memory_order_acquire) + 2 >= index; }, peer);
+    Await(
+        theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) + 2 >= index; },
+        peer);
     std::memcpy(staging + (index & 1) * sub, data + lo, std::min(sub, bytes - lo));
     mine.chunks.store(index, std::memory_order_release);
     mine.word.Notify();
   }
-  Await(theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) >= index; },
-        peer);
+  Await(theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) >= index; }, peer);
   sendChunks_[peer] = index;
 }
 
@@ -86,8 +87,9 @@ void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer
   mine.dtype[slot] = dtype;
   mine.messages.store(message, std::memory_order_release);
   mine.word.Notify();
-  Await(theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
-        peer);
+  Await(
+      theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
+      peer);
   if (theirs.count[slot] != static_cast<int64_t>(count) || theirs.dtype[slot] != dtype) {
     Fail(ERROR_RANK_MISMATCH, MismatchMessage(peer, theirs.count[slot], theirs.dtype[slot], rank_,
                                               static_cast<int64_t>(count), dtype));
@@ -99,8 +101,8 @@ void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer
   uint64_t index = recvChunks_[peer];
   for (size_t lo = 0; lo < bytes; lo += sub) {
     ++index;
-    Await(theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) >= index; },
-          peer);
+    Await(
+        theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) >= index; }, peer);
     std::memcpy(data + lo, staging + (index & 1) * sub, std::min(sub, bytes - lo));
     mine.chunks.store(index, std::memory_order_release);
     mine.word.Notify();

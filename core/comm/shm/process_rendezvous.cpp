@@ -129,8 +129,10 @@ IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
         int passed = -1;
         std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
-        if (receivedFd != nullptr) receivedFd->Reset(passed);
-        else ::close(passed);
+        if (receivedFd != nullptr)
+          receivedFd->Reset(passed);
+        else
+          ::close(passed);
       }
     }
     p += got;
@@ -174,7 +176,8 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
         PeerCredentials(probe.Get(), &cred)) {
       if (cred.pid == getpid()) return UniqueFd();
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank, " is already held by pid ", cred.pid,
-           " (uid ", cred.uid, "). Two processes claim the same rank, or another job runs with "
+           " (uid ", cred.uid,
+           "). Two processes claim the same rank, or another job runs with "
            "the same job key; give each job its own COLLOPS_JOB_ID");
     }
     // Bound but not yet listening (the holder is between bind and listen), or just released.
@@ -224,8 +227,8 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     for (int r = 1; r < size; ++r) {
       if (peers[r].Valid()) fds.push_back({peers[r].Get(), POLLIN, 0});
     }
-    const int ready = poll(fds.data(), fds.size(),
-                           static_cast<int>(deadline.NanosLeft(100'000'000) / 1'000'000));
+    const int ready =
+        poll(fds.data(), fds.size(), static_cast<int>(deadline.NanosLeft(100'000'000) / 1'000'000));
     if (ready <= 0) continue;
     // A joined peer sends nothing after its hello: readable means it went away.
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -243,11 +246,11 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     ucred cred{};
     if (!PeerCredentials(conn.Get(), &cred)) continue;
     if (cred.uid != geteuid()) {
-      SendReply(conn.Get(), ERROR_COMM_FAIL,
-                Concat(Describe(spec), ": rank 0 (pid ", getpid(), ") refused pid ", cred.pid,
-                       " of uid ", cred.uid, ": only processes of uid ", geteuid(),
-                       " (the job's owner) may join"),
-                {}, -1);
+      SendReply(
+          conn.Get(), ERROR_COMM_FAIL,
+          Concat(Describe(spec), ": rank 0 (pid ", getpid(), ") refused pid ", cred.pid, " of uid ",
+                 cred.uid, ": only processes of uid ", geteuid(), " (the job's owner) may join"),
+          {}, -1);
       continue;
     }
     HelloWire hello{};
@@ -266,8 +269,8 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
         RecvAll(conn.Get(), domain.data(), domain.size(), helloDeadline) != IoResult::kOk) {
       continue;
     }
-    if (key != spec.jobKey || domain != spec.domain || hello.rankSize != size ||
-        hello.rank < 1 || hello.rank >= size) {
+    if (key != spec.jobKey || domain != spec.domain || hello.rankSize != size || hello.rank < 1 ||
+        hello.rank >= size) {
       SendReply(conn.Get(), ERROR_COMM_FAIL,
                 Concat(Describe(spec), ": pid ", cred.pid, " asked to join as rank ", hello.rank,
                        " of ", hello.rankSize, " ranks of job '", key, "', domain '", domain,
@@ -277,9 +280,9 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     }
     if (peers[hello.rank].Valid()) {
       // The claim sockets make this unreachable for well-behaved processes; never guess.
-      const std::string clash = Concat(Describe(spec), ": rank ", hello.rank,
-                                       " was claimed twice (pids ", result.pids[hello.rank],
-                                       " and ", cred.pid, ")");
+      const std::string clash =
+          Concat(Describe(spec), ": rank ", hello.rank, " was claimed twice (pids ",
+                 result.pids[hello.rank], " and ", cred.pid, ")");
       SendReply(conn.Get(), ERROR_COMM_FAIL, clash, {}, -1);
       failAll(ERROR_COMM_FAIL, clash);
     }
@@ -288,9 +291,9 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     ++arrived;
   }
   if (arrived < size) {
-    failAll(ERROR_TIMEOUT, Concat(Describe(spec), ": ", MissingRanks(peers),
-                                  " did not arrive within ", spec.timeoutSeconds,
-                                  " s (COLLOPS_TIMEOUT)"));
+    failAll(ERROR_TIMEOUT,
+            Concat(Describe(spec), ": ", MissingRanks(peers), " did not arrive within ",
+                   spec.timeoutSeconds, " s (COLLOPS_TIMEOUT)"));
   }
   if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
   for (int r = 1; r < size; ++r) {
@@ -331,12 +334,11 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     const sockaddr_un addr = AbstractAddress(name, &length);
     if (connect(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
       if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR) {
-        Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ",
-             std::strerror(errno));
+        Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ", std::strerror(errno));
       }
       if (deadline.Passed()) {
-        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ",
-             spec.timeoutSeconds, " s (COLLOPS_TIMEOUT); this is rank ", spec.rank);
+        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ", spec.timeoutSeconds,
+             " s (COLLOPS_TIMEOUT); this is rank ", spec.rank);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(backoffMicros));
       backoffMicros = std::min(backoffMicros * 2, 50'000);
@@ -344,7 +346,10 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     }
     ucred host{};
     PeerCredentials(fd.Get(), &host);
-    HelloWire hello{kWireMagic, kWireVersion, spec.rank, spec.rankSize,
+    HelloWire hello{kWireMagic,
+                    kWireVersion,
+                    spec.rank,
+                    spec.rankSize,
                     static_cast<uint32_t>(spec.jobKey.size()),
                     static_cast<uint32_t>(spec.domain.size())};
     std::string message(reinterpret_cast<const char*>(&hello), sizeof(hello));
@@ -353,12 +358,12 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     UniqueFd memory;
     // Rank 0 answers by its own deadline, which started no earlier than our connect.
     const Deadline replyDeadline = Deadline::After(spec.timeoutSeconds + 5);
-    IoResult io = SendAll(fd.Get(), message.data(), message.size()) ? IoResult::kOk
-                                                                     : IoResult::kClosed;
+    IoResult io =
+        SendAll(fd.Get(), message.data(), message.size()) ? IoResult::kOk : IoResult::kClosed;
     if (io == IoResult::kOk) io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &memory);
     if (io == IoResult::kTimeout) {
-      Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid,
-           ") accepted rank ", spec.rank, " but never answered");
+      Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid, ") accepted rank ", spec.rank,
+           " but never answered");
     }
     if (io == IoResult::kClosed) {
       // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
@@ -379,12 +384,13 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     std::string text(reply.messageBytes, '\0');
     RecvAll(fd.Get(), text.data(), text.size(), replyDeadline);
     if (reply.status != NO_ERROR) {
-      throw Error(static_cast<Status>(reply.status),
-                  text.empty() ? Concat(Describe(spec), ": rank 0 refused rank ", spec.rank) : text);
+      throw Error(
+          static_cast<Status>(reply.status),
+          text.empty() ? Concat(Describe(spec), ": rank 0 refused rank ", spec.rank) : text);
     }
     if (host.uid != geteuid()) {
-      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid, ") runs as uid ",
-           host.uid, ", not ", geteuid(), "; refusing its memory");
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid, ") runs as uid ", host.uid,
+           ", not ", geteuid(), "; refusing its memory");
     }
     if (reply.rankSize != spec.rankSize || !memory.Valid()) {
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid,
@@ -415,7 +421,8 @@ RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& make
       ClaimName(ClaimSocketName(geteuid(), spec, spec.rank), spec, spec.rank, deadline);
   if (spec.rank == 0) {
     if (!claim.Valid()) {
-      Fail(ERROR_COMM_FAIL, Describe(spec), ": this process already holds rank 0 in an earlier "
+      Fail(ERROR_COMM_FAIL, Describe(spec),
+           ": this process already holds rank 0 in an earlier "
            "communicator that is still alive; destroy it before creating another");
     }
     return Host(spec, std::move(claim), makeSegment, deadline);

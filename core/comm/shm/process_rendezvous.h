@@ -25,8 +25,8 @@ namespace collops {
 namespace shm {
 
 struct RendezvousSpec {
-  std::string jobKey;      ///< JobKeyFromEnv() normally
-  std::string domain;      ///< commDomain
+  std::string jobKey;  ///< JobKeyFromEnv() normally
+  std::string domain;  ///< commDomain
   int rank = 0;
   int rankSize = 0;
   double timeoutSeconds = 300;  ///< how long rank 0 waits for the others (and they for it)

@@ -47,10 +47,14 @@ uint64_t SlotBytesFromEnv(int rankSize) {
     uint64_t scale = 1;
     if (end != text && *end != '\0') {
       const std::string suffix(end);
-      if (suffix == "K" || suffix == "KiB") scale = 1ULL << 10;
-      else if (suffix == "M" || suffix == "MiB") scale = 1ULL << 20;
-      else if (suffix == "G" || suffix == "GiB") scale = 1ULL << 30;
-      else scale = 0;
+      if (suffix == "K" || suffix == "KiB")
+        scale = 1ULL << 10;
+      else if (suffix == "M" || suffix == "MiB")
+        scale = 1ULL << 20;
+      else if (suffix == "G" || suffix == "GiB")
+        scale = 1ULL << 30;
+      else
+        scale = 0;
     }
     if (end == text || errno != 0 || scale == 0 || value == 0 || value > kMaxSlotBytes / scale) {
       Fail(ERROR_INVALID_PARAM, "COLLOPS_SHM_BYTES=\"", text,
@@ -69,8 +73,8 @@ uint8_t* Segment::Map(int fd, uint64_t bytes) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) {
     const int err = errno;
-    Fail(err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL,
-         "lccl: cannot map the ", bytes, "-byte shared segment: ", std::strerror(err));
+    Fail(err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL, "lccl: cannot map the ", bytes,
+         "-byte shared segment: ", std::strerror(err));
   }
   madvise(base, bytes, MADV_HUGEPAGE);  // a hint; fine when transparent huge pages are off
   return static_cast<uint8_t*>(base);
@@ -88,8 +92,8 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
   if (err != 0) {
     Fail(err == ENOSPC || err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL,
          "lccl: cannot allocate ", layout.totalBytes, " bytes of shared memory for ",
-         layout.rankSize, " ranks (", layout.slotBytes, " per rank, COLLOPS_SHM_BYTES): ",
-         std::strerror(err));
+         layout.rankSize, " ranks (", layout.slotBytes,
+         " per rank, COLLOPS_SHM_BYTES): ", std::strerror(err));
   }
   fcntl(memory.Get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
 
@@ -112,7 +116,7 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
 }
 
 Segment Segment::Attach(int fd, int rankSize) {
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(SegmentHeader))) {
     Fail(ERROR_COMM_FAIL, "lccl: the shared segment received from rank 0 is unusable");
   }

@@ -41,9 +41,9 @@ class Deadline {
   bool Passed() const { return std::chrono::steady_clock::now() >= at_; }
   /// Nanoseconds left, clamped to [0, cap].
   int64_t NanosLeft(int64_t cap) const {
-    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          at_ - std::chrono::steady_clock::now())
-                          .count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(at_ - std::chrono::steady_clock::now())
+            .count();
     return left < 0 ? 0 : (left > cap ? cap : left);
   }
 
@@ -67,8 +67,8 @@ struct WaitWord {
   /// Waits until ready() is true; false when `deadline` passes first. Between sleeps (at most
   /// `sliceNanos` each) it calls onSlice(), which may throw (e.g. ERROR_PEER_LOST).
   template <class Ready, class OnSlice>
-  bool Wait(Ready&& ready, const Deadline& deadline, OnSlice&& onSlice,
-            int spinIterations = 4000, int64_t sliceNanos = 20'000'000) {
+  bool Wait(Ready&& ready, const Deadline& deadline, OnSlice&& onSlice, int spinIterations = 4000,
+            int64_t sliceNanos = 20'000'000) {
     for (int i = 0; i < spinIterations; ++i) {
       if (ready()) return true;
       CpuRelax();

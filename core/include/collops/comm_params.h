@@ -21,15 +21,15 @@ constexpr size_t kRsvSize = 64;
 /// Fields shared by every operation's param struct. Op params derive from it, as ATB's flat
 /// structs carry the same fields.
 struct CommParam {
-  int rank = 0;                           ///< this rank; 0 <= rank < rankSize
-  int rankSize = 0;                       ///< ranks in the communicator; > 0, required
-  int rankRoot = 0;                       ///< root rank where the op has one; 0 <= rankRoot < rankSize
-  std::string backend = "hccl";           ///< "lccl" | "mpi" | "c10d" | "hccl" (auto)
-  Communicator* comm = nullptr;           ///< caller-owned communicator (ATB's hcclComm); never freed
-  CommMode commMode = COMM_MULTI_PROCESS; ///< 0 multi-process, 1 multi-thread
-  std::string rankTableFile;              ///< HCCL-style rank table path, "" = none
-  std::string commDomain;                 ///< ranks with equal domains share a communicator; <= 128 chars
-  std::array<uint8_t, kRsvSize> rsv{};    ///< reserved (ATB); any nonzero byte is rejected
+  int rank = 0;                  ///< this rank; 0 <= rank < rankSize
+  int rankSize = 0;              ///< ranks in the communicator; > 0, required
+  int rankRoot = 0;              ///< root rank where the op has one; 0 <= rankRoot < rankSize
+  std::string backend = "hccl";  ///< "lccl" | "mpi" | "c10d" | "hccl" (auto)
+  Communicator* comm = nullptr;  ///< caller-owned communicator (ATB's hcclComm); never freed
+  CommMode commMode = COMM_MULTI_PROCESS;  ///< 0 multi-process, 1 multi-thread
+  std::string rankTableFile;               ///< HCCL-style rank table path, "" = none
+  std::string commDomain;  ///< ranks with equal domains share a communicator; <= 128 chars
+  std::array<uint8_t, kRsvSize> rsv{};  ///< reserved (ATB); any nonzero byte is rejected
 
   /// Visits every JSON-visible field as v(key, field). `comm` is C++ only.
   template <class Visitor>

@@ -32,8 +32,8 @@ class Operation {
                        Context* context) = 0;
   /// Runs the collective on tensors shaped as in the last Setup, with a workspace of at least the
   /// size Setup returned.
-  virtual Status Execute(const VariantPack& variantPack, uint8_t* workspace,
-                         uint64_t workspaceSize, Context* context) = 0;
+  virtual Status Execute(const VariantPack& variantPack, uint8_t* workspace, uint64_t workspaceSize,
+                         Context* context) = 0;
 };
 
 }  // namespace collops

@@ -61,9 +61,9 @@ Operation* CreateFromJson(const nlohmann::json& json) {
 /// Registers OpClass under OpClass::kName and defines the typed CreateOperation(const ParamType&,
 /// Operation**) declared beside ParamType. Use once, at the end of the op's .cpp, inside
 /// namespace collops.
-#define COLLOPS_REGISTER_OPERATION(OpClass, ParamType)                          \
-  Status CreateOperation(const ParamType& param, Operation** op) {             \
-    return detail::CreateTyped<OpClass, ParamType>(param, op);                 \
-  }                                                                            \
-  static const bool kRegistered##OpClass =                                     \
+#define COLLOPS_REGISTER_OPERATION(OpClass, ParamType)             \
+  Status CreateOperation(const ParamType& param, Operation** op) { \
+    return detail::CreateTyped<OpClass, ParamType>(param, op);     \
+  }                                                                \
+  static const bool kRegistered##OpClass =                         \
       RegisterOperation(OpClass::kName, &detail::CreateFromJson<OpClass, ParamType>)
