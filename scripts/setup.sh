@@ -7,7 +7,7 @@ set -euo pipefail
 APT_PACKAGES=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev
               openmpi-bin libopenmpi-dev iproute2)
 PIP_PACKAGES=("torch==2.13.0" "pybind11>=2.10" "clang-format==23.1.5" "jsonschema>=4.18"
-              "pytest>=7" "numpy")
+              "pytest>=7" "numpy" "matplotlib")
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -29,6 +29,7 @@ python3 -c 'import pybind11' 2>/dev/null || missing_pip+=("pybind11>=2.10")
 python3 -c 'import jsonschema' 2>/dev/null || missing_pip+=("jsonschema>=4.18")
 python3 -c 'import pytest' 2>/dev/null || missing_pip+=("pytest>=7")
 python3 -c 'import numpy' 2>/dev/null || missing_pip+=("numpy")
+python3 -c 'import matplotlib' 2>/dev/null || missing_pip+=("matplotlib")  # bench/compare plots
 if [ ${#missing_pip[@]} -gt 0 ]; then
   echo "setup: installing ${missing_pip[*]} (pip)"
   python3 -m pip install -q --disable-pip-version-check --no-build-isolation "${missing_pip[@]}"
