@@ -40,10 +40,14 @@ struct OpInfo {
 
 inline const std::vector<OpInfo>& AllOps() {
   static const std::vector<OpInfo> ops = {
-      {Op::kAllReduce, "allreduce", true},         {Op::kAllGather, "allgather", false},
-      {Op::kAllGatherV, "allgatherv", false},      {Op::kReduceScatter, "reducescatter", true},
-      {Op::kReduceScatterV, "reducescatterv", true}, {Op::kBroadcast, "broadcast", false},
-      {Op::kAllToAll, "alltoall", false},          {Op::kAllToAllV, "alltoallv", false},
+      {Op::kAllReduce, "allreduce", true},
+      {Op::kAllGather, "allgather", false},
+      {Op::kAllGatherV, "allgatherv", false},
+      {Op::kReduceScatter, "reducescatter", true},
+      {Op::kReduceScatterV, "reducescatterv", true},
+      {Op::kBroadcast, "broadcast", false},
+      {Op::kAllToAll, "alltoall", false},
+      {Op::kAllToAllV, "alltoallv", false},
       {Op::kSendRecv, "sendrecv", false},
   };
   return ops;
@@ -61,15 +65,18 @@ inline const OpInfo& InfoOf(Op op) {
 inline double BusFactor(Op op, int ranks) {
   const double r = ranks;
   switch (op) {
-    case Op::kAllReduce: return 2 * (r - 1) / r;
+    case Op::kAllReduce:
+      return 2 * (r - 1) / r;
     case Op::kAllGather:
     case Op::kAllGatherV:
     case Op::kReduceScatter:
     case Op::kReduceScatterV:
     case Op::kAllToAll:
-    case Op::kAllToAllV: return (r - 1) / r;
+    case Op::kAllToAllV:
+      return (r - 1) / r;
     case Op::kBroadcast:
-    case Op::kSendRecv: return 1;
+    case Op::kSendRecv:
+      return 1;
   }
   return 1;
 }
@@ -85,9 +92,11 @@ struct DtypeInfo {
 
 inline const std::vector<DtypeInfo>& AllDtypes() {
   static const std::vector<DtypeInfo> dtypes = {
-      {"float32", Kind::kFloat32, 4}, {"float64", Kind::kFloat64, 8}, {"float16", Kind::kFloat16, 2},
-      {"bfloat16", Kind::kBFloat16, 2}, {"int8", Kind::kInt8, 1},     {"int16", Kind::kInt16, 2},
-      {"int32", Kind::kInt32, 4},     {"int64", Kind::kInt64, 8},     {"uint8", Kind::kUint8, 1},
+      {"float32", Kind::kFloat32, 4}, {"float64", Kind::kFloat64, 8},
+      {"float16", Kind::kFloat16, 2}, {"bfloat16", Kind::kBFloat16, 2},
+      {"int8", Kind::kInt8, 1},       {"int16", Kind::kInt16, 2},
+      {"int32", Kind::kInt32, 4},     {"int64", Kind::kInt64, 8},
+      {"uint8", Kind::kUint8, 1},
   };
   return dtypes;
 }
@@ -100,8 +109,12 @@ inline void Encode(Kind kind, double v, void* p) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   switch (kind) {
-    case Kind::kFloat32: std::memcpy(p, &f, 4); break;
-    case Kind::kFloat64: std::memcpy(p, &v, 8); break;
+    case Kind::kFloat32:
+      std::memcpy(p, &f, 4);
+      break;
+    case Kind::kFloat64:
+      std::memcpy(p, &v, 8);
+      break;
     case Kind::kBFloat16: {
       const uint16_t h = static_cast<uint16_t>(bits >> 16);
       std::memcpy(p, &h, 2);
@@ -116,8 +129,12 @@ inline void Encode(Kind kind, double v, void* p) {
       std::memcpy(p, &h, 2);
       break;
     }
-    case Kind::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-    case Kind::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+    case Kind::kInt8:
+      *static_cast<int8_t*>(p) = static_cast<int8_t>(v);
+      break;
+    case Kind::kUint8:
+      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+      break;
     case Kind::kInt16: {
       const int16_t x = static_cast<int16_t>(v);
       std::memcpy(p, &x, 2);
@@ -142,14 +159,14 @@ inline double Value(int rank, int64_t i) { return rank + 1 + static_cast<double>
 
 /// Per-op element layout of one rank: what it sends and receives, in elements.
 struct Layout {
-  int64_t inCount = 0;                 ///< elements of this rank's input
-  int64_t outCount = 0;                ///< elements of this rank's output (0 = in place / none)
-  std::vector<int64_t> sendCounts;     ///< V ops: to rank j (reducescatterv: x segment j)
+  int64_t inCount = 0;              ///< elements of this rank's input
+  int64_t outCount = 0;             ///< elements of this rank's output (0 = in place / none)
+  std::vector<int64_t> sendCounts;  ///< V ops: to rank j (reducescatterv: x segment j)
   std::vector<int64_t> sdispls;
-  std::vector<int64_t> recvCounts;     ///< V ops: from rank j
+  std::vector<int64_t> recvCounts;  ///< V ops: from rank j
   std::vector<int64_t> rdispls;
-  std::vector<int64_t> peerSdispls;    ///< alltoall(v): where rank j's block for us starts in x_j
-  int64_t bytes = 0;                   ///< the size S this row reports (nccl-tests convention)
+  std::vector<int64_t> peerSdispls;  ///< alltoall(v): where rank j's block for us starts in x_j
+  int64_t bytes = 0;                 ///< the size S this row reports (nccl-tests convention)
 };
 
 /// Uneven split of `total` elements over `parts` blocks: block j gets weight 1 + (key + j) % 2,
@@ -183,9 +200,15 @@ inline Layout MakeLayout(Op op, int ranks, int rank, int64_t bytes, size_t elem)
   l.bytes = n * static_cast<int64_t>(elem);
   const int64_t chunk = n / ranks;
   switch (op) {
-    case Op::kAllReduce: l.inCount = l.outCount = n; break;
-    case Op::kBroadcast: l.inCount = n; break;
-    case Op::kSendRecv: l.inCount = l.outCount = n; break;
+    case Op::kAllReduce:
+      l.inCount = l.outCount = n;
+      break;
+    case Op::kBroadcast:
+      l.inCount = n;
+      break;
+    case Op::kSendRecv:
+      l.inCount = l.outCount = n;
+      break;
     case Op::kAllGather:
     case Op::kAllGatherV:
       l.inCount = chunk;
@@ -244,8 +267,10 @@ inline double Golden(Op op, int ranks, int rank, const Layout& l, int64_t i) {
       for (int r = 0; r < ranks; ++r) s += Value(r, i);
       return s;
     }
-    case Op::kBroadcast: return Value(0, i);
-    case Op::kSendRecv: return Value((rank + ranks - 1) % ranks, i);
+    case Op::kBroadcast:
+      return Value(0, i);
+    case Op::kSendRecv:
+      return Value((rank + ranks - 1) % ranks, i);
     case Op::kAllGather:
     case Op::kAllGatherV: {
       const int64_t chunk = l.recvCounts[0];
@@ -310,21 +335,32 @@ inline int64_t ParseBytes(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   return static_cast<int64_t>(v);
 }
 
 inline void Usage(const char* prog, bool hasMode) {
-  std::fprintf(stderr,
-               "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [-n 20] [-c] [--json]%s\n"
-               "  ops: allreduce allgather allgatherv reducescatter reducescatterv broadcast\n"
-               "       alltoall alltoallv sendrecv\n"
-               "  dtypes: float32 float64 float16 bfloat16 int8 int16 int32 int64 uint8\n",
-               prog, hasMode ? " [-r 2] [--mode process|thread]" : "  (ranks: mpirun -np)");
+  std::fprintf(
+      stderr,
+      "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [-n 20] [-c] [--json]%s\n"
+      "  ops: allreduce allgather allgatherv reducescatter reducescatterv broadcast\n"
+      "       alltoall alltoallv sendrecv\n"
+      "  dtypes: float32 float64 float16 bfloat16 int8 int16 int32 int64 uint8\n",
+      prog, hasMode ? " [-r 2] [--mode process|thread]" : "  (ranks: mpirun -np)");
   std::exit(2);
 }
 
@@ -337,14 +373,22 @@ inline Options ParseOptions(int argc, char** argv, bool hasMode) {
       if (i + 1 >= argc) Usage(argv[0], hasMode);
       return argv[++i];
     };
-    if (a == "-b") o.minBytes = ParseBytes(next());
-    else if (a == "-e") o.maxBytes = ParseBytes(next());
-    else if (a == "-f") o.factor = std::max<int64_t>(2, std::atoll(next().c_str()));
-    else if (a == "-w") o.warmup = std::atoi(next().c_str());
-    else if (a == "-n") o.iters = std::max(1, std::atoi(next().c_str()));
-    else if (a == "-c") o.check = true;
-    else if (a == "--json") o.json = true;
-    else if (a == "-r" && hasMode) o.ranks = std::atoi(next().c_str());
+    if (a == "-b")
+      o.minBytes = ParseBytes(next());
+    else if (a == "-e")
+      o.maxBytes = ParseBytes(next());
+    else if (a == "-f")
+      o.factor = std::max<int64_t>(2, std::atoll(next().c_str()));
+    else if (a == "-w")
+      o.warmup = std::atoi(next().c_str());
+    else if (a == "-n")
+      o.iters = std::max(1, std::atoi(next().c_str()));
+    else if (a == "-c")
+      o.check = true;
+    else if (a == "--json")
+      o.json = true;
+    else if (a == "-r" && hasMode)
+      o.ranks = std::atoi(next().c_str());
     else if (a == "--mode" && hasMode) {
       const std::string m = next();
       if (m != "process" && m != "thread") Usage(argv[0], hasMode);
@@ -388,8 +432,7 @@ struct Row {
 inline void PrintHeader(const Options& o, const char* system) {
   if (o.json) return;
   std::printf("# %s  op %s  dtype %s  ranks %d  warmup %d  iters %d  check %s\n", system,
-              InfoOf(o.op).name, o.dtype->name, o.ranks, o.warmup, o.iters,
-              o.check ? "on" : "off");
+              InfoOf(o.op).name, o.dtype->name, o.ranks, o.warmup, o.iters, o.check ? "on" : "off");
   std::printf("# time: per iteration the max over ranks; median and min over iterations\n");
   std::printf("%12s %12s %12s %12s %10s %10s %8s\n", "size(B)", "count", "med(us)", "min(us)",
               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -399,8 +442,9 @@ inline void PrintHeader(const Options& o, const char* system) {
 inline void PrintRow(const Options& o, const char* system, const Row& row) {
   std::vector<double> t = row.iterSeconds;
   std::sort(t.begin(), t.end());
-  const double med = t.empty() ? 0 : (t.size() % 2 ? t[t.size() / 2]
-                                                    : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2);
+  const double med =
+      t.empty() ? 0
+                : (t.size() % 2 ? t[t.size() / 2] : (t[t.size() / 2 - 1] + t[t.size() / 2]) / 2);
   const double mn = t.empty() ? 0 : t.front();
   const double algbw = med > 0 ? row.bytes / med / 1e9 : 0;
   const double busbw = algbw * BusFactor(o.op, o.ranks);
@@ -417,8 +461,10 @@ inline void PrintRow(const Options& o, const char* system, const Row& row) {
                 static_cast<long long>(row.count), row.error.c_str());
   } else {
     char wrong[32];
-    if (row.wrong < 0) std::snprintf(wrong, sizeof wrong, "N/A");
-    else std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(row.wrong));
+    if (row.wrong < 0)
+      std::snprintf(wrong, sizeof wrong, "N/A");
+    else
+      std::snprintf(wrong, sizeof wrong, "%lld", static_cast<long long>(row.wrong));
     std::printf("%12lld %12lld %12.2f %12.2f %10.3f %10.3f %8s\n",
                 static_cast<long long>(row.bytes), static_cast<long long>(row.count), med * 1e6,
                 mn * 1e6, algbw, busbw, wrong);

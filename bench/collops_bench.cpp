@@ -30,15 +30,24 @@ using collops::Tensor;
 
 DataType ToCollops(Kind kind) {
   switch (kind) {
-    case Kind::kFloat32: return collops::ACL_FLOAT;
-    case Kind::kFloat64: return collops::ACL_DOUBLE;
-    case Kind::kFloat16: return collops::ACL_FLOAT16;
-    case Kind::kBFloat16: return collops::ACL_BF16;
-    case Kind::kInt8: return collops::ACL_INT8;
-    case Kind::kInt16: return collops::ACL_INT16;
-    case Kind::kInt32: return collops::ACL_INT32;
-    case Kind::kInt64: return collops::ACL_INT64;
-    case Kind::kUint8: return collops::ACL_UINT8;
+    case Kind::kFloat32:
+      return collops::ACL_FLOAT;
+    case Kind::kFloat64:
+      return collops::ACL_DOUBLE;
+    case Kind::kFloat16:
+      return collops::ACL_FLOAT16;
+    case Kind::kBFloat16:
+      return collops::ACL_BF16;
+    case Kind::kInt8:
+      return collops::ACL_INT8;
+    case Kind::kInt16:
+      return collops::ACL_INT16;
+    case Kind::kInt32:
+      return collops::ACL_INT32;
+    case Kind::kInt64:
+      return collops::ACL_INT64;
+    case Kind::kUint8:
+      return collops::ACL_UINT8;
   }
   return collops::ACL_DT_UNDEFINED;
 }
@@ -78,26 +87,34 @@ struct Buffer {
 };
 
 void Throw(collops::Status s, const char* what) {
-  throw collops::Error(s, collops::Concat(what, ": ", collops::StatusName(s), ": ",
-                                          collops::LastErrorMessage()));
+  throw collops::Error(
+      s, collops::Concat(what, ": ", collops::StatusName(s), ": ", collops::LastErrorMessage()));
 }
 
 /// One rank's operation for one size: the op(s), its tensors and workspace, ready to Execute.
 class RankCase {
  public:
   RankCase(const Options& o, int rank, int64_t sizeBytes)
-      : o_(o), rank_(rank), dtype_(ToCollops(o.dtype->kind)),
+      : o_(o),
+        rank_(rank),
+        dtype_(ToCollops(o.dtype->kind)),
         layout_(MakeLayout(o.op, o.ranks, rank, sizeBytes, o.dtype->size)) {
-    nlohmann::json p = {{"rank", rank},         {"rankSize", o.ranks},
-                        {"backend", "lccl"},    {"commMode", o.threadMode ? 1 : 0},
+    nlohmann::json p = {{"rank", rank},
+                        {"rankSize", o.ranks},
+                        {"backend", "lccl"},
+                        {"commMode", o.threadMode ? 1 : 0},
                         {"commDomain", "bench"}};
     barrier_ = collops::MakeOperation("BarrierOperation", p);
     const int64_t in = layout_.inCount;
     const int64_t out = layout_.outCount;
     x_.emplace_back(dtype_, std::vector<int64_t>{in});
     switch (o.op) {
-      case Op::kAllReduce: Make("AllReduceOperation", p); break;
-      case Op::kAllGather: Make("AllGatherOperation", p); break;
+      case Op::kAllReduce:
+        Make("AllReduceOperation", p);
+        break;
+      case Op::kAllGather:
+        Make("AllGatherOperation", p);
+        break;
       case Op::kAllGatherV:
         x_.push_back(Buffer::Counts({in}));
         x_.push_back(Buffer::Counts(layout_.recvCounts));
@@ -105,7 +122,9 @@ class RankCase {
         x_.emplace_back(collops::ACL_INT8, std::vector<int64_t>{out});
         Make("AllGatherVOperation", p);
         break;
-      case Op::kReduceScatter: Make("ReduceScatterOperation", p); break;
+      case Op::kReduceScatter:
+        Make("ReduceScatterOperation", p);
+        break;
       case Op::kReduceScatterV:
         x_[0] = Buffer(dtype_, {in, 1});
         x_.push_back(Buffer::Counts(layout_.sendCounts));
@@ -114,8 +133,12 @@ class RankCase {
         x_.emplace_back(collops::ACL_INT8, std::vector<int64_t>{out});
         Make("ReduceScatterVOperation", p);
         break;
-      case Op::kBroadcast: Make("BroadcastOperation", p); break;
-      case Op::kAllToAll: Make("AllToAllOperation", p); break;
+      case Op::kBroadcast:
+        Make("BroadcastOperation", p);
+        break;
+      case Op::kAllToAll:
+        Make("AllToAllOperation", p);
+        break;
       case Op::kAllToAllV:
         p["sendCounts"] = layout_.sendCounts;
         p["sdispls"] = layout_.sdispls;
@@ -244,11 +267,11 @@ class RankCase {
 /// The parent's view of every rank's results, in a MAP_SHARED mapping so forked ranks can write.
 struct Shared {
   int sizes, ranks, iters;
-  double* seconds;    // [size][rank][iter]
-  int64_t* wrong;     // [size][rank]
-  int64_t* bytes;     // [size][rank]
-  int64_t* count;     // [size][rank]
-  char* errors;       // [rank][256]
+  double* seconds;  // [size][rank][iter]
+  int64_t* wrong;   // [size][rank]
+  int64_t* bytes;   // [size][rank]
+  int64_t* count;   // [size][rank]
+  char* errors;     // [rank][256]
   void* base;
   size_t length;
 
@@ -339,7 +362,8 @@ int Main(int argc, char** argv) {
 
   std::string error;
   for (int r = 0; r < o.ranks; ++r) {
-    if (sh.errors[r * 256] != '\0') error += (error.empty() ? "" : "; ") + std::string(sh.errors + r * 256);
+    if (sh.errors[r * 256] != '\0')
+      error += (error.empty() ? "" : "; ") + std::string(sh.errors + r * 256);
   }
   for (size_t s = 0; s < sizes.size(); ++s) {
     Row row;
@@ -363,8 +387,10 @@ int Main(int argc, char** argv) {
     if (o.check) {
       row.wrong = 0;
       for (int r = 0; r < o.ranks; ++r) {
-        if (sh.wrong[at0 + r] < 0) complete = false;
-        else row.wrong += sh.wrong[at0 + r];
+        if (sh.wrong[at0 + r] < 0)
+          complete = false;
+        else
+          row.wrong += sh.wrong[at0 + r];
       }
     }
     if (!complete) row.error = error;

@@ -81,9 +81,10 @@ int Main(int argc, char** argv) {
     for (auto& k : kernels) {
       const double med = Median(k.t), mn = *std::min_element(k.t.begin(), k.t.end());
       if (o.json) {
-        std::printf("{\"system\": \"mem-%s\", \"bytes\": %lld, \"time_med_us\": %.3f, "
-                    "\"time_min_us\": %.3f, \"algbw_gbs\": %.4f}\n",
-                    k.name, static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
+        std::printf(
+            "{\"system\": \"mem-%s\", \"bytes\": %lld, \"time_med_us\": %.3f, "
+            "\"time_min_us\": %.3f, \"algbw_gbs\": %.4f}\n",
+            k.name, static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
       } else {
         std::printf("%-8s %12lld B  med %10.2f us  min %10.2f us  %8.3f GB/s\n", k.name,
                     static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);

@@ -18,20 +18,30 @@ namespace {
 /// MPI has no float16/bfloat16 arithmetic: those move as 16-bit words and cannot be reduced.
 MPI_Datatype ToMpi(Kind kind, bool reduces) {
   switch (kind) {
-    case Kind::kFloat32: return MPI_FLOAT;
-    case Kind::kFloat64: return MPI_DOUBLE;
-    case Kind::kInt8: return MPI_INT8_T;
-    case Kind::kUint8: return MPI_UINT8_T;
-    case Kind::kInt16: return MPI_INT16_T;
-    case Kind::kInt32: return MPI_INT32_T;
-    case Kind::kInt64: return MPI_INT64_T;
+    case Kind::kFloat32:
+      return MPI_FLOAT;
+    case Kind::kFloat64:
+      return MPI_DOUBLE;
+    case Kind::kInt8:
+      return MPI_INT8_T;
+    case Kind::kUint8:
+      return MPI_UINT8_T;
+    case Kind::kInt16:
+      return MPI_INT16_T;
+    case Kind::kInt32:
+      return MPI_INT32_T;
+    case Kind::kInt64:
+      return MPI_INT64_T;
     case Kind::kFloat16:
-    case Kind::kBFloat16: return reduces ? MPI_DATATYPE_NULL : MPI_UINT16_T;
+    case Kind::kBFloat16:
+      return reduces ? MPI_DATATYPE_NULL : MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
 
-std::vector<int> Ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> Ints(const std::vector<int64_t>& v) {
+  return std::vector<int>(v.begin(), v.end());
+}
 
 struct Case {
   const Options& o;
@@ -42,13 +52,14 @@ struct Case {
   std::vector<int> sc, sd, rc, rd;
 
   Case(const Options& opt, int r, int64_t size)
-      : o(opt), rank(r), l(MakeLayout(opt.op, opt.ranks, r, size, opt.dtype->size)),
+      : o(opt),
+        rank(r),
+        l(MakeLayout(opt.op, opt.ranks, r, size, opt.dtype->size)),
         type(ToMpi(opt.dtype->kind, InfoOf(opt.op).reduces)) {
     x.assign(l.inCount * o.dtype->size + 64, 0);
     y.assign(l.outCount * o.dtype->size + 64, 0);
     sc = Ints(l.sendCounts), sd = Ints(l.sdispls), rc = Ints(l.recvCounts), rd = Ints(l.rdispls);
-    FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast ? 0 : rank, l.inCount,
-              x.data());
+    FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast ? 0 : rank, l.inCount, x.data());
     if (o.op == Op::kBroadcast && rank != 0) std::memset(x.data(), 0xA5, x.size());
   }
 
@@ -56,7 +67,9 @@ struct Case {
     const int n = static_cast<int>(l.inCount);
     const int R = o.ranks;
     switch (o.op) {
-      case Op::kAllReduce: MPI_Allreduce(x.data(), y.data(), n, type, MPI_SUM, MPI_COMM_WORLD); break;
+      case Op::kAllReduce:
+        MPI_Allreduce(x.data(), y.data(), n, type, MPI_SUM, MPI_COMM_WORLD);
+        break;
       case Op::kAllGather:
         MPI_Allgather(x.data(), n, type, y.data(), n, type, MPI_COMM_WORLD);
         break;
@@ -71,7 +84,9 @@ struct Case {
         // Segments of x are the prefix-sum layout MPI_Reduce_scatter expects.
         MPI_Reduce_scatter(x.data(), y.data(), sc.data(), type, MPI_SUM, MPI_COMM_WORLD);
         break;
-      case Op::kBroadcast: MPI_Bcast(x.data(), n, type, 0, MPI_COMM_WORLD); break;
+      case Op::kBroadcast:
+        MPI_Bcast(x.data(), n, type, 0, MPI_COMM_WORLD);
+        break;
       case Op::kAllToAll:
         MPI_Alltoall(x.data(), n / R, type, y.data(), n / R, type, MPI_COMM_WORLD);
         break;
@@ -80,8 +95,8 @@ struct Case {
                       MPI_COMM_WORLD);
         break;
       case Op::kSendRecv:
-        MPI_Sendrecv(x.data(), n, type, (rank + 1) % R, 0, y.data(), n, type, (rank + R - 1) % R,
-                     0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Sendrecv(x.data(), n, type, (rank + 1) % R, 0, y.data(), n, type, (rank + R - 1) % R, 0,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         break;
     }
   }

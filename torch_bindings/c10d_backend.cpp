@@ -34,6 +34,7 @@
 #include "collops/reduce.h"
 #include "collops/status.h"
 #include "collops/tensor.h"
+#include "collops/verified_communicator.h"
 
 // The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
 // torch._C._distributed_c10d.Backend type torch registered.
@@ -405,7 +406,9 @@ class CollopsBackend final : public c10d::Backend {
       p.backend = "lccl";
       p.commMode = COMM_MULTI_PROCESS;
       p.commDomain = domain_;
-      comm_ = CreateCommunicator(p);
+      // Verified: torch.distributed callers pass shapes per rank, and ranks that disagree must
+      // get ERROR_RANK_MISMATCH, not a lost peer or silently wrong data.
+      comm_ = std::make_shared<VerifiedCommunicator>(CreateCommunicator(p), "collops backend");
     }
     return *comm_;
   }

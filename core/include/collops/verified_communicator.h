@@ -1,0 +1,46 @@
+// VerifiedCommunicator: a Communicator that runs the cross-rank agreement check (signature.h)
+// before every collective and then delegates to the communicator it wraps. Operations do their
+// own check (they know the op's field names); callers that drive a communicator directly, such as
+// the torch.distributed backend, wrap it in this so ranks whose calls disagree get
+// ERROR_RANK_MISMATCH instead of a hang, a lost peer or a silently wrong result.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collops/communicator.h"
+
+namespace collops {
+
+class VerifiedCommunicator final : public Communicator {
+ public:
+  /// `label` prefixes the messages ("torch.distributed collops"); `inner` must not be null.
+  VerifiedCommunicator(std::shared_ptr<Communicator> inner, std::string label);
+
+  std::string BackendName() const override { return inner_->BackendName(); }
+  int Rank() const override { return inner_->Rank(); }
+  int Size() const override { return inner_->Size(); }
+  bool Broken() const override { return inner_->Broken(); }
+
+  void AllGatherBytes(const void* in, void* out, size_t bytes) override;
+  void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
+  void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
+                  const int64_t* rdispls, DataType dtype) override;
+  void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                      size_t recvCount, DataType dtype, ReduceOp op) override;
+  void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                 const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  /// Point to point is checked pairwise by the wrapped communicator itself.
+  void Send(const void* buf, size_t count, DataType dtype, int peer) override;
+  void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Barrier() override;
+
+ private:
+  std::string Name(const char* primitive) const;
+
+  std::shared_ptr<Communicator> inner_;
+  std::string label_;
+};
+
+}  // namespace collops
