@@ -20,31 +20,6 @@ struct AllReduceCase {
 
 class AllReduceGolden : public ::testing::TestWithParam<std::tuple<int, DataType, ReduceOp>> {};
 
-/// Golden: fold the ranks' values in rank order in double, then store as the dtype would.
-std::vector<double> Golden(const std::vector<std::vector<double>>& perRank, ReduceOp op) {
-  std::vector<double> out = perRank[0];
-  for (size_t r = 1; r < perRank.size(); ++r) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double v = perRank[r][i];
-      switch (op) {
-        case ReduceOp::kSum:
-          out[i] += v;
-          break;
-        case ReduceOp::kProd:
-          out[i] *= v;
-          break;
-        case ReduceOp::kMax:
-          out[i] = std::max(out[i], v);
-          break;
-        case ReduceOp::kMin:
-          out[i] = std::min(out[i], v);
-          break;
-      }
-    }
-  }
-  return out;
-}
-
 TEST_P(AllReduceGolden, MatchesReference) {
   const auto [rankSize, dtype, op] = GetParam();
   const std::string domain = UniqueDomain();
@@ -55,7 +30,7 @@ TEST_P(AllReduceGolden, MatchesReference) {
     for (int r = 0; r < rankSize; ++r) {
       inputs.push_back(TestValues(dtype, n, 42, r, op == ReduceOp::kProd));
     }
-    const std::vector<double> golden = Golden(inputs, op);
+    const std::vector<double> golden = FoldRanks(inputs, op);
     RunThreadRanks(rankSize, [&](int rank) {
       AllReduceParam param;
       param.rank = rank;

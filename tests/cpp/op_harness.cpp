@@ -204,6 +204,30 @@ std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int ran
   return values;
 }
 
+std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op) {
+  std::vector<double> out = perRank[0];
+  for (size_t r = 1; r < perRank.size(); ++r) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double v = perRank[r][i];
+      switch (op) {
+        case ReduceOp::kSum:
+          out[i] += v;
+          break;
+        case ReduceOp::kProd:
+          out[i] *= v;
+          break;
+        case ReduceOp::kMax:
+          out[i] = std::max(out[i], v);
+          break;
+        case ReduceOp::kMin:
+          out[i] = std::min(out[i], v);
+          break;
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<Tensor> Tensors(std::vector<HostTensor>& tensors) {
   std::vector<Tensor> out;
   for (auto& t : tensors) out.push_back(t.tensor());

@@ -51,6 +51,10 @@ double RoundTrip(DataType dtype, double value);
 std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int rank,
                                bool forProd = false);
 
+/// Golden of a reduction: the ranks' values folded in rank order in double (the dtype's rounding
+/// is applied by the comparison).
+std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op);
+
 /// Allocates outputs shaped by op.InferShape(ins) (ASSERTs success).
 std::vector<HostTensor> AllocateOutputs(Operation& op, const std::vector<Tensor>& ins);
 /// Setup, workspace, Execute. Returns the first failing Status.

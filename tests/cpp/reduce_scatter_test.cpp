@@ -18,32 +18,6 @@ using ::testing::HasSubstr;
 
 class ReduceScatterGolden : public ::testing::TestWithParam<std::tuple<int, DataType, ReduceOp>> {};
 
-/// Folds the ranks' values in rank order in double (the dtype's rounding is applied by the
-/// comparison).
-std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op) {
-  std::vector<double> out = perRank[0];
-  for (size_t r = 1; r < perRank.size(); ++r) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double v = perRank[r][i];
-      switch (op) {
-        case ReduceOp::kSum:
-          out[i] += v;
-          break;
-        case ReduceOp::kProd:
-          out[i] *= v;
-          break;
-        case ReduceOp::kMax:
-          out[i] = std::max(out[i], v);
-          break;
-        case ReduceOp::kMin:
-          out[i] = std::min(out[i], v);
-          break;
-      }
-    }
-  }
-  return out;
-}
-
 ReduceScatterParam ThreadParam(int rank, int rankSize, const std::string& domain,
                                const std::string& reduceType = "sum") {
   ReduceScatterParam param;
