@@ -2,9 +2,11 @@
 # Configures and builds collops into $1 (default: build), passing any further arguments to cmake.
 #   scripts/build.sh                               # release build with the torch binding
 #   scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF
+# COLLOPS_BUILD_TARGETS (space-separated) limits what ninja builds; COLLOPS_BUILD_JOBS sets -j.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
-ninja -C "$dir" ${COLLOPS_BUILD_JOBS:+-j"$COLLOPS_BUILD_JOBS"}
+# shellcheck disable=SC2086  # targets are a word list on purpose
+ninja -C "$dir" ${COLLOPS_BUILD_JOBS:+-j"$COLLOPS_BUILD_JOBS"} ${COLLOPS_BUILD_TARGETS:-}
