@@ -36,4 +36,16 @@ void ValidateCommParam(const std::string& opName, const CommParam& p) {
   }
 }
 
+void ValidatePeerRank(const std::string& opName, const CommParam& p, const char* field, int peer,
+                      const char* selfAction) {
+  if (peer < 0 || peer >= p.rankSize) {
+    Fail(ERROR_INVALID_PARAM, opName, " (rank ", p.rank, "): ", field, " = ", peer,
+         " must be in [0, rankSize = ", p.rankSize, ")");
+  }
+  if (peer == p.rank) {
+    Fail(ERROR_INVALID_PARAM, opName, " (rank ", p.rank, "): ", field, " = ", peer,
+         " is this rank; a rank cannot ", selfAction);
+  }
+}
+
 }  // namespace collops

@@ -6,14 +6,7 @@ namespace collops {
 
 void RecvOperation::ValidateParam(const RecvParam& param) {
   ValidateCommParam(kName, param);
-  if (param.srcRank < 0 || param.srcRank >= param.rankSize) {
-    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): srcRank = ", param.srcRank,
-         " must be in [0, rankSize = ", param.rankSize, ")");
-  }
-  if (param.srcRank == param.rank) {
-    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): srcRank = ", param.srcRank,
-         " is this rank; a rank cannot receive from itself");
-  }
+  ValidatePeerRank(kName, param, "srcRank", param.srcRank, "receive from itself");
 }
 
 RecvOperation::RecvOperation(const RecvParam& param)

@@ -6,14 +6,7 @@ namespace collops {
 
 void SendOperation::ValidateParam(const SendParam& param) {
   ValidateCommParam(kName, param);
-  if (param.destRank < 0 || param.destRank >= param.rankSize) {
-    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): destRank = ", param.destRank,
-         " must be in [0, rankSize = ", param.rankSize, ")");
-  }
-  if (param.destRank == param.rank) {
-    Fail(ERROR_INVALID_PARAM, kName, " (rank ", param.rank, "): destRank = ", param.destRank,
-         " is this rank; a rank cannot send to itself");
-  }
+  ValidatePeerRank(kName, param, "destRank", param.destRank, "send to itself");
 }
 
 SendOperation::SendOperation(const SendParam& param)

@@ -144,8 +144,8 @@ void AllGatherV(const Job& job, DataType dtype) {
 
 void ReduceScatter(const Job& job, DataType dtype) {
   const int R = job.rankSize;
-  for (const auto& [rows, inner] : std::vector<std::pair<int64_t, int64_t>>{
-           {0, 3}, {1, 1}, {7, 3}, {BigCount(dtype), 1}}) {
+  for (const auto& [rows, inner] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}, {7, 3}, {BigCount(dtype), 1}}) {
     const std::string what =
         Concat("ReduceScatterOperation rows=", rows, " inner=", inner, " rank ", job.rank);
     const int64_t n = R * rows * inner, slice = rows * inner;
@@ -156,7 +156,8 @@ void ReduceScatter(const Job& job, DataType dtype) {
       for (int j = 1; j < R; ++j) golden[k] += values[j][job.rank * slice + k];
     }
     OperationPtr op = MakeOperation("ReduceScatterOperation", job.Param());
-    std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {R * rows, inner}, values[job.rank])};
+    std::vector<HostTensor> ins = {
+        HostTensor::FromValues(dtype, {R * rows, inner}, values[job.rank])};
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     if (Runs(*op, ins, outs, what)) ExpectClose(outs[0], golden, what);
   }
@@ -177,7 +178,8 @@ void ReduceScatterV(const Job& job, DataType dtype) {
     std::vector<double> golden(2 * m, 0.0);
     for (int64_t k = 0; k < recv; ++k) {
       golden[k] = values[0][prefix[job.rank] + k];
-      for (int j = 1; j < R; ++j) golden[k] = std::max(golden[k], values[j][prefix[job.rank] + j % 2 + k]);
+      for (int j = 1; j < R; ++j)
+        golden[k] = std::max(golden[k], values[j][prefix[job.rank] + j % 2 + k]);
     }
     std::vector<int64_t> sdispls = prefix;
     for (int64_t& d : sdispls) d += job.rank % 2;
@@ -217,10 +219,10 @@ void AllToAll(const Job& job, DataType dtype) {
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
   }
-  for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{
-           {0, 2}, {3, 1}, {5, 3}, {bigChunk / 3 + 1, 3}}) {
-    const std::string what = Concat("AllToAllOperation transpose H=", h, " W/R=", w, " rank ",
-                                    job.rank);
+  for (const auto& [h, w] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {3, 1}, {5, 3}, {bigChunk / 3 + 1, 3}}) {
+    const std::string what =
+        Concat("AllToAllOperation transpose H=", h, " W/R=", w, " rank ", job.rank);
     const int64_t W = w * R;
     const auto values = AllValues(dtype, std::vector<int64_t>(R, h * W), 18);
     std::vector<double> golden;  // [H*R, w]: block j = x_j[:, rank*w : (rank+1)*w]
@@ -270,9 +272,10 @@ void AllToAllVs(const Job& job, DataType dtype) {
     }
     {
       const std::string what = Concat("AllToAllVOperation base=", base, " rank ", me);
-      OperationPtr op = MakeOperation(
-          "AllToAllVOperation", job.Param({{"sendCounts", counts[me]}, {"sdispls", sdispls[me]},
-                                           {"recvCounts", recvCounts}, {"rdispls", rdispls}}));
+      OperationPtr op = MakeOperation("AllToAllVOperation", job.Param({{"sendCounts", counts[me]},
+                                                                       {"sdispls", sdispls[me]},
+                                                                       {"recvCounts", recvCounts},
+                                                                       {"rdispls", rdispls}}));
       std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {xSizes[me]}, values[me])};
       std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
       if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
@@ -281,8 +284,10 @@ void AllToAllVs(const Job& job, DataType dtype) {
       const std::string what = Concat("AllToAllVV2Operation base=", base, " rank ", me);
       OperationPtr op = MakeOperation("AllToAllVV2Operation", job.Param());
       std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {xSizes[me]}, values[me]),
-                                     HostTensor::Counts(counts[me]), HostTensor::Counts(sdispls[me]),
-                                     HostTensor::Counts(recvCounts), HostTensor::Counts(rdispls),
+                                     HostTensor::Counts(counts[me]),
+                                     HostTensor::Counts(sdispls[me]),
+                                     HostTensor::Counts(recvCounts),
+                                     HostTensor::Counts(rdispls),
                                      HostTensor(ACL_INT8, {total})};
       std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
       if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
@@ -300,7 +305,8 @@ void SendRecvRing(const Job& job, DataType dtype) {
     const std::string what = Concat("Send/RecvOperation ring n=", n, " rank ", me);
     OperationPtr send = MakeOperation("SendOperation", job.Param({{"destRank", next}}));
     OperationPtr recv = MakeOperation("RecvOperation", job.Param({{"srcRank", prev}}));
-    std::vector<HostTensor> sendIns = {HostTensor::FromValues(dtype, {n}, TestValues(dtype, n, 20, me))};
+    std::vector<HostTensor> sendIns = {
+        HostTensor::FromValues(dtype, {n}, TestValues(dtype, n, 20, me))};
     std::vector<HostTensor> sendOuts;
     std::vector<HostTensor> recvIns = {HostTensor(dtype, {n})};
     std::vector<HostTensor> recvOuts = AllocateOutputs(*recv, Tensors(recvIns));
@@ -363,23 +369,26 @@ class ProcessOpsGolden : public ::testing::TestWithParam<std::tuple<int, DataTyp
 TEST_P(ProcessOpsGolden, EveryOpMatchesReference) {
   const auto [rankSize, dtype] = GetParam();
   const std::string backend = BackendFor(dtype);
-  RunProcessRanks(rankSize, [rankSize = rankSize, dtype = dtype, backend](int rank) {
-    const Job job{rank, rankSize, backend};
-    if (IsReducible(dtype)) {
-      AllReduce(job, dtype);
-      ReduceScatter(job, dtype);
-      ReduceScatterV(job, dtype);
-      AllToAllVs(job, dtype);
-    }
-    if (InMovementSubset(dtype)) {
-      AllGather(job, dtype);
-      AllGatherV(job, dtype);
-      Broadcast(job, dtype);
-      AllToAll(job, dtype);
-      SendRecvRing(job, dtype);
-      Barrier(job);
-    }
-  }, SmallShm());
+  RunProcessRanks(
+      rankSize,
+      [rankSize = rankSize, dtype = dtype, backend](int rank) {
+        const Job job{rank, rankSize, backend};
+        if (IsReducible(dtype)) {
+          AllReduce(job, dtype);
+          ReduceScatter(job, dtype);
+          ReduceScatterV(job, dtype);
+          AllToAllVs(job, dtype);
+        }
+        if (InMovementSubset(dtype)) {
+          AllGather(job, dtype);
+          AllGatherV(job, dtype);
+          Broadcast(job, dtype);
+          AllToAll(job, dtype);
+          SendRecvRing(job, dtype);
+          Barrier(job);
+        }
+      },
+      SmallShm());
 }
 
 INSTANTIATE_TEST_SUITE_P(ProcessOps, ProcessOpsGolden,
@@ -395,92 +404,104 @@ INSTANTIATE_TEST_SUITE_P(ProcessOps, ProcessOpsGolden,
 /// DESIGN.md §4's AllToAllVV2 example (the seeds' MoE dispatch, examples/json): rank 0 sends
 /// 2 and 4 elements, rank 1 sends 2 and 1, over backend "hccl" (auto) as the example does.
 TEST(ProcessOpsSeed, AllToAllVV2ExampleOverTwoProcessesEveryDtype) {
-  RunProcessRanks(2, [](int rank) {
-    const Grid x = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 6}};
-    const std::vector<std::vector<int64_t>> xShape = {{2, 4}, {2, 3}};
-    const Grid sendCounts = {{2, 4}, {2, 1}}, sdispls = {{0, 2}, {0, 2}};
-    const Grid recvCounts = {{2, 2}, {4, 1}}, rdispls = {{0, 2}, {0, 4}};
-    const int64_t total = recvCounts[rank][0] + recvCounts[rank][1];
-    std::vector<double> golden(total, 0.0);
-    for (int j = 0; j < 2; ++j) {
-      for (int64_t k = 0; k < recvCounts[rank][j]; ++k) {
-        golden[rdispls[rank][j] + k] = static_cast<double>(x[j][sdispls[j][rank] + k]);
-      }
-    }
-    for (DataType dtype : ReducibleDtypes()) {
-      const std::string what = Concat("AllToAllVV2Operation seed example ", DataTypeName(dtype),
-                                      " rank ", rank);
-      OperationPtr op = MakeOperation(
-          "AllToAllVV2Operation",
-          {{"rank", rank}, {"rankSize", 2}, {"rankRoot", 0}, {"backend", "hccl"},
-           {"commDomain", "demo"}});
-      std::vector<HostTensor> ins = {
-          HostTensor::FromValues(dtype, xShape[rank],
-                                 std::vector<double>(x[rank].begin(), x[rank].end())),
-          HostTensor::Counts(sendCounts[rank]), HostTensor::Counts(sdispls[rank]),
-          HostTensor::Counts(recvCounts[rank]), HostTensor::Counts(rdispls[rank]),
-          HostTensor::FromValues(ACL_INT8, {total}, std::vector<double>(total, 3))};
-      std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
-      if (!Runs(*op, ins, outs, what)) continue;
-      EXPECT_EQ(outs[0].shape(), (std::vector<int64_t>{1, total})) << what;
-      ExpectExactly(outs[0], golden, what);
-    }
-  }, SmallShm());
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        const Grid x = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 6}};
+        const std::vector<std::vector<int64_t>> xShape = {{2, 4}, {2, 3}};
+        const Grid sendCounts = {{2, 4}, {2, 1}}, sdispls = {{0, 2}, {0, 2}};
+        const Grid recvCounts = {{2, 2}, {4, 1}}, rdispls = {{0, 2}, {0, 4}};
+        const int64_t total = recvCounts[rank][0] + recvCounts[rank][1];
+        std::vector<double> golden(total, 0.0);
+        for (int j = 0; j < 2; ++j) {
+          for (int64_t k = 0; k < recvCounts[rank][j]; ++k) {
+            golden[rdispls[rank][j] + k] = static_cast<double>(x[j][sdispls[j][rank] + k]);
+          }
+        }
+        for (DataType dtype : ReducibleDtypes()) {
+          const std::string what =
+              Concat("AllToAllVV2Operation seed example ", DataTypeName(dtype), " rank ", rank);
+          OperationPtr op = MakeOperation("AllToAllVV2Operation", {{"rank", rank},
+                                                                   {"rankSize", 2},
+                                                                   {"rankRoot", 0},
+                                                                   {"backend", "hccl"},
+                                                                   {"commDomain", "demo"}});
+          std::vector<HostTensor> ins = {
+              HostTensor::FromValues(dtype, xShape[rank],
+                                     std::vector<double>(x[rank].begin(), x[rank].end())),
+              HostTensor::Counts(sendCounts[rank]),
+              HostTensor::Counts(sdispls[rank]),
+              HostTensor::Counts(recvCounts[rank]),
+              HostTensor::Counts(rdispls[rank]),
+              HostTensor::FromValues(ACL_INT8, {total}, std::vector<double>(total, 3))};
+          std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+          if (!Runs(*op, ins, outs, what)) continue;
+          EXPECT_EQ(outs[0].shape(), (std::vector<int64_t>{1, total})) << what;
+          ExpectExactly(outs[0], golden, what);
+        }
+      },
+      SmallShm());
 }
 
 TEST(ProcessOpsErrors, CountDisagreementGivesRankMismatchOnEveryProcess) {
-  RunProcessRanks(3, [](int rank) {
-    OperationPtr op = MakeOperation(
-        "AllReduceOperation",
-        {{"rank", rank}, {"rankSize", 3}, {"commMode", 0}, {"commDomain", "mismatch"}});
-    const int64_t n = rank == 2 ? 5 : 4;
-    std::vector<HostTensor> ins = {
-        HostTensor::FromValues(ACL_FLOAT, {n}, TestValues(ACL_FLOAT, n, 1, rank))};
-    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
-    EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH)
-        << "rank " << rank << ": " << LastErrorMessage();
-    EXPECT_THAT(LastErrorMessage(), HasSubstr("rank 2")) << "on rank " << rank;
-    EXPECT_THAT(LastErrorMessage(), ::testing::AnyOf(HasSubstr("rank 0"), HasSubstr("rank 1")))
-        << "on rank " << rank;
-  }, SmallShm());
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        OperationPtr op = MakeOperation(
+            "AllReduceOperation",
+            {{"rank", rank}, {"rankSize", 3}, {"commMode", 0}, {"commDomain", "mismatch"}});
+        const int64_t n = rank == 2 ? 5 : 4;
+        std::vector<HostTensor> ins = {
+            HostTensor::FromValues(ACL_FLOAT, {n}, TestValues(ACL_FLOAT, n, 1, rank))};
+        std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+        EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH)
+            << "rank " << rank << ": " << LastErrorMessage();
+        EXPECT_THAT(LastErrorMessage(), HasSubstr("rank 2")) << "on rank " << rank;
+        EXPECT_THAT(LastErrorMessage(), ::testing::AnyOf(HasSubstr("rank 0"), HasSubstr("rank 1")))
+            << "on rank " << rank;
+      },
+      SmallShm());
 }
 
 /// The first op creates the communicator; on the second, rank 1 fails its own checks (a
 /// sendCount beyond x) and must tell its peers through that communicator instead of letting them
 /// wait for COLLOPS_TIMEOUT (30 s here).
 TEST(ProcessOpsErrors, LocalFailureOnSecondOpReachesPeersQuickly) {
-  RunProcessRanks(3, [](int rank) {
-    const nlohmann::json param = {
-        {"rank", rank}, {"rankSize", 3}, {"commMode", 0}, {"commDomain", "second-op"}};
-    {
-      OperationPtr first = MakeOperation("AllReduceOperation", param);
-      std::vector<HostTensor> ins = {
-          HostTensor::FromValues(ACL_INT32, {4}, TestValues(ACL_INT32, 4, 2, rank))};
-      std::vector<HostTensor> outs = AllocateOutputs(*first, Tensors(ins));
-      ASSERT_EQ(RunOperation(*first, Tensors(ins), Tensors(outs)), NO_ERROR)
-          << "first AllReduceOperation on rank " << rank << ": " << LastErrorMessage();
-    }
-    OperationPtr second = MakeOperation("AllGatherVOperation", param);
-    const int64_t sendCount = rank == 1 ? 9 : 2;  // rank 1's x holds only 2 elements
-    std::vector<HostTensor> ins = {
-        HostTensor::FromValues(ACL_FLOAT, {2}, TestValues(ACL_FLOAT, 2, 3, rank)),
-        HostTensor::Counts({sendCount}), HostTensor::Counts({2, 9, 2}),
-        HostTensor::Counts({0, 2, 11}), HostTensor(ACL_INT8, {13})};
-    std::vector<HostTensor> outs = AllocateOutputs(*second, Tensors(ins));
-    const auto start = std::chrono::steady_clock::now();
-    const Status status = RunOperation(*second, Tensors(ins), Tensors(outs));
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string message = LastErrorMessage();
-    EXPECT_LT(seconds, 10) << "rank " << rank << " took " << seconds << " s: " << message;
-    if (rank == 1) {
-      EXPECT_EQ(status, ERROR_INVALID_PARAM) << message;
-      EXPECT_THAT(message, HasSubstr("sendCount"));
-    } else {
-      EXPECT_EQ(status, ERROR_RANK_MISMATCH) << "rank " << rank << ": " << message;
-      EXPECT_THAT(message, HasSubstr("rank 1")) << "on rank " << rank;
-    }
-  }, SmallShm());
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        const nlohmann::json param = {
+            {"rank", rank}, {"rankSize", 3}, {"commMode", 0}, {"commDomain", "second-op"}};
+        {
+          OperationPtr first = MakeOperation("AllReduceOperation", param);
+          std::vector<HostTensor> ins = {
+              HostTensor::FromValues(ACL_INT32, {4}, TestValues(ACL_INT32, 4, 2, rank))};
+          std::vector<HostTensor> outs = AllocateOutputs(*first, Tensors(ins));
+          ASSERT_EQ(RunOperation(*first, Tensors(ins), Tensors(outs)), NO_ERROR)
+              << "first AllReduceOperation on rank " << rank << ": " << LastErrorMessage();
+        }
+        OperationPtr second = MakeOperation("AllGatherVOperation", param);
+        const int64_t sendCount = rank == 1 ? 9 : 2;  // rank 1's x holds only 2 elements
+        std::vector<HostTensor> ins = {
+            HostTensor::FromValues(ACL_FLOAT, {2}, TestValues(ACL_FLOAT, 2, 3, rank)),
+            HostTensor::Counts({sendCount}), HostTensor::Counts({2, 9, 2}),
+            HostTensor::Counts({0, 2, 11}), HostTensor(ACL_INT8, {13})};
+        std::vector<HostTensor> outs = AllocateOutputs(*second, Tensors(ins));
+        const auto start = std::chrono::steady_clock::now();
+        const Status status = RunOperation(*second, Tensors(ins), Tensors(outs));
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const std::string message = LastErrorMessage();
+        EXPECT_LT(seconds, 10) << "rank " << rank << " took " << seconds << " s: " << message;
+        if (rank == 1) {
+          EXPECT_EQ(status, ERROR_INVALID_PARAM) << message;
+          EXPECT_THAT(message, HasSubstr("sendCount"));
+        } else {
+          EXPECT_EQ(status, ERROR_RANK_MISMATCH) << "rank " << rank << ": " << message;
+          EXPECT_THAT(message, HasSubstr("rank 1")) << "on rank " << rank;
+        }
+      },
+      SmallShm());
 }
 
 }  // namespace

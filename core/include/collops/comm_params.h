@@ -49,4 +49,9 @@ struct CommParam {
 /// DESIGN.md section 3 that `param` breaks.
 void ValidateCommParam(const std::string& opName, const CommParam& param);
 
+/// Throws Error(ERROR_INVALID_PARAM) unless 0 <= peer < rankSize and peer != rank; `field` names
+/// the param ("destRank") and `selfAction` completes "a rank cannot ..." ("send to itself").
+void ValidatePeerRank(const std::string& opName, const CommParam& param, const char* field,
+                      int peer, const char* selfAction);
+
 }  // namespace collops
