@@ -27,5 +27,6 @@ void Communicator::Broadcast(void*, size_t, DataType, int) { Unsupported("Broadc
 void Communicator::Send(const void*, size_t, DataType, int) { Unsupported("Send"); }
 void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
 void Communicator::Barrier() { Unsupported("Barrier"); }
+std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
 
 }  // namespace collops

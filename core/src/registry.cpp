@@ -33,6 +33,11 @@ std::vector<std::string> ListOperations() {
 }
 
 Status CreateOperation(const std::string& opName, const nlohmann::json& param, Operation** op) {
+  return CreateOperation(opName, param, nullptr, op);
+}
+
+Status CreateOperation(const std::string& opName, const nlohmann::json& param, Communicator* comm,
+                       Operation** op) {
   if (op == nullptr) {
     SetLastErrorMessage("CreateOperation: the output pointer is null");
     return ERROR_INVALID_PARAM;
@@ -51,7 +56,7 @@ Status CreateOperation(const std::string& opName, const nlohmann::json& param, O
       for (const auto& name : ListOperations()) known += (known.empty() ? "" : ", ") + name;
       Fail(ERROR_INVALID_PARAM, "unknown operation \"", opName, "\" (registered: ", known, ")");
     }
-    *op = factory(param);
+    *op = factory(param, comm);
   });
 }
 
@@ -81,9 +86,10 @@ Status DestroyOperation(Operation* op) {
   return NO_ERROR;
 }
 
-OperationPtr MakeOperation(const std::string& opName, const nlohmann::json& param) {
+OperationPtr MakeOperation(const std::string& opName, const nlohmann::json& param,
+                           Communicator* comm) {
   Operation* op = nullptr;
-  const Status status = CreateOperation(opName, param, &op);
+  const Status status = CreateOperation(opName, param, comm, &op);
   if (status != NO_ERROR) throw Error(status, LastErrorMessage());
   return OperationPtr(op);
 }

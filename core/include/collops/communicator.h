@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "collops/reduce.h"
@@ -62,6 +63,11 @@ class Communicator {
 
   /// Returns once every rank has entered.
   virtual void Barrier();
+
+  /// Collective over every rank (as MPI_Comm_split): ranks passing the same color >= 0 form a new
+  /// communicator, ranked by (key, Rank()); a rank passing a negative color takes part but gets
+  /// null. Hierarchical collectives build their inter-host communicator of host leaders with it.
+  virtual std::shared_ptr<Communicator> Split(int color, int key);
 
   /// True once the communicator has failed for good (timeout, lost peer): every later call
   /// throws the same error, and the pool replaces it on the next Get().

@@ -7,14 +7,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collops/communicator.h"
 #include "collops/operation.h"
 #include "collops/param_json.h"
 #include "collops/status.h"
 
 namespace collops {
 
-/// Builds an operation from JSON params; throws Error(ERROR_INVALID_PARAM) for bad params.
-using OperationFactory = Operation* (*)(const nlohmann::json& param);
+/// Builds an operation from JSON params, on `comm` when not null (the caller-owned communicator
+/// of CommParam::comm, which JSON cannot carry); throws Error(ERROR_INVALID_PARAM) for bad params.
+using OperationFactory = Operation* (*)(const nlohmann::json& param, Communicator* comm);
 
 bool RegisterOperation(const std::string& name, OperationFactory factory);
 /// Every registered name, sorted.
@@ -22,6 +24,9 @@ std::vector<std::string> ListOperations();
 
 /// Creates `opName` from JSON params. ERROR_INVALID_PARAM for an unknown name or bad params.
 Status CreateOperation(const std::string& opName, const nlohmann::json& param, Operation** op);
+/// Same, running on the caller's communicator (ATB's hcclComm; used, never freed).
+Status CreateOperation(const std::string& opName, const nlohmann::json& param, Communicator* comm,
+                       Operation** op);
 /// Same, from JSON text; malformed text is ERROR_INVALID_PARAM naming the byte it fails at.
 Status CreateOperation(const std::string& opName, const std::string& paramJson, Operation** op);
 Status CreateOperation(const std::string& opName, const char* paramJson, Operation** op);
@@ -33,7 +38,8 @@ struct OperationDeleter {
 using OperationPtr = std::unique_ptr<Operation, OperationDeleter>;
 
 /// Creates or throws Error: the form C++ callers and tests use most.
-OperationPtr MakeOperation(const std::string& opName, const nlohmann::json& param);
+OperationPtr MakeOperation(const std::string& opName, const nlohmann::json& param,
+                           Communicator* comm = nullptr);
 
 namespace detail {
 template <class Op, class P>
@@ -49,8 +55,9 @@ Status CreateTyped(const P& param, Operation** op) {
   });
 }
 template <class Op, class P>
-Operation* CreateFromJson(const nlohmann::json& json) {
-  const P param = ParamFromJson<P>(json, Op::kName);
+Operation* CreateFromJson(const nlohmann::json& json, Communicator* comm) {
+  P param = ParamFromJson<P>(json, Op::kName);
+  param.comm = comm;
   Op::ValidateParam(param);
   return new Op(param);
 }
