@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "collops/status.h"
+#include "core/src/backend_plugin.h"
 
 namespace collops {
 namespace {
@@ -60,6 +61,8 @@ std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param) {
     const auto it = b.factories.find({backend, static_cast<int>(param.commMode)});
     if (it != b.factories.end()) factory = it->second;
   }
+  // A backend in its own library (libcollops_mpi.so) registers itself when first loaded.
+  if (!factory && LoadBackendPlugin(backend)) return CreateCommunicator(param);
   if (!factory) {
     std::string available;
     for (const auto& name : ListCommunicatorBackends()) {

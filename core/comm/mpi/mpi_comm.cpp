@@ -1,0 +1,294 @@
+#include "core/comm/mpi/mpi_comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "collops/status.h"
+#include "core/comm/mpi/mpi_runtime.h"
+#include "core/comm/mpi/mpi_types.h"
+
+namespace collops {
+namespace mpi {
+namespace {
+
+// Tags of the library's point-to-point traffic. Collectives never match them, and each call
+// completes before the next starts, so one tag per purpose is enough.
+constexpr int kSendHeaderTag = 7001;
+constexpr int kRecvHeaderTag = 7002;
+constexpr int kDataTag = 7003;
+constexpr int kExchangeTag = 7004;
+
+/// Calls body(offset, n) over consecutive pieces of at most MaxCount() elements of `count`.
+template <class Body>
+void ForEachChunk(size_t count, Body&& body) {
+  const size_t limit = MaxCount();
+  for (size_t offset = 0; offset < count; offset += limit) {
+    body(offset, static_cast<int>(std::min(limit, count - offset)));
+  }
+}
+
+/// True when every value fits one int argument of an MPI call (see MaxCount()).
+bool FitsInt(const int64_t* values, int n) {
+  const auto limit = static_cast<int64_t>(MaxCount());
+  return std::all_of(values, values + n, [&](int64_t v) { return v <= limit; });
+}
+
+std::vector<int> Ints(const int64_t* values, int n) { return std::vector<int>(values, values + n); }
+
+/// One contiguous range of elements to or from one peer.
+struct Piece {
+  int peer;
+  uint8_t* data;
+  size_t count;
+};
+
+/// The fallback of the v-collectives for counts beyond one int: every piece goes as nonblocking
+/// MaxCount()-element chunks (the two sides cut a piece identically, and MPI keeps messages of
+/// one pair and tag in order), then all complete together so no pair ordering can deadlock.
+void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::vector<Piece>& recvs,
+                    MPI_Datatype type, size_t elementBytes) {
+  std::vector<MPI_Request> requests;
+  for (const Piece& p : recvs) {
+    ForEachChunk(p.count, [&](size_t offset, int n) {
+      requests.emplace_back();
+      CheckMpi(MPI_Irecv(p.data + offset * elementBytes, n, type, p.peer, kExchangeTag, comm,
+                         &requests.back()),
+               "MPI_Irecv");
+    });
+  }
+  for (const Piece& p : sends) {
+    ForEachChunk(p.count, [&](size_t offset, int n) {
+      requests.emplace_back();
+      CheckMpi(MPI_Isend(p.data + offset * elementBytes, n, type, p.peer, kExchangeTag, comm,
+                         &requests.back()),
+               "MPI_Isend");
+    });
+  }
+  CheckMpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+           "MPI_Waitall");
+}
+
+bool Finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> WrapOwnedComm(MPI_Comm comm) {
+  const int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (rc != MPI_SUCCESS) MPI_Comm_free(&comm);
+  CheckMpi(rc, "MPI_Comm_set_errhandler");
+  return std::make_shared<MpiCommunicator>(comm);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  CheckMpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  CheckMpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  // After MPI_Finalize (the library's atexit handler, or the application's own) the handle is
+  // gone with the rest of MPI; freeing it then would be an error.
+  if (comm_ == MPI_COMM_NULL || Finalized()) return;
+  auto lock = SerialiseMpi();
+  MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
+  const std::vector<int64_t> counts(size_, static_cast<int64_t>(bytes));
+  std::vector<int64_t> displs(size_);
+  for (int i = 0; i < size_; ++i) displs[i] = static_cast<int64_t>(bytes) * i;
+  auto lock = SerialiseMpi();
+  GatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
+}
+
+void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
+                                ReduceOp op) {
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const MPI_Op mpiOp = ReductionOp(dtype, op);
+  const size_t e = DataTypeSize(dtype);
+  const bool inPlace = in == out;
+  ForEachChunk(count, [&](size_t offset, int n) {
+    uint8_t* chunk = static_cast<uint8_t*>(out) + offset * e;
+    const void* send = inPlace ? MPI_IN_PLACE : static_cast<const uint8_t*>(in) + offset * e;
+    CheckMpi(MPI_Allreduce(send, chunk, n, type, mpiOp, comm_), "MPI_Allreduce");
+  });
+}
+
+void MpiCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
+                                 const int64_t* recvCounts, const int64_t* rdispls,
+                                 DataType dtype) {
+  auto lock = SerialiseMpi();
+  GatherV(in, sendCount, out, recvCounts, rdispls, dtype);
+}
+
+void MpiCommunicator::GatherV(const void* in, size_t sendCount, void* out,
+                              const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) {
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  auto* bytes = static_cast<uint8_t*>(out);
+  uint8_t* mine = bytes + rdispls[rank_] * e;
+  if (sendCount <= MaxCount() && FitsInt(recvCounts, size_) && FitsInt(rdispls, size_)) {
+    const std::vector<int> counts = Ints(recvCounts, size_), displs = Ints(rdispls, size_);
+    CheckMpi(MPI_Allgatherv(in == mine ? MPI_IN_PLACE : in, static_cast<int>(sendCount), type, out,
+                            counts.data(), displs.data(), type, comm_),
+             "MPI_Allgatherv");
+    return;
+  }
+  if (in != mine) std::memmove(mine, in, sendCount * e);
+  std::vector<Piece> sends, recvs;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    sends.push_back({j, mine, sendCount});
+    recvs.push_back({j, bytes + rdispls[j] * e, static_cast<size_t>(recvCounts[j])});
+  }
+  ExchangePieces(comm_, sends, recvs, type, e);
+}
+
+void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
+                                     const int64_t* sdispls, void* out, size_t recvCount,
+                                     DataType dtype, ReduceOp op) {
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const MPI_Op mpiOp = ReductionOp(dtype, op);
+  const size_t e = DataTypeSize(dtype);
+  const auto* input = static_cast<const uint8_t*>(in);
+  int64_t total = 0;
+  bool rankOrder = true;  // x already holds the ranks' ranges back to back, in rank order
+  for (int i = 0; i < size_; ++i) {
+    rankOrder = rankOrder && sdispls[i] == total;
+    total += sendCounts[i];
+  }
+  if (total <= static_cast<int64_t>(MaxCount())) {
+    // MPI_Reduce_scatter wants the ranges in rank order; the contract allows any sdispls.
+    std::vector<uint8_t> packed;
+    if (!rankOrder) {
+      packed.resize(static_cast<size_t>(total) * e);
+      uint8_t* cursor = packed.data();
+      for (int i = 0; i < size_; ++i) {
+        std::memcpy(cursor, input + sdispls[i] * e, sendCounts[i] * e);
+        cursor += sendCounts[i] * e;
+      }
+      input = packed.data();
+    }
+    const std::vector<int> counts = Ints(sendCounts, size_);
+    CheckMpi(MPI_Reduce_scatter(input, out, counts.data(), type, mpiOp, comm_),
+             "MPI_Reduce_scatter");
+    return;
+  }
+  // Beyond one int: rank i's range is reduced to rank i, chunk by chunk.
+  for (int root = 0; root < size_; ++root) {
+    ForEachChunk(static_cast<size_t>(sendCounts[root]), [&](size_t offset, int n) {
+      void* recv = root == rank_ ? static_cast<uint8_t*>(out) + offset * e : nullptr;
+      CheckMpi(MPI_Reduce(input + (sdispls[root] + offset) * e, recv, n, type, mpiOp, root, comm_),
+               "MPI_Reduce");
+    });
+  }
+  (void)recvCount;  // = sendCounts[Rank()] on every rank (the caller verified agreement)
+}
+
+void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                                void* out, const int64_t* recvCounts, const int64_t* rdispls,
+                                DataType dtype) {
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  if (FitsInt(sendCounts, size_) && FitsInt(sdispls, size_) && FitsInt(recvCounts, size_) &&
+      FitsInt(rdispls, size_)) {
+    const std::vector<int> sc = Ints(sendCounts, size_), sd = Ints(sdispls, size_),
+                           rc = Ints(recvCounts, size_), rd = Ints(rdispls, size_);
+    CheckMpi(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_),
+             "MPI_Alltoallv");
+    return;
+  }
+  auto* input = const_cast<uint8_t*>(static_cast<const uint8_t*>(in));  // only ever sent from
+  auto* output = static_cast<uint8_t*>(out);
+  std::memmove(output + rdispls[rank_] * e, input + sdispls[rank_] * e, recvCounts[rank_] * e);
+  std::vector<Piece> sends, recvs;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    sends.push_back({j, input + sdispls[j] * e, static_cast<size_t>(sendCounts[j])});
+    recvs.push_back({j, output + rdispls[j] * e, static_cast<size_t>(recvCounts[j])});
+  }
+  ExchangePieces(comm_, sends, recvs, type, e);
+}
+
+void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  ForEachChunk(count, [&](size_t offset, int n) {
+    CheckMpi(MPI_Bcast(static_cast<uint8_t*>(buf) + offset * e, n, type, root, comm_), "MPI_Bcast");
+  });
+}
+
+void MpiCommunicator::CheckPeer(int peer, const char* role) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    Fail(ERROR_INVALID_PARAM, "mpi Send/Recv: ", role, " rank ", peer, " is not another rank of ",
+         size_, " (this is rank ", rank_, ")");
+  }
+}
+
+void MpiCommunicator::MatchPeer(bool sending, size_t count, DataType dtype, int peer) {
+  const int64_t mine[2] = {static_cast<int64_t>(count), dtype};
+  int64_t theirs[2] = {0, 0};
+  const int sendTag = sending ? kSendHeaderTag : kRecvHeaderTag;
+  const int recvTag = sending ? kRecvHeaderTag : kSendHeaderTag;
+  CheckMpi(MPI_Sendrecv(mine, 2, MPI_INT64_T, peer, sendTag, theirs, 2, MPI_INT64_T, peer, recvTag,
+                        comm_, MPI_STATUS_IGNORE),
+           "MPI_Sendrecv");
+  if (mine[0] == theirs[0] && mine[1] == theirs[1]) return;
+  const int64_t* sender = sending ? mine : theirs;
+  const int64_t* receiver = sending ? theirs : mine;
+  const int senderRank = sending ? rank_ : peer, receiverRank = sending ? peer : rank_;
+  Fail(ERROR_RANK_MISMATCH, "mpi Send/Recv: rank ", senderRank, " sends ", sender[0],
+       " elements of ", DataTypeName(static_cast<DataType>(sender[1])), " to rank ", receiverRank,
+       ", which expects ", receiver[0], " elements of ",
+       DataTypeName(static_cast<DataType>(receiver[1])), " from rank ", senderRank);
+}
+
+void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
+  CheckPeer(peer, "destination");
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  MatchPeer(true, count, dtype, peer);
+  ForEachChunk(count, [&](size_t offset, int n) {
+    CheckMpi(
+        MPI_Send(static_cast<const uint8_t*>(buf) + offset * e, n, type, peer, kDataTag, comm_),
+        "MPI_Send");
+  });
+}
+
+void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  CheckPeer(peer, "source");
+  auto lock = SerialiseMpi();
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  MatchPeer(false, count, dtype, peer);
+  ForEachChunk(count, [&](size_t offset, int n) {
+    CheckMpi(MPI_Recv(static_cast<uint8_t*>(buf) + offset * e, n, type, peer, kDataTag, comm_,
+                      MPI_STATUS_IGNORE),
+             "MPI_Recv");
+  });
+}
+
+void MpiCommunicator::Barrier() {
+  auto lock = SerialiseMpi();
+  CheckMpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+std::shared_ptr<Communicator> MpiCommunicator::Split(int color, int key) {
+  auto lock = SerialiseMpi();
+  MPI_Comm sub = MPI_COMM_NULL;
+  CheckMpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
+  if (sub == MPI_COMM_NULL) return nullptr;
+  return WrapOwnedComm(sub);
+}
+
+}  // namespace mpi
+}  // namespace collops

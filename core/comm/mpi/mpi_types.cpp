@@ -1,0 +1,133 @@
+#include "core/comm/mpi/mpi_types.h"
+
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+
+#include "collops/status.h"
+
+namespace collops {
+namespace mpi {
+namespace {
+
+/// inout[i] = in[i] op inout[i] for 2-byte floats, through the library's kernels. MPI calls it
+/// with (invec, inoutvec, len, type); the op is commutative, so the order of the pair is free.
+template <DataType kDtype, ReduceOp kOp>
+void HalfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const void* srcs[2] = {in, inout};
+  ReduceArrays(kDtype, kOp, srcs, 2, inout, static_cast<size_t>(*len));
+}
+
+template <DataType kDtype>
+MPI_Op MakeHalfOp(ReduceOp op) {
+  MPI_User_function* function = nullptr;
+  switch (op) {
+    case ReduceOp::kSum:
+      function = &HalfReduce<kDtype, ReduceOp::kSum>;
+      break;
+    case ReduceOp::kProd:
+      function = &HalfReduce<kDtype, ReduceOp::kProd>;
+      break;
+    case ReduceOp::kMax:
+      function = &HalfReduce<kDtype, ReduceOp::kMax>;
+      break;
+    case ReduceOp::kMin:
+      function = &HalfReduce<kDtype, ReduceOp::kMin>;
+      break;
+  }
+  MPI_Op result = MPI_OP_NULL;
+  CheckMpi(MPI_Op_create(function, /*commute=*/1, &result), "MPI_Op_create");
+  return result;
+}
+
+constexpr int kReduceOps = 4;
+
+/// The 2-byte type and the float16/bfloat16 user ops, made once after MPI is initialised and
+/// never freed (MPI_Finalize releases them).
+struct HalfTypes {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Op float16[kReduceOps] = {};
+  MPI_Op bfloat16[kReduceOps] = {};
+
+  HalfTypes() {
+    CheckMpi(MPI_Type_contiguous(2, MPI_BYTE, &type), "MPI_Type_contiguous");
+    CheckMpi(MPI_Type_commit(&type), "MPI_Type_commit");
+    for (int op = 0; op < kReduceOps; ++op) {
+      float16[op] = MakeHalfOp<ACL_FLOAT16>(static_cast<ReduceOp>(op));
+      bfloat16[op] = MakeHalfOp<ACL_BF16>(static_cast<ReduceOp>(op));
+    }
+  }
+};
+
+const HalfTypes& Halves() {
+  static const HalfTypes* halves = new HalfTypes;
+  return *halves;
+}
+
+}  // namespace
+
+MPI_Datatype ElementType(DataType dtype) {
+  switch (dtype) {
+    case ACL_FLOAT:
+      return MPI_FLOAT;
+    case ACL_DOUBLE:
+      return MPI_DOUBLE;
+    case ACL_INT8:
+      return MPI_INT8_T;
+    case ACL_UINT8:
+      return MPI_UINT8_T;
+    case ACL_INT16:
+      return MPI_INT16_T;
+    case ACL_INT32:
+      return MPI_INT32_T;
+    case ACL_INT64:
+      return MPI_INT64_T;
+    case ACL_BOOL:
+      return MPI_C_BOOL;
+    case ACL_FLOAT16:
+    case ACL_BF16:
+      return Halves().type;
+    default:
+      Fail(ERROR_INVALID_TENSOR_DTYPE, "mpi backend: dtype ", DataTypeName(dtype),
+           " has no MPI type");
+  }
+}
+
+MPI_Op ReductionOp(DataType dtype, ReduceOp op) {
+  if (!IsReducibleDtype(dtype)) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "mpi backend: dtype ", DataTypeName(dtype),
+         " cannot be reduced");
+  }
+  const int index = static_cast<int>(op);
+  if (index < 0 || index >= kReduceOps) {
+    Fail(ERROR_INVALID_PARAM, "mpi backend: unknown reduce op ", index);
+  }
+  if (dtype == ACL_FLOAT16) return Halves().float16[index];
+  if (dtype == ACL_BF16) return Halves().bfloat16[index];
+  static const MPI_Op kNative[kReduceOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+  return kNative[index];
+}
+
+void CheckMpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) {
+    Fail(ERROR_COMM_FAIL, call, ": MPI error code ", rc);
+  }
+  Fail(ERROR_COMM_FAIL, call, ": ", std::string(text, static_cast<size_t>(length)));
+}
+
+size_t MaxCount() {
+  static const size_t limit = [] {
+    const char* text = std::getenv("COLLOPS_MPI_MAX_COUNT");
+    if (text == nullptr || *text == '\0') return static_cast<size_t>(INT_MAX);
+    const long long value = std::atoll(text);
+    return value > 0 && value <= INT_MAX ? static_cast<size_t>(value)
+                                         : static_cast<size_t>(INT_MAX);
+  }();
+  return limit;
+}
+
+}  // namespace mpi
+}  // namespace collops

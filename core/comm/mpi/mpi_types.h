@@ -1,0 +1,36 @@
+// What the "mpi" backend hands to MPI: element types, reduction ops, the error rule and the
+// largest count one MPI call may carry. Internal header.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+
+#include "collops/reduce.h"
+#include "collops/tensor.h"
+
+namespace collops {
+namespace mpi {
+
+/// The MPI datatype of one element of `dtype`: MPI's own type where one exists (bool moves as
+/// MPI_C_BOOL), and for float16/bfloat16 a committed contiguous 2-byte type that only the
+/// library's user ops reduce. Throws Error(ERROR_INVALID_TENSOR_DTYPE) for an unknown dtype.
+/// Needs MPI initialised.
+MPI_Datatype ElementType(DataType dtype);
+
+/// The MPI_Op reducing `dtype` with `op`: MPI_SUM/PROD/MAX/MIN for MPI's arithmetic types, and
+/// for float16/bfloat16 a user op (commutative) that runs collops' ReduceArrays kernels, so every
+/// combining step accumulates in float32 and rounds once. Throws
+/// Error(ERROR_INVALID_TENSOR_DTYPE) when reductions do not accept `dtype`.
+MPI_Op ReductionOp(DataType dtype, ReduceOp op);
+
+/// Throws Error(ERROR_COMM_FAIL, "<call>: <MPI_Error_string(rc)>") unless rc is MPI_SUCCESS.
+void CheckMpi(int rc, const char* call);
+
+/// The most elements one MPI call carries, and the largest count or displacement that goes into
+/// an int argument: INT_MAX, or COLLOPS_MPI_MAX_COUNT when set (tests lower it to reach the
+/// chunked paths with small buffers). Larger transfers are split, never truncated.
+size_t MaxCount();
+
+}  // namespace mpi
+}  // namespace collops
