@@ -22,6 +22,7 @@ nlohmann::json SuiteJob::Param(nlohmann::json extra) const {
   extra["commMode"] = commMode;
   extra["commDomain"] = commDomain;
   if (!backend.empty()) extra["backend"] = backend;
+  if (!rankTableFile.empty()) extra["rankTableFile"] = rankTableFile;
   return extra;
 }
 

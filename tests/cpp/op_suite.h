@@ -29,6 +29,7 @@ struct SuiteJob {
   std::string commDomain = "process-ops";
   Communicator* comm = nullptr;  ///< caller-owned communicator, or null for the pool's
   std::string markerTag;         ///< unique per job: names the Barrier test's marker files
+  std::string rankTableFile;     ///< "" = none; else every op's "rankTableFile"
 
   nlohmann::json Param(nlohmann::json extra = nlohmann::json::object()) const;
 };
