@@ -1,0 +1,60 @@
+// The golden op suite (tests/cpp/op_suite.h) on real mpirun ranks: every operation, every suite
+// dtype, on the configured backend (Engine.*: "mpi" here; the cross-host runs filter this test
+// and pass COLLOPS_TEST_BACKEND / COLLOPS_TEST_RANK_TABLE) and on a communicator the application
+// made itself and handed over (MpiAdopted.*).
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "collops/mpi_communicator.h"
+#include "mpi_job.h"
+#include "op_suite.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+TEST(Engine, EveryOpEveryDtype) {
+  SuiteJob job;
+  job.rank = WorldRank();
+  job.rankSize = WorldSize();
+  job.backend = TestBackend();
+  job.commDomain = "engine-suite";
+  job.rankTableFile = TestRankTable();
+  job.markerTag = JobTag() + "-engine";
+  for (DataType dtype : SuiteDtypes()) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    RunEveryOp(job, dtype);
+  }
+}
+
+/// World split by parity with MPI_Comm_split, adopted with MakeMpiCommunicator: the even ranks
+/// and the odd ranks each run the suite on their own communicator.
+TEST(MpiAdopted, EveryOpEveryDtype) {
+  // The application's own MPI_COMM_WORLD; this initialises MPI unless main already did.
+  std::shared_ptr<Communicator> world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  EXPECT_EQ(world->Size(), WorldSize());
+  EXPECT_EQ(world->Rank(), WorldRank());
+  MPI_Comm half = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, WorldRank() % 2, WorldRank(), &half), MPI_SUCCESS);
+  std::shared_ptr<Communicator> adopted = MakeMpiCommunicator(half);
+  // The library works on its own duplicate: the application may free its handle at once.
+  MPI_Comm_free(&half);
+  SuiteJob job;
+  job.rank = WorldRank() / 2;
+  job.rankSize = (WorldSize() + 1 - WorldRank() % 2) / 2;
+  job.comm = adopted.get();
+  job.markerTag = JobTag() + "-adopted" + std::to_string(WorldRank() % 2);
+  ASSERT_EQ(adopted->Size(), job.rankSize);
+  ASSERT_EQ(adopted->Rank(), job.rank);
+  for (DataType dtype : SuiteDtypes()) {
+    SCOPED_TRACE(DataTypeName(dtype));
+    RunEveryOp(job, dtype);
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops
