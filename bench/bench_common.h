@@ -316,6 +316,11 @@ inline double NowSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/// How collops-bench hosts its ranks: forked processes (lccl, commMode 0), threads of one process
+/// (lccl, commMode 1), or one process per rank started by mpirun (backend "hccl", commMode 0: lccl
+/// on one host, hierarchical across hosts).
+enum class Mode { kProcess, kThread, kMpirun };
+
 /// Command line shared by both benchmarks (nccl-tests spelling).
 struct Options {
   int64_t minBytes = 8;
@@ -324,7 +329,7 @@ struct Options {
   Op op = Op::kAllReduce;
   const DtypeInfo* dtype = &AllDtypes()[0];
   int ranks = 2;
-  bool threadMode = false;
+  Mode mode = Mode::kProcess;
   int warmup = 5;
   int iters = 20;
   bool check = false;
@@ -360,7 +365,9 @@ inline void Usage(const char* prog, bool hasMode) {
       "  ops: allreduce allgather allgatherv reducescatter reducescatterv broadcast\n"
       "       alltoall alltoallv sendrecv\n"
       "  dtypes: float32 float64 float16 bfloat16 int8 int16 int32 int64 uint8\n",
-      prog, hasMode ? " [-r 2] [--mode process|thread]" : "  (ranks: mpirun -np)");
+      prog,
+      hasMode ? " [-r 2] [--mode process|thread|mpirun]  (mpirun: ranks from mpirun -np)"
+              : "  (ranks: mpirun -np)");
   std::exit(2);
 }
 
@@ -391,8 +398,14 @@ inline Options ParseOptions(int argc, char** argv, bool hasMode) {
       o.ranks = std::atoi(next().c_str());
     else if (a == "--mode" && hasMode) {
       const std::string m = next();
-      if (m != "process" && m != "thread") Usage(argv[0], hasMode);
-      o.threadMode = m == "thread";
+      if (m == "process")
+        o.mode = Mode::kProcess;
+      else if (m == "thread")
+        o.mode = Mode::kThread;
+      else if (m == "mpirun")
+        o.mode = Mode::kMpirun;
+      else
+        Usage(argv[0], hasMode);
     } else if (a == "-o") {
       const std::string name = next();
       bool found = false;
@@ -425,9 +438,26 @@ struct Row {
   int64_t bytes = 0;
   int64_t count = 0;
   std::vector<double> iterSeconds;
-  int64_t wrong = -1;  ///< -1 = not checked
-  std::string error;   ///< non-empty when the row failed
+  int64_t wrong = -1;   ///< -1 = not checked
+  std::string error;    ///< non-empty when the row failed
+  std::string backend;  ///< the communicator's BackendName() when known, e.g. "hccl(lccl+mpi)"
 };
+
+/// `text` with the characters JSON strings cannot hold raw escaped (error messages carry quotes).
+inline std::string JsonText(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 inline void PrintHeader(const Options& o, const char* system) {
   if (o.json) return;
@@ -452,10 +482,12 @@ inline void PrintRow(const Options& o, const char* system, const Row& row) {
     std::printf(
         "{\"system\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"bytes\": %lld, "
         "\"count\": %lld, \"time_med_us\": %.3f, \"time_min_us\": %.3f, \"algbw_gbs\": %.4f, "
-        "\"busbw_gbs\": %.4f, \"wrong\": %lld, \"iters\": %zu, \"error\": \"%s\"}\n",
+        "\"busbw_gbs\": %.4f, \"wrong\": %lld, \"iters\": %zu, \"error\": \"%s\"%s%s%s}\n",
         system, InfoOf(o.op).name, o.dtype->name, o.ranks, static_cast<long long>(row.bytes),
         static_cast<long long>(row.count), med * 1e6, mn * 1e6, algbw, busbw,
-        static_cast<long long>(row.wrong), t.size(), row.error.c_str());
+        static_cast<long long>(row.wrong), t.size(), JsonText(row.error).c_str(),
+        row.backend.empty() ? "" : ", \"backend\": \"", JsonText(row.backend).c_str(),
+        row.backend.empty() ? "" : "\"");
   } else if (!row.error.empty()) {
     std::printf("%12lld %12lld  FAILED: %s\n", static_cast<long long>(row.bytes),
                 static_cast<long long>(row.count), row.error.c_str());

@@ -2,10 +2,13 @@
 // creates the operation by name from JSON, runs Setup once, then Execute in a loop, so per-call
 // costs (the cross-rank signature check, count validation) are inside every timed iteration.
 //
-// Ranks are forked processes (--mode process, lccl commMode 0) or threads of this process
-// (--mode thread, commMode 1). Each iteration starts after a BarrierOperation (not timed) so
-// every rank's clock covers the same collective; the iteration's time is the max over ranks.
-// Ranks write their times into a shared anonymous mapping that the parent reads and prints.
+// Ranks are forked processes (--mode process, lccl commMode 0), threads of this process
+// (--mode thread, commMode 1), or the processes mpirun started (--mode mpirun, backend "hccl",
+// commMode 0: lccl when they share a host, hierarchical lccl + MPI when they span hosts). Each
+// iteration starts after a BarrierOperation (not timed) so every rank's clock covers the same
+// collective; the iteration's time is the max over ranks. Forked and thread ranks write their
+// times into a shared anonymous mapping that the parent reads and prints; mpirun ranks reduce
+// theirs to rank 0 with collops' own AllReduce (after the timed loop), and rank 0 prints.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -13,12 +16,16 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "collops/backend.h"
 #include "collops/collops.h"
 
 namespace collops_bench {
@@ -86,6 +93,8 @@ struct Buffer {
   }
 };
 
+const char* BackendOf(const Options& o) { return o.mode == Mode::kMpirun ? "hccl" : "lccl"; }
+
 void Throw(collops::Status s, const char* what) {
   throw collops::Error(
       s, collops::Concat(what, ": ", collops::StatusName(s), ": ", collops::LastErrorMessage()));
@@ -94,17 +103,19 @@ void Throw(collops::Status s, const char* what) {
 /// One rank's operation for one size: the op(s), its tensors and workspace, ready to Execute.
 class RankCase {
  public:
-  RankCase(const Options& o, int rank, int64_t sizeBytes)
+  /// `comm`: a communicator the caller created (mpirun mode), or null: the ops make their own.
+  RankCase(const Options& o, int rank, int64_t sizeBytes, collops::Communicator* comm = nullptr)
       : o_(o),
         rank_(rank),
+        comm_(comm),
         dtype_(ToCollops(o.dtype->kind)),
         layout_(MakeLayout(o.op, o.ranks, rank, sizeBytes, o.dtype->size)) {
     nlohmann::json p = {{"rank", rank},
                         {"rankSize", o.ranks},
-                        {"backend", "lccl"},
-                        {"commMode", o.threadMode ? 1 : 0},
+                        {"backend", BackendOf(o)},
+                        {"commMode", o.mode == Mode::kThread ? 1 : 0},
                         {"commDomain", "bench"}};
-    barrier_ = collops::MakeOperation("BarrierOperation", p);
+    barrier_ = collops::MakeOperation("BarrierOperation", p, comm_);
     const int64_t in = layout_.inCount;
     const int64_t out = layout_.outCount;
     x_.emplace_back(dtype_, std::vector<int64_t>{in});
@@ -153,8 +164,8 @@ class RankCase {
         // Blocking send and receive around a ring: even ranks send first, odd ranks receive
         // first, so the ring never closes into a cycle of waiting senders.
         const bool sendFirst = rank % 2 == 0;
-        auto send = collops::MakeOperation("SendOperation", s);
-        auto recv = collops::MakeOperation("RecvOperation", r);
+        auto send = collops::MakeOperation("SendOperation", s, comm_);
+        auto recv = collops::MakeOperation("RecvOperation", r, comm_);
         if (sendFirst) {
           AddStep(std::move(send), {0}, false);
           AddStep(std::move(recv), {0}, true);
@@ -215,7 +226,7 @@ class RankCase {
   void Make(const char* name, const nlohmann::json& p) {
     std::vector<int> all;
     for (size_t i = 0; i < x_.size(); ++i) all.push_back(static_cast<int>(i));
-    AddStep(collops::MakeOperation(name, p), all, true);
+    AddStep(collops::MakeOperation(name, p, comm_), all, true);
   }
 
   void AddStep(OperationPtr op, std::vector<int> inputs, bool outputs) {
@@ -248,6 +259,7 @@ class RankCase {
 
   const Options& o_;
   int rank_;
+  collops::Communicator* comm_;
   DataType dtype_;
   Layout layout_;
   std::vector<Buffer> x_;
@@ -316,20 +328,118 @@ int RunRank(const Options& o, int rank, Shared& sh) {
   return 0;
 }
 
+int EnvInt(const char* name) {
+  const char* text = std::getenv(name);
+  return text == nullptr || *text == '\0' ? -1 : std::atoi(text);
+}
+
+/// `values` reduced over every rank ("max" or "sum") by collops' AllReduce on `comm`: ranks
+/// started by mpirun have no other channel to each other here. int64 (float64 does not reduce).
+std::vector<int64_t> Reduced(collops::Communicator* comm, const char* type,
+                             const std::vector<int64_t>& values) {
+  const nlohmann::json p = {{"rank", comm->Rank()},
+                            {"rankSize", comm->Size()},
+                            {"backend", "hccl"},
+                            {"commDomain", "bench"},
+                            {"allReduceType", type}};
+  OperationPtr op = collops::MakeOperation("AllReduceOperation", p, comm);
+  const int64_t n = static_cast<int64_t>(values.size());
+  Buffer x(collops::ACL_INT64, {n}), y(collops::ACL_INT64, {n});
+  std::memcpy(x.bytes.data(), values.data(), n * sizeof(int64_t));
+  collops::VariantPack pack;
+  pack.inTensors = {x.tensor};
+  pack.outTensors = {y.tensor};
+  uint64_t ws = 0;
+  collops::Status s = op->Setup(pack, ws, nullptr);
+  std::vector<uint8_t> workspace(ws + 64);
+  if (s == collops::NO_ERROR) s = op->Execute(pack, workspace.data(), ws, nullptr);
+  if (s != collops::NO_ERROR) Throw(s, "AllReduceOperation (gathering the results)");
+  std::vector<int64_t> out(values.size());
+  std::memcpy(out.data(), y.bytes.data(), n * sizeof(int64_t));
+  return out;
+}
+
+/// --mode mpirun: this process is one rank of the job mpirun started. Rank 0 prints.
+int RunMpirun(Options o) {
+  const int rank = EnvInt("OMPI_COMM_WORLD_RANK");
+  o.ranks = EnvInt("OMPI_COMM_WORLD_SIZE");
+  if (rank < 0 || o.ranks < 1) {
+    std::fprintf(stderr,
+                 "collops-bench --mode mpirun: OMPI_COMM_WORLD_RANK/SIZE are not set; start it "
+                 "with mpirun -np R (OpenMPI)\n");
+    return 2;
+  }
+  // mpirun ranks share no parent: a job key from mpirun's job id keeps concurrent runs apart.
+  const char* jobId = std::getenv("OMPI_MCA_ess_base_jobid");
+  if (std::getenv("COLLOPS_JOB_ID") == nullptr && jobId != nullptr) {
+    setenv("COLLOPS_JOB_ID", (std::string("collops-bench-mpirun-") + jobId).c_str(), 1);
+  }
+  const char* system = "collops-mpirun";
+  if (rank == 0) PrintHeader(o, system);
+  std::string backend, error;
+  std::shared_ptr<collops::Communicator> comm;
+  try {
+    collops::CommParam param;
+    param.rank = rank;
+    param.rankSize = o.ranks;
+    param.backend = BackendOf(o);
+    param.commDomain = "bench";
+    comm = collops::CreateCommunicator(param);
+    backend = comm->BackendName();
+  } catch (const std::exception& e) {
+    error = collops::Concat("rank ", rank, ": ", e.what());
+  }
+  for (int64_t size : Sizes(o)) {
+    Row row;
+    row.bytes = size;
+    row.backend = backend;
+    if (error.empty()) {
+      try {
+        RankCase c(o, rank, size, comm.get());
+        for (int i = 0; i < o.warmup; ++i) c.Execute();
+        std::vector<int64_t> nanos(o.iters);
+        for (int i = 0; i < o.iters; ++i) {
+          c.Barrier();
+          const double t0 = NowSeconds();
+          c.Execute();
+          nanos[i] = static_cast<int64_t>((NowSeconds() - t0) * 1e9);
+        }
+        for (int64_t worst : Reduced(comm.get(), "max", nanos)) {
+          row.iterSeconds.push_back(worst * 1e-9);
+        }
+        if (o.check) row.wrong = Reduced(comm.get(), "sum", {c.Check()})[0];
+        row.bytes = c.layout().bytes;
+      } catch (const std::exception& e) {
+        error = collops::Concat("rank ", rank, ": ", e.what());
+      }
+    }
+    row.count = row.bytes / static_cast<int64_t>(o.dtype->size);
+    if (!error.empty()) {
+      row.iterSeconds.clear();
+      row.error = error;
+    }
+    if (rank == 0) PrintRow(o, system, row);
+  }
+  if (!error.empty()) std::fprintf(stderr, "collops-bench: %s\n", error.c_str());
+  return error.empty() ? 0 : 1;
+}
+
 int Main(int argc, char** argv) {
   const Options o = ParseOptions(argc, argv, /*hasMode=*/true);
+  if (o.mode == Mode::kMpirun) return RunMpirun(o);
   if (o.ranks < 1 || (o.op == Op::kSendRecv && o.ranks < 2)) {
     std::fprintf(stderr, "collops-bench: -r must be >= 1 (>= 2 for sendrecv)\n");
     return 2;
   }
   const std::vector<int64_t> sizes = Sizes(o);
   Shared sh(static_cast<int>(sizes.size()), o.ranks, o.iters);
-  const char* system = o.threadMode ? "collops-thread" : "collops-process";
+  const bool threadMode = o.mode == Mode::kThread;
+  const char* system = threadMode ? "collops-thread" : "collops-process";
   PrintHeader(o, system);
   std::fflush(stdout);
 
   bool failed = false;
-  if (o.threadMode) {
+  if (threadMode) {
     std::vector<std::thread> threads;
     std::atomic<int> failures{0};
     for (int r = 0; r < o.ranks; ++r) {

@@ -10,7 +10,14 @@ layouts are those of bench_common.h (uneven V ops included) and every result is 
 
 gloo has no reduce_scatter: reducescatter(v) run as all_reduce + keeping this rank's slice, which
 is what a gloo user would do; the result line says so in "note".
+
+Across simulated hosts (bench/compare --layout 2x2, as root):
+  gloo_worker.py -r 4 --netns collops-1-h0,collops-1-h1 --master-addr 10.231.0.1 --ifname eth0
+puts ranks 0,1 in the first network namespace and 2,3 in the second (each rank joins its
+namespace with setns(2) before torch.distributed starts; the parent and its pipes stay where they
+are), with the TCP store on --master-addr and GLOO_SOCKET_IFNAME=--ifname.
 """
+import ctypes
 import json
 import os
 import socket
@@ -120,9 +127,31 @@ class Case:
         return int((self.result() != self.golden).sum().item())
 
 
-def rank_main(rank, world, port, requests, results):
-    """One rank: serve requests until None; put (rank, times, wrong, bytes, note) per request."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+CLONE_NEWNET = 0x40000000
+
+
+def enter_netns(name):
+    """Moves this process into network namespace `name` (/run/netns/<name>, made by `ip netns`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into network namespace {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def rank_main(rank, world, port, requests, results, place=None):
+    """One rank: serve requests until None; put (rank, times, wrong, bytes, note) per request.
+    `place`: (netns name, master address, interface) across simulated hosts, else loopback."""
+    if place:
+        netns, master, ifname = place
+        enter_netns(netns)
+        os.environ["MASTER_ADDR"] = master
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    else:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -165,13 +194,27 @@ def factor(op, world):
     return (world - 1) / world
 
 
+def option(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 def main():
-    world = int(sys.argv[sys.argv.index("-r") + 1]) if "-r" in sys.argv else 2
+    world = int(option("-r", 2))
+    netns = option("--netns")
+    places = [None] * world
+    port = free_port()
+    if netns:
+        hosts = netns.split(",")
+        if world % len(hosts):
+            sys.exit(f"gloo_worker: -r {world} does not split evenly over {len(hosts)} hosts")
+        per_host = world // len(hosts)
+        places = [(hosts[r // per_host], option("--master-addr"), option("--ifname", "eth0"))
+                  for r in range(world)]
+        port = 29500  # fresh namespaces: nothing else listens there
     ctx = mp.get_context("spawn")
     requests = [ctx.Queue() for _ in range(world)]
     results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, requests, results))
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, requests, results, places[r]))
              for r in range(world)]
     for p in procs:
         p.start()
