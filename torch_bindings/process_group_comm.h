@@ -1,0 +1,110 @@
+// The "c10d" backend: a collops Communicator over a torch.distributed ProcessGroup, so operations
+// run on whatever engine the application already set up (gloo between hosts; NCCL for CUDA
+// tensors). ATB's "hcclComm: bring your own communicator", for torch jobs.
+//
+// Every primitive is one or two collectives of the group's backend for the device of the data,
+// each waited on before returning (the Communicator contract is synchronous). Raw pointers are
+// wrapped as tensors of CurrentTensorDevice() (CPU unless a TensorDeviceScope says otherwise).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collops/comm_params.h"
+#include "collops/communicator.h"
+
+namespace collops {
+
+/// The device the pointers handed to c10d communicators on this thread point into (CPU by
+/// default). The backend a primitive runs on is the group's backend for this device type.
+c10::Device CurrentTensorDevice();
+
+/// Sets CurrentTensorDevice() for this thread until destroyed (e.g. by a binding executing an
+/// operation on CUDA tensors), then restores the previous device.
+class TensorDeviceScope {
+ public:
+  explicit TensorDeviceScope(c10::Device device);
+  ~TensorDeviceScope();
+  TensorDeviceScope(const TensorDeviceScope&) = delete;
+  TensorDeviceScope& operator=(const TensorDeviceScope&) = delete;
+
+ private:
+  c10::Device previous_;
+};
+
+class ProcessGroupCommunicator final : public Communicator {
+ public:
+  /// Adopts `group`, a group torch.distributed created and registered under `name`. The
+  /// communicator counts as Broken() once that name no longer resolves to `group` (destroyed or
+  /// re-created), so the pool never hands out a communicator over a dead group.
+  ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string name);
+
+  /// Over a backend collops created itself (a gloo group over `store`, see MakeGlooBackend);
+  /// `name` is its store prefix, unique within the job, so its own Splits get unique prefixes.
+  ProcessGroupCommunicator(c10::intrusive_ptr<c10d::Backend> backend,
+                           c10::intrusive_ptr<c10d::Store> store, std::string name);
+
+  std::string BackendName() const override { return "c10d"; }
+  int Rank() const override { return rank_; }
+  int Size() const override { return size_; }
+  bool Broken() const override;
+
+  void AllGatherBytes(const void* in, void* out, size_t bytes) override;
+  void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
+  void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
+                  const int64_t* rdispls, DataType dtype) override;
+  void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                      size_t recvCount, DataType dtype, ReduceOp op) override;
+  void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                 const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  /// Both sides first swap (count, dtype) headers, so a mismatch fails on both with the same
+  /// ERROR_RANK_MISMATCH before any payload moves.
+  void Send(const void* buf, size_t count, DataType dtype, int peer) override;
+  void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Barrier() override;
+  /// A new gloo group per color over a PrefixStore of this group's store (CPU tensors only,
+  /// whatever this group's backend is).
+  std::shared_ptr<Communicator> Split(int color, int key) override;
+
+  /// "group \"0\" (gloo)": how messages name this communicator.
+  std::string Describe() const;
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> BackendFor(const c10::Device& device) const;
+  void Wait(const c10::intrusive_ptr<c10d::Work>& work) const;
+  template <class Body>
+  void Guard(const char* primitive, Body body);
+  void ReduceScatterPadded(at::Tensor& packed, at::Tensor& result, ReduceOp op);
+  void ExchangeHeader(bool sender, size_t count, DataType dtype, int peer);
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;  // null for a collops-made backend
+  c10::intrusive_ptr<c10d::Backend> backend_;     // null for an adopted group
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 0;
+  int splits_ = 0;  // Splits so far: every rank calls them in the same order
+  bool broken_ = false;
+  bool noReduceScatter_ = false;  // the backend lacks reduce_scatter: allreduce + slice instead
+};
+
+/// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those
+/// ranks (each passes its `rank`). Made through torch's Python binding under the GIL (the torch
+/// wheel ships no gloo headers), so it honours GLOO_SOCKET_IFNAME like torch's own groups.
+c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                  const std::string& prefix, int rank, int size);
+
+/// The "c10d" factory (commMode 0): adopts the torch.distributed group named param.commDomain
+/// ("" = the default group). Throws ERROR_BACKEND_UNAVAILABLE when torch.distributed is not
+/// initialised in this process, ERROR_INVALID_PARAM naming commDomain and the known groups for an
+/// unknown name, and naming rank or rankSize when they disagree with the group's.
+std::shared_ptr<Communicator> AdoptProcessGroup(const CommParam& param);
+
+}  // namespace collops
