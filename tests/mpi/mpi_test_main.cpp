@@ -3,8 +3,9 @@
 //   default                   main never touches MPI: the library initialises it on first use and
 //                             must have finalised it by the time our atexit check runs (that
 //                             check was registered first, so it runs after the library's);
-//   COLLOPS_TEST_MPI_INIT=app main initialises MPI, and the library must leave it alone: MPI is
-//                             still initialised after every test, and main finalises it.
+//   COLLOPS_TEST_MPI_INIT=app main initialises MPI (MPI_THREAD_SERIALIZED), and the library must
+//                             leave it alone: MPI is still initialised after every test, and
+//                             main finalises it.
 // The exit code is nonzero when any test failed on this rank, so mpirun fails for any rank.
 #include <mpi.h>
 
@@ -68,7 +69,8 @@ int main(int argc, char** argv) {
   gAppInit = EnvString("COLLOPS_TEST_MPI_INIT", "") == "app";
   if (gAppInit) {
     int provided = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return 2;
+    // Below MPI_THREAD_MULTIPLE, so the library's serialised-calls path runs too.
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return 2;
   } else {
     std::atexit(&CheckLibraryFinalisedMpi);
   }

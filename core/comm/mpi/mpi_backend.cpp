@@ -117,16 +117,21 @@ void CheckMembers(const std::vector<Request>& requests, int me) {
 
 std::shared_ptr<Communicator> CreateFromWorld(const CommParam& param) {
   EnsureMpi();
-  auto lock = SerialiseMpi();
-  const MPI_Comm world = PrivateWorld();
+  std::vector<Request> requests;
   int worldRank = 0;
-  CheckMpi(MPI_Comm_rank(world, &worldRank), "MPI_Comm_rank");
-  const std::vector<Request> requests = ExchangeRequests(world, param);
-  // Every process splits (even one whose params are bad), so no peer is left waiting in here.
-  MPI_Comm sub = MPI_COMM_NULL;
-  CheckMpi(MPI_Comm_split(world, ColorOf(requests, param.commDomain), param.rank, &sub),
-           "MPI_Comm_split");
-  std::shared_ptr<Communicator> comm = WrapOwnedComm(sub);
+  std::shared_ptr<Communicator> comm;
+  {
+    auto lock = SerialiseMpi();
+    const MPI_Comm world = PrivateWorld();
+    CheckMpi(MPI_Comm_rank(world, &worldRank), "MPI_Comm_rank");
+    requests = ExchangeRequests(world, param);
+    // Every process splits (even one whose params are bad), so no peer is left waiting in here.
+    MPI_Comm sub = MPI_COMM_NULL;
+    CheckMpi(MPI_Comm_split(world, ColorOf(requests, param.commDomain), param.rank, &sub),
+             "MPI_Comm_split");
+    comm = WrapOwnedComm(sub);
+  }
+  // Outside the lock: a failed check frees `comm`, whose destructor takes the lock itself.
   CheckMembers(requests, worldRank);
   return comm;
 }
