@@ -30,6 +30,7 @@ bool Loaded(const std::string& library) {
 }
 
 bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+bool PluginHidden() { return std::getenv("COLLOPS_TEST_NO_PLUGIN") != nullptr; }
 
 CommParam MpiParam(const std::string& domain, int rankSize) {
   CommParam param;
@@ -40,7 +41,7 @@ CommParam MpiParam(const std::string& domain, int rankSize) {
 }
 
 TEST(MpiPlugin, LoadedOnFirstUseOnly) {
-  if (UnderMpirun()) GTEST_SKIP() << "run without mpirun (the singleton case)";
+  if (UnderMpirun() || PluginHidden()) GTEST_SKIP() << "needs the plugin, without mpirun";
   EXPECT_FALSE(Loaded("libmpi.so"));
   EXPECT_FALSE(Loaded("libcollops_mpi.so"));
   std::shared_ptr<Communicator> comm;
@@ -55,7 +56,7 @@ TEST(MpiPlugin, LoadedOnFirstUseOnly) {
 }
 
 TEST(MpiPlugin, SingletonNeedsRankSizeOne) {
-  if (UnderMpirun()) GTEST_SKIP() << "run without mpirun (the singleton case)";
+  if (UnderMpirun() || PluginHidden()) GTEST_SKIP() << "needs the plugin, without mpirun";
   EXPECT_EQ(Guarded([] { CreateCommunicator(MpiParam("singleton", 2)); }), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("rankSize = 2"));
   EXPECT_THAT(LastErrorMessage(), HasSubstr("not launched by mpirun"));
@@ -66,6 +67,16 @@ TEST(MpiPlugin, ThreadModeIsNotOffered) {
   param.commMode = COMM_MULTI_THREAD;
   EXPECT_EQ(Guarded([&] { CreateCommunicator(param); }), ERROR_BACKEND_UNAVAILABLE);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("thread mode is not available"));
+}
+
+/// ctest runs this alone with LD_LIBRARY_PATH at a directory holding libcollops.so and no plugin:
+/// what a build without MPI looks like.
+TEST(MpiPlugin, MissingPluginSaysCollopsWasBuiltWithoutMpi) {
+  if (std::getenv("COLLOPS_TEST_NO_PLUGIN") == nullptr) GTEST_SKIP() << "COLLOPS_TEST_NO_PLUGIN";
+  EXPECT_EQ(Guarded([] { CreateCommunicator(MpiParam("none", 1)); }), ERROR_BACKEND_UNAVAILABLE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("collops was built without MPI"));
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("/libcollops_mpi.so does not exist"));
+  EXPECT_FALSE(Loaded("libmpi.so"));
 }
 
 }  // namespace
