@@ -19,21 +19,26 @@
 
 #include "collops/reduce.h"
 #include "core/comm/shm/process_comm.h"
+#include "core/comm/shm/process_copy.h"
 
 namespace collops {
 namespace shm {
 namespace {
 
-size_t ElementBytes(DataType dtype, const std::string& where) {
+// `where` makes the message prefix only on failure: building it costs more than a small
+// collective's data movement.
+template <class Where>
+size_t ElementBytes(DataType dtype, Where&& where) {
   const size_t bytes = DataTypeSize(dtype);
   if (bytes == 0)
-    Fail(ERROR_INVALID_TENSOR_DTYPE, where, "dtype ", DataTypeName(dtype), " has no size");
+    Fail(ERROR_INVALID_TENSOR_DTYPE, where(), "dtype ", DataTypeName(dtype), " has no size");
   return bytes;
 }
 
-void CheckReducible(DataType dtype, const std::string& where) {
+template <class Where>
+void CheckReducible(DataType dtype, Where&& where) {
   if (!IsReducibleDtype(dtype)) {
-    Fail(ERROR_INVALID_TENSOR_DTYPE, where, "cannot reduce dtype ", DataTypeName(dtype));
+    Fail(ERROR_INVALID_TENSOR_DTYPE, where(), "cannot reduce dtype ", DataTypeName(dtype));
   }
 }
 
@@ -41,10 +46,6 @@ void CheckReducible(DataType dtype, const std::string& where) {
 size_t Clip(int64_t count, size_t lo, size_t per) {
   if (count <= static_cast<int64_t>(lo)) return 0;
   return std::min(per, static_cast<size_t>(count) - lo);
-}
-
-void Copy(void* dst, const void* src, size_t bytes) {
-  if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -58,19 +59,19 @@ size_t ProcessCommunicator::RegionBytes() const {
 void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
                                        const std::vector<size_t>& bytesOf,
                                        const std::vector<size_t>& offsetOf) {
-  Copy(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
+  CopyBytes(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
   if (size_ == 1) return;
   const size_t half = segment_.HalfBytes();
   const size_t most = *std::max_element(bytesOf.begin(), bytesOf.end());
   const size_t rounds = std::max<size_t>(1, CeilDiv(most, half));
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * half;
-    Copy(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
+    CopyBytes(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
     Round();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      Copy(out + offsetOf[r] + lo, HalfOf(r, round_),
-           Clip(static_cast<int64_t>(bytesOf[r]), lo, half));
+      CopyBytes(out + offsetOf[r] + lo, HalfOf(r, round_),
+                Clip(static_cast<int64_t>(bytesOf[r]), lo, half));
     }
   }
 }
@@ -87,7 +88,8 @@ void ProcessCommunicator::AllGatherV(const void* in, size_t sendCount, void* out
                                      const int64_t* recvCounts, const int64_t* rdispls,
                                      DataType dtype) {
   Enter("AllGatherV");
-  const size_t e = ElementBytes(dtype, Where());
+  auto where = [this] { return Where(); };
+  const size_t e = ElementBytes(dtype, where);
   std::vector<size_t> bytesOf(size_), offsetOf(size_);
   for (int r = 0; r < size_; ++r) {
     bytesOf[r] = static_cast<size_t>(std::max<int64_t>(recvCounts[r], 0)) * e;
@@ -99,10 +101,11 @@ void ProcessCommunicator::AllGatherV(const void* in, size_t sendCount, void* out
 
 void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
   Enter("Broadcast");
+  auto where = [this] { return Where(); };
   if (root < 0 || root >= size_) {
     Fail(ERROR_INVALID_PARAM, Where(), "root ", root, " is not a rank of ", size_);
   }
-  const size_t bytes = count * ElementBytes(dtype, Where());
+  const size_t bytes = count * ElementBytes(dtype, where);
   if (size_ == 1) return;
   auto* data = static_cast<uint8_t*>(buf);
   const size_t half = segment_.HalfBytes();
@@ -110,17 +113,18 @@ void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * half;
     const size_t n = Clip(static_cast<int64_t>(bytes), lo, half);
-    if (rank_ == root) Copy(NextHalf(), data + lo, n);
+    if (rank_ == root) CopyBytes(NextHalf(), data + lo, n);
     Round();
-    if (rank_ != root) Copy(data + lo, HalfOf(root, round_), n);
+    if (rank_ != root) CopyBytes(data + lo, HalfOf(root, round_), n);
   }
 }
 
 void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                     ReduceOp op) {
   Enter("AllReduce");
-  CheckReducible(dtype, Where());
-  const size_t e = ElementBytes(dtype, Where());
+  auto where = [this] { return Where(); };
+  CheckReducible(dtype, where);
+  const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (size_ == 1) {
@@ -147,7 +151,7 @@ void ProcessCommunicator::AllReduceOneShot(const uint8_t* in, uint8_t* out, size
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
     const size_t n = Clip(static_cast<int64_t>(count), lo, per);
-    Copy(NextHalf(), in + lo * e, n * e);
+    CopyBytes(NextHalf(), in + lo * e, n * e);
     Round();
     if (n == 0) continue;
     for (int r = 0; r < size_; ++r) srcs[r] = r == rank_ ? in + lo * e : HalfOf(r, round_);
@@ -173,7 +177,8 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     // Round A: publish the slices the other ranks reduce.
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) Copy(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
+      if (r != rank_)
+        CopyBytes(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
     }
     Round();
     // Reduce the own slice over all ranks into the half of round B.
@@ -187,7 +192,8 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     Round();
     // All-gather the reduced slices.
     for (int r = 0; r < size_; ++r) {
-      Copy(out + (lo + begin(r)) * e, HalfOf(r, round_) + begin(r) * e, (end(r) - begin(r)) * e);
+      CopyBytes(out + (lo + begin(r)) * e, HalfOf(r, round_) + begin(r) * e,
+                (end(r) - begin(r)) * e);
     }
     lo += n;
   } while (lo < count);
@@ -197,8 +203,9 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
                                          const int64_t* sdispls, void* out, size_t recvCount,
                                          DataType dtype, ReduceOp op) {
   Enter("ReduceScatterV");
-  CheckReducible(dtype, Where());
-  const size_t e = ElementBytes(dtype, Where());
+  auto where = [this] { return Where(); };
+  CheckReducible(dtype, where);
+  const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (size_ == 1) {
@@ -216,7 +223,8 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        Copy(stage + r * region, src + (sdispls[r] + lo) * e, Clip(sendCounts[r], lo, per) * e);
+        CopyBytes(stage + r * region, src + (sdispls[r] + lo) * e,
+                  Clip(sendCounts[r], lo, per) * e);
       }
     }
     Round();
@@ -233,11 +241,12 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
                                     const int64_t* sdispls, void* out, const int64_t* recvCounts,
                                     const int64_t* rdispls, DataType dtype) {
   Enter("AllToAllV");
-  const size_t e = ElementBytes(dtype, Where());
+  auto where = [this] { return Where(); };
+  const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  Copy(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
-       static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
+  CopyBytes(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
+            static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
   if (size_ == 1) return;
   const size_t region = RegionBytes();
   const size_t per = region / e;
@@ -253,7 +262,8 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        Copy(stage + r * region, src + (sdispls[r] + lo) * e, Clip(sendCounts[r], lo, per) * e);
+        CopyBytes(stage + r * region, src + (sdispls[r] + lo) * e,
+                  Clip(sendCounts[r], lo, per) * e);
       }
     }
     if (k == 0) {
@@ -269,8 +279,8 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        Copy(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + rank_ * region,
-             Clip(recvCounts[r], lo, per) * e);
+        CopyBytes(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + rank_ * region,
+                  Clip(recvCounts[r], lo, per) * e);
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/comm/shm/process_comm.h"
+#include "core/comm/shm/process_copy.h"
 
 namespace collops {
 namespace shm {
@@ -24,13 +25,15 @@ std::string MismatchMessage(int sender, int64_t sendCount, int32_t sendType, int
                 DataTypeName(static_cast<DataType>(recvType)), " from rank ", sender);
 }
 
-size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, const std::string& where,
+/// `where` makes the message prefix only on failure (it costs more than a small message).
+template <class Where>
+size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, Where&& where,
                         const char* role) {
   if (peer < 0 || peer >= size || peer == rank) {
-    Fail(ERROR_INVALID_PARAM, where, role, " rank ", peer, " is not another rank of ", size);
+    Fail(ERROR_INVALID_PARAM, where(), role, " rank ", peer, " is not another rank of ", size);
   }
   const size_t bytes = DataTypeSize(dtype);
-  if (bytes == 0) Fail(ERROR_INVALID_TENSOR_DTYPE, where, "dtype ", DataTypeName(dtype));
+  if (bytes == 0) Fail(ERROR_INVALID_TENSOR_DTYPE, where(), "dtype ", DataTypeName(dtype));
   return bytes;
 }
 
@@ -38,7 +41,8 @@ size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, const std:
 
 void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   Enter("Send");
-  const size_t e = PeerElementBytes(peer, rank_, size_, dtype, Where(), "destination");
+  const size_t e =
+      PeerElementBytes(peer, rank_, size_, dtype, [this] { return Where(); }, "destination");
   PairControl& pair = segment_.Pair(rank_, peer);
   PairSide& mine = pair.send;
   PairSide& theirs = pair.recv;
@@ -67,7 +71,7 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
     Await(
         theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) + 2 >= index; },
         peer);
-    std::memcpy(staging + (index & 1) * sub, data + lo, std::min(sub, bytes - lo));
+    CopyBytes(staging + (index & 1) * sub, data + lo, std::min(sub, bytes - lo));
     mine.chunks.store(index, std::memory_order_release);
     mine.word.Notify();
   }
@@ -77,7 +81,8 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
 
 void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   Enter("Recv");
-  const size_t e = PeerElementBytes(peer, rank_, size_, dtype, Where(), "source");
+  const size_t e =
+      PeerElementBytes(peer, rank_, size_, dtype, [this] { return Where(); }, "source");
   PairControl& pair = segment_.Pair(peer, rank_);
   PairSide& mine = pair.recv;
   PairSide& theirs = pair.send;
@@ -103,7 +108,7 @@ void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer
     ++index;
     Await(
         theirs.word, [&] { return theirs.chunks.load(std::memory_order_acquire) >= index; }, peer);
-    std::memcpy(data + lo, staging + (index & 1) * sub, std::min(sub, bytes - lo));
+    CopyBytes(data + lo, staging + (index & 1) * sub, std::min(sub, bytes - lo));
     mine.chunks.store(index, std::memory_order_release);
     mine.word.Notify();
   }
