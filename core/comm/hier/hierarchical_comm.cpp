@@ -1,0 +1,174 @@
+#include "core/comm/hier/hierarchical_comm.h"
+
+#include <cstring>
+#include <utility>
+
+#include "collops/hierarchical_communicator.h"
+#include "collops/status.h"
+#include "core/comm/hier/wide_accumulation.h"
+
+namespace collops {
+namespace hier {
+
+std::vector<int64_t> Displacements(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator> flat,
+                                                   std::shared_ptr<Communicator> intra,
+                                                   std::shared_ptr<Communicator> inter,
+                                                   HostLayout layout)
+    : flat_(std::move(flat)), intra_(std::move(intra)), inter_(std::move(inter)) {
+  if (flat_ == nullptr || intra_ == nullptr) {
+    Fail(ERROR_INVALID_PARAM, "hierarchical communicator: the ",
+         flat_ == nullptr ? "flat" : "intra", " communicator is null");
+  }
+  rank_ = flat_->Rank();
+  size_ = flat_->Size();
+  if (static_cast<int>(layout.hostOfRank.size()) != size_) {
+    Fail(ERROR_INVALID_PARAM, "hierarchical communicator: the host layout has ",
+         layout.hostOfRank.size(), " ranks but the flat communicator has ", size_);
+  }
+  hostOf_ = layout.hostOfRank;
+  for (int h = 0; h < layout.HostCount(); ++h) ranksOn_.push_back(layout.RanksOn(h));
+  for (int r = 0; r < size_; ++r) localOf_.push_back(layout.LocalIndex(r));
+  host_ = hostOf_[rank_];
+  const std::vector<int>& mine = ranksOn_[host_];
+  if (intra_->Size() != static_cast<int>(mine.size()) || intra_->Rank() != localOf_[rank_]) {
+    Fail(ERROR_INVALID_PARAM, "hierarchical communicator (rank ", rank_, "): intra is rank ",
+         intra_->Rank(), " of ", intra_->Size(), " but host ", host_, " (", layout.hostNames[host_],
+         ") holds ", mine.size(), " ranks with this one at index ", localOf_[rank_]);
+  }
+  const bool leader = mine.front() == rank_;
+  if (leader != (inter_ != nullptr)) {
+    Fail(ERROR_INVALID_PARAM, "hierarchical communicator (rank ", rank_, "): ",
+         leader ? "a host leader needs the inter-host communicator"
+                : "only host leaders may have an inter-host communicator");
+  }
+  if (inter_ != nullptr && (inter_->Size() != HostCount() || inter_->Rank() != host_)) {
+    Fail(ERROR_INVALID_PARAM, "hierarchical communicator (rank ", rank_, "): inter is rank ",
+         inter_->Rank(), " of ", inter_->Size(), " but this leader is host ", host_, " of ",
+         HostCount());
+  }
+}
+
+std::string HierarchicalCommunicator::BackendName() const {
+  return Concat("hccl(", intra_->BackendName(), "+", flat_->BackendName(), ")");
+}
+
+bool HierarchicalCommunicator::Broken() const {
+  return flat_->Broken() || intra_->Broken() || (inter_ != nullptr && inter_->Broken());
+}
+
+void HierarchicalCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
+  std::vector<int64_t> counts(size_, static_cast<int64_t>(bytes));
+  const std::vector<int64_t> displs = Displacements(counts);
+  AllGatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
+}
+
+void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
+                                         ReduceOp op) {
+  if (count == 0) return;
+  if (HostCount() > 1 && NeedsWideAccumulation(dtype, op)) {
+    std::vector<float> wide(count);
+    Widen(dtype, in, wide.data(), count);
+    intra_->AllReduce(wide.data(), wide.data(), count, ACL_FLOAT, op);
+    if (AcrossHosts()) {
+      inter_->AllReduce(wide.data(), wide.data(), count, ACL_FLOAT, op);
+      Narrow(dtype, wide.data(), out, count);
+    }
+    intra_->Broadcast(out, count, dtype, 0);
+    return;
+  }
+  intra_->AllReduce(in, out, count, dtype, op);
+  if (HostCount() == 1) return;
+  if (AcrossHosts()) inter_->AllReduce(out, out, count, dtype, op);
+  intra_->Broadcast(out, count, dtype, 0);
+}
+
+void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
+                                          const int64_t* recvCounts, const int64_t* rdispls,
+                                          DataType dtype) {
+  const size_t es = DataTypeSize(dtype);
+  std::vector<int64_t> hostCounts(HostCount(), 0);
+  for (int r = 0; r < size_; ++r) hostCounts[hostOf_[r]] += recvCounts[r];
+  const std::vector<int64_t> hostDispls = Displacements(hostCounts);
+  const int64_t total = hostDispls.back() + hostCounts.back();
+  if (total == 0) return;
+  const std::vector<int>& local = ranksOn_[host_];
+  std::vector<int64_t> localCounts;
+  for (int r : local) localCounts.push_back(recvCounts[r]);
+  const std::vector<int64_t> localDispls = Displacements(localCounts);
+
+  // Host blocks in host order, each holding its ranks' contributions in rank order.
+  Scratch hostBlock(hostCounts[host_] * es);
+  intra_->AllGatherV(in, sendCount, hostBlock.get(), localCounts.data(), localDispls.data(), dtype);
+  Scratch everything(HostCount() > 1 ? total * es : 0);
+  const uint8_t* blocks = hostBlock.get();
+  if (HostCount() > 1) {
+    if (AcrossHosts()) {
+      inter_->AllGatherV(hostBlock.get(), hostCounts[host_], everything.get(), hostCounts.data(),
+                         hostDispls.data(), dtype);
+    }
+    intra_->Broadcast(everything.get(), total, dtype, 0);
+    blocks = everything.get();
+  }
+  std::vector<int64_t> next = HostCount() > 1 ? hostDispls : std::vector<int64_t>(1, 0);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int r = 0; r < size_; ++r) {
+    int64_t& at = next[HostCount() > 1 ? hostOf_[r] : 0];
+    if (recvCounts[r] != 0)
+      std::memcpy(dst + rdispls[r] * es, blocks + at * es, recvCounts[r] * es);
+    at += recvCounts[r];
+  }
+}
+
+void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  if (count == 0) return;
+  const int rootHost = hostOf_[root];
+  if (host_ == rootHost) intra_->Broadcast(buf, count, dtype, localOf_[root]);
+  if (HostCount() == 1) return;
+  if (AcrossHosts()) inter_->Broadcast(buf, count, dtype, rootHost);
+  if (host_ != rootHost) intra_->Broadcast(buf, count, dtype, 0);
+}
+
+void HierarchicalCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
+  if (hostOf_[peer] == host_) {
+    intra_->Send(buf, count, dtype, localOf_[peer]);
+  } else {
+    flat_->Send(buf, count, dtype, peer);
+  }
+}
+
+void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  if (hostOf_[peer] == host_) {
+    intra_->Recv(buf, count, dtype, localOf_[peer]);
+  } else {
+    flat_->Recv(buf, count, dtype, peer);
+  }
+}
+
+void HierarchicalCommunicator::Barrier() {
+  intra_->Barrier();
+  if (HostCount() == 1) return;
+  if (AcrossHosts()) inter_->Barrier();
+  intra_->Barrier();
+}
+
+std::shared_ptr<Communicator> HierarchicalCommunicator::Split(int color, int key) {
+  return flat_->Split(color, key);
+}
+
+}  // namespace hier
+
+std::shared_ptr<Communicator> MakeHierarchicalCommunicator(std::shared_ptr<Communicator> flat,
+                                                           std::shared_ptr<Communicator> intra,
+                                                           std::shared_ptr<Communicator> inter,
+                                                           HostLayout layout) {
+  return std::make_shared<hier::HierarchicalCommunicator>(std::move(flat), std::move(intra),
+                                                          std::move(inter), std::move(layout));
+}
+
+}  // namespace collops

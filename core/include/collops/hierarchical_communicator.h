@@ -1,0 +1,51 @@
+// Hierarchical collectives: lccl inside each host, an engine (mpi, c10d) between hosts.
+//
+// Three communicators of one rank: `flat` over every rank (the engine; carries point-to-point
+// between hosts and small control exchanges), `intra` over the ranks of this rank's host (lccl;
+// ranked by global rank, so the host's leader is intra rank 0) and `inter` over the leaders, one
+// per host (the engine; ranked by host index; null on non-leaders). Only leaders move data between
+// hosts, and each collective sends every byte over the inter-host links once. The algorithms (H
+// hosts; "leader" = lowest global rank of a host):
+//
+// - AllReduce: intra AllReduce; leaders AllReduce across hosts; intra Broadcast from the leader,
+//   so every rank holds the leader's bits (bit-identical everywhere). float16/bfloat16 sums and
+//   products run in float32 end to end when H > 1 and round once at the leader (DESIGN.md: round
+//   once), the price being twice the bytes.
+// - AllGatherV: intra AllGatherV packs the host's contributions (in rank order) into one host
+//   block; leaders AllGatherV the host blocks; intra Broadcast of all blocks; each rank unpacks
+//   them to its own rdispls (any layout, holes untouched).
+// - ReduceScatterV: each rank packs its send blocks host by host; intra AllReduce of the packed
+//   vector; leaders ReduceScatterV it by host blocks; each leader scatters its host's block to its
+//   ranks (intra AllToAllV from the leader). Half types as AllReduce.
+// - AllToAllV: send counts are exchanged over `flat` (one small AllGatherBytes) so every rank
+//   knows the whole matrix; blocks between ranks of one host go intra directly (AllToAllV); blocks
+//   for other hosts are gathered to the leader (intra), exchanged as one message per host pair
+//   among leaders (inter AllToAllV), scattered by the receiving leader (intra) and unpacked to
+//   rdispls. Steps with nothing to move on this host (or anywhere) are skipped on every rank
+//   concerned alike.
+// - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
+//   host; intra Broadcast from the leader on every other host.
+// - Send/Recv: intra when the peer is on this host, else over flat.
+// - Barrier: intra Barrier, leaders Barrier, intra Barrier (no rank leaves before all entered).
+// - AllGatherBytes: AllGatherV of bytes (above).
+// - Split: flat's Split (the result is an engine communicator, not hierarchical).
+#pragma once
+
+#include <memory>
+
+#include "collops/communicator.h"
+#include "collops/topology.h"
+
+namespace collops {
+
+/// flat: every rank (the engine: p2p, small control exchanges); intra: the ranks of this rank's
+/// host (lccl), ranked by global rank; inter: one rank per host (the leaders, ranked by host
+/// index), null on non-leaders. Rank()/Size() are flat's. BackendName() is
+/// "hccl(<intra>+<flat>)", e.g. "hccl(lccl+mpi)". Throws Error(ERROR_INVALID_PARAM) when the three
+/// communicators do not match `layout` (sizes, ranks, inter present exactly on leaders).
+std::shared_ptr<Communicator> MakeHierarchicalCommunicator(std::shared_ptr<Communicator> flat,
+                                                           std::shared_ptr<Communicator> intra,
+                                                           std::shared_ptr<Communicator> inter,
+                                                           HostLayout layout);
+
+}  // namespace collops
