@@ -37,7 +37,9 @@ bool RegisterCommunicatorBackend(const std::string& backend, CommMode mode,
 
 std::string ResolveBackend(const CommParam& param) {
   // "hccl" is ATB's default, so ATB scripts name it without thinking: it means "the best engine
-  // for where the ranks are", which on one host is our shared-memory lccl.
+  // for where the ranks are", which on one host is our shared-memory lccl. Across hosts the
+  // "hccl" factory (comm/hier) builds a hierarchical communicator; it still caches under "lccl",
+  // since a domain that spans hosts cannot have a plain lccl communicator as well.
   if (param.backend == "hccl") return "lccl";
   return param.backend;
 }
@@ -58,7 +60,10 @@ std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param) {
   {
     Backends& b = TheBackends();
     std::lock_guard<std::mutex> lock(b.mutex);
-    const auto it = b.factories.find({backend, static_cast<int>(param.commMode)});
+    // A factory registered under the very name asked for comes first: "hccl" has one in process
+    // mode (comm/hier: lccl on one host, hierarchical across hosts); elsewhere it means lccl.
+    auto it = b.factories.find({param.backend, static_cast<int>(param.commMode)});
+    if (it == b.factories.end()) it = b.factories.find({backend, static_cast<int>(param.commMode)});
     if (it != b.factories.end()) factory = it->second;
   }
   // A backend in its own library (libcollops_mpi.so) registers itself when first loaded.

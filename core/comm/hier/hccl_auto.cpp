@@ -1,0 +1,180 @@
+// backend "hccl" in multi-process mode: ATB's default backend, meaning "the best engine for where
+// the ranks are". On one host that is lccl, exactly as when "lccl" is named, and nothing else is
+// touched (no MPI, no torch). Across hosts it is the hierarchical communicator: lccl inside each
+// host and an engine (mpi, c10d) between hosts.
+//
+// The layout of ranks over hosts comes from the rank table when rankTableFile is given, else from
+// exchanging HostIdentity() over the engine. The engine is COLLOPS_ENGINE when set; else "mpi"
+// when mpirun started ranks on more than one node; else "c10d" when torch.distributed is usable
+// for this job (its factory throws ERROR_BACKEND_UNAVAILABLE otherwise); else there is none and
+// the job is taken to be on one host. COLLOPS_ENGINE=lccl (a test and fallback path) uses an lccl
+// communicator over all ranks as the engine, so it only works when every rank shares one real
+// host, as in tests that split one machine into pretend hosts with COLLOPS_HOST_ID or a table.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/hierarchical_communicator.h"
+#include "collops/rank_table.h"
+#include "collops/status.h"
+#include "collops/topology.h"
+
+namespace collops {
+namespace hier {
+namespace {
+
+/// Bytes per rank in the identity exchange; an identity is ~100 characters.
+constexpr size_t kIdentityBytes = 256;
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+CommParam WithBackend(const CommParam& param, const std::string& backend,
+                      const std::string& suffix = "") {
+  CommParam copy = param;
+  copy.backend = backend;
+  copy.commDomain += suffix;
+  copy.comm = nullptr;
+  return copy;
+}
+
+/// The launcher says every rank is on this host: mpirun on one node, or torchrun on one node.
+bool LauncherSaysOneHost() {
+  const std::string ompiSize = Env("OMPI_COMM_WORLD_SIZE");
+  if (!ompiSize.empty() && ompiSize == Env("OMPI_COMM_WORLD_LOCAL_SIZE")) return true;
+  const std::string worldSize = Env("WORLD_SIZE");
+  return !worldSize.empty() && worldSize == Env("LOCAL_WORLD_SIZE");
+}
+
+bool MpirunOnSeveralNodes() {
+  const std::string ompiSize = Env("OMPI_COMM_WORLD_SIZE");
+  return !ompiSize.empty() && ompiSize != Env("OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
+/// The engine's communicator over every rank, or null when no engine is usable.
+std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
+  const std::string chosen = Env("COLLOPS_ENGINE");
+  if (!chosen.empty()) {
+    if (chosen != "mpi" && chosen != "c10d" && chosen != "lccl") {
+      Fail(ERROR_INVALID_PARAM, "backend hccl: COLLOPS_ENGINE = \"", chosen,
+           "\" must be \"mpi\", \"c10d\" or \"lccl\" (lccl: every rank on one real host)");
+    }
+    try {
+      return CreateCommunicator(WithBackend(param, chosen, chosen == "lccl" ? "@flat" : ""));
+    } catch (const Error& e) {
+      Fail(e.status(), "backend hccl: the engine COLLOPS_ENGINE = \"", chosen,
+           "\" could not be created: ", e.what());
+    }
+  }
+  if (MpirunOnSeveralNodes()) {
+    try {
+      return CreateCommunicator(WithBackend(param, "mpi"));
+    } catch (const Error& e) {
+      Fail(e.status(), "backend hccl: mpirun started this job on several nodes, but its mpi ",
+           "engine could not be created: ", e.what());
+    }
+  }
+  try {
+    return CreateCommunicator(WithBackend(param, "c10d"));
+  } catch (const Error& e) {
+    if (e.status() != ERROR_BACKEND_UNAVAILABLE) throw;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> ExchangeIdentities(Communicator& flat) {
+  std::string mine = HostIdentity();
+  mine.resize(kIdentityBytes - 1, '\0');
+  mine.push_back('\0');
+  std::vector<char> all(kIdentityBytes * flat.Size());
+  flat.AllGatherBytes(mine.data(), all.data(), kIdentityBytes);
+  std::vector<std::string> identities;
+  for (int r = 0; r < flat.Size(); ++r) identities.emplace_back(all.data() + r * kIdentityBytes);
+  return identities;
+}
+
+/// A table may split one real host into several servers (each gets its own lccl communicator),
+/// but ranks it puts on one server must share a host, or their lccl rendezvous would time out.
+void CheckTableAgainstHosts(const HostLayout& table, const std::vector<std::string>& identities,
+                            const std::string& path) {
+  for (int h = 0; h < table.HostCount(); ++h) {
+    const std::vector<int> ranks = table.RanksOn(h);
+    for (int r : ranks) {
+      if (HostKey(identities[r]) != HostKey(identities[ranks.front()])) {
+        Fail(ERROR_INVALID_PARAM, "rank table ", path, ": ranks ", ranks.front(), " and ", r,
+             " are both on server \"", table.hostNames[h], "\" but run on different hosts (",
+             identities[ranks.front()], " and ", identities[r],
+             "); lccl cannot connect them — fix the table");
+      }
+    }
+  }
+}
+
+std::shared_ptr<Communicator> CreateHierarchical(const CommParam& param,
+                                                 std::shared_ptr<Communicator> flat,
+                                                 const HostLayout& layout) {
+  const int host = layout.hostOfRank[param.rank];
+  const bool leader = layout.Leader(host) == param.rank;
+  CommParam intraParam = WithBackend(param, "lccl", Concat("@host", host));
+  intraParam.rank = layout.LocalIndex(param.rank);
+  intraParam.rankSize = static_cast<int>(layout.RanksOn(host).size());
+  intraParam.rankRoot = 0;
+  std::shared_ptr<Communicator> intra = CreateCommunicator(intraParam);
+  std::shared_ptr<Communicator> inter;
+  try {
+    inter = flat->Split(leader ? 0 : -1, host);
+  } catch (const Error& e) {
+    // An engine without Split (the lccl test engine) says so on every rank without
+    // communicating; the leaders then meet in a communicator of their own.
+    if (e.status() != ERROR_BACKEND_UNAVAILABLE) throw;
+    if (leader) {
+      CommParam leaders = WithBackend(param, flat->BackendName(), "@leaders");
+      leaders.rank = host;
+      leaders.rankSize = layout.HostCount();
+      leaders.rankRoot = 0;
+      inter = CreateCommunicator(leaders);
+    }
+  }
+  return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter), layout);
+}
+
+std::shared_ptr<Communicator> CreateHccl(const CommParam& param) {
+  const CommParam lccl = WithBackend(param, "lccl");
+  const std::string& table = param.rankTableFile;
+  HostLayout layout;
+  if (!table.empty()) {
+    layout = LoadRankTable(table, param.rankSize);
+    if (layout.SingleHost()) return CreateCommunicator(lccl);
+  } else if (LauncherSaysOneHost()) {
+    if (Env("COLLOPS_ENGINE").empty()) return CreateCommunicator(lccl);
+  }
+  std::shared_ptr<Communicator> flat = CreateEngine(param);
+  if (flat == nullptr) {
+    if (table.empty()) return CreateCommunicator(lccl);
+    Fail(ERROR_BACKEND_UNAVAILABLE, "backend hccl: rank table ", table, " places the ",
+         param.rankSize, " ranks on ", layout.HostCount(),
+         " hosts, which needs an engine between hosts, and none is usable: run the job under ",
+         "mpirun (OpenMPI), or initialise torch.distributed with a default group of the job's ",
+         param.rankSize, " ranks, or set COLLOPS_ENGINE=mpi|c10d");
+  }
+  const std::vector<std::string> identities = ExchangeIdentities(*flat);
+  if (table.empty()) {
+    layout = LayoutFromIdentities(identities);
+    if (layout.SingleHost()) return CreateCommunicator(lccl);
+  } else {
+    CheckTableAgainstHosts(layout, identities, table);
+  }
+  return CreateHierarchical(param, std::move(flat), layout);
+}
+
+[[maybe_unused]] const bool kRegistered =
+    RegisterCommunicatorBackend("hccl", COMM_MULTI_PROCESS, CreateHccl);
+
+}  // namespace
+}  // namespace hier
+}  // namespace collops

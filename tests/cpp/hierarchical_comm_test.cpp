@@ -1,0 +1,373 @@
+// Hierarchical collectives (hierarchical_communicator.h) and backend "hccl" (auto) across
+// pretend hosts.
+//
+// HierarchicalGolden runs the golden op suite (op_suite.h) through a hierarchical communicator
+// built from thread-mode lccl communicators (flat over every rank, intra per host, inter over the
+// leaders) for several layouts: even, uneven, non-contiguous, one host, one rank per host.
+// HcclAuto forks real ranks and lets backend "hccl" find the hosts (rank table or
+// COLLOPS_HOST_ID), with COLLOPS_ENGINE=lccl standing in for the engine between hosts.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/context.h"
+#include "collops/hierarchical_communicator.h"
+#include "collops/topology.h"
+#include "op_harness.h"
+#include "op_suite.h"
+#include "process_ranks.h"
+#include "thread_ranks.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+HostLayout Layout(const std::vector<int>& hostOfRank) {
+  std::vector<std::string> names;
+  for (int h = 0; h < 8; ++h) names.push_back(Concat("host", h));
+  return NormalizeLayout(hostOfRank, names);
+}
+
+/// This rank's hierarchical communicator over thread-mode lccl communicators.
+std::shared_ptr<Communicator> ThreadHierarchy(int rank, const HostLayout& layout,
+                                              const std::string& domain) {
+  const int size = static_cast<int>(layout.hostOfRank.size());
+  const int host = layout.hostOfRank[rank];
+  auto flat = CreateCommunicator(ThreadRankParam(rank, size, domain + "/flat"));
+  auto intra = CreateCommunicator(ThreadRankParam(layout.LocalIndex(rank),
+                                                  static_cast<int>(layout.RanksOn(host).size()),
+                                                  Concat(domain, "/host", host)));
+  std::shared_ptr<Communicator> inter;
+  if (layout.Leader(host) == rank) {
+    inter = CreateCommunicator(ThreadRankParam(host, layout.HostCount(), domain + "/leaders"));
+  }
+  return MakeHierarchicalCommunicator(flat, intra, inter, layout);
+}
+
+std::string MarkerTag() {
+  static int counter = 0;
+  return Concat("hier-", getpid(), "-", ++counter);
+}
+
+struct LayoutCase {
+  const char* name;
+  std::vector<int> hostOfRank;
+};
+
+const std::vector<LayoutCase>& LayoutCases() {
+  static const std::vector<LayoutCase> cases = {
+      {"TwoByTwo", {0, 0, 1, 1}},      {"Uneven2_1_3", {0, 1, 2, 2, 0, 2}},
+      {"NonContiguous", {0, 1, 0, 1}}, {"SingleHost", {0, 0, 0}},
+      {"OneRankPerHost", {0, 1, 2}},
+  };
+  return cases;
+}
+
+/// A few dtypes per layout, so the grid takes seconds: every layout gets a reduction dtype and a
+/// movement dtype, float16/bfloat16 (wide accumulation) go to the multi-host ones.
+std::vector<std::tuple<int, DataType>> Grid() {
+  const std::vector<std::vector<DataType>> dtypes = {{ACL_FLOAT16, ACL_INT32, ACL_FLOAT},
+                                                     {ACL_BF16, ACL_INT8},
+                                                     {ACL_FLOAT16, ACL_INT64},
+                                                     {ACL_FLOAT},
+                                                     {ACL_INT8, ACL_FLOAT}};
+  std::vector<std::tuple<int, DataType>> grid;
+  for (size_t c = 0; c < dtypes.size(); ++c) {
+    for (DataType dtype : dtypes[c]) grid.emplace_back(static_cast<int>(c), dtype);
+  }
+  return grid;
+}
+
+class HierarchicalGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
+
+TEST_P(HierarchicalGolden, EveryOpMatchesReference) {
+  const auto [caseIndex, dtype] = GetParam();
+  const HostLayout layout = Layout(LayoutCases()[caseIndex].hostOfRank);
+  const int size = static_cast<int>(layout.hostOfRank.size());
+  const std::string domain = UniqueDomain();
+  const std::string tag = MarkerTag();
+  RunThreadRanks(size, [&, dtype = dtype](int rank) {
+    std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
+    EXPECT_EQ(comm->BackendName(), "hccl(lccl+lccl)");
+    SuiteJob job;
+    job.rank = rank;
+    job.rankSize = size;
+    job.commMode = COMM_MULTI_THREAD;
+    job.commDomain = domain;
+    job.comm = comm.get();
+    job.markerTag = tag;
+    RunEveryOp(job, dtype);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalGolden, ::testing::ValuesIn(Grid()),
+                         [](const auto& info) {
+                           return Concat(LayoutCases()[std::get<0>(info.param)].name, "_",
+                                         DtypeTestName(std::get<1>(info.param)));
+                         });
+
+/// Float sums whose order matters: every rank must still hold the very same bits, in place.
+TEST(HierarchicalGoldenDirect, InPlaceAllReduceIsBitIdenticalOnEveryRank) {
+  const HostLayout layout = Layout({0, 1, 1, 0, 2});
+  const int size = 5;
+  const int64_t n = 1000;
+  const std::string domain = UniqueDomain();
+  std::vector<std::vector<float>> results(size);
+  RunThreadRanks(size, [&](int rank) {
+    auto comm = ThreadHierarchy(rank, layout, domain);
+    std::vector<float> data(n);
+    for (int64_t i = 0; i < n; ++i) data[i] = std::sin(0.37f * i + rank) * 1e3f / (rank + 1);
+    comm->AllReduce(data.data(), data.data(), n, ACL_FLOAT, ReduceOp::kSum);
+    results[rank] = data;
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    double golden = 0;
+    for (int r = 0; r < size; ++r) golden += std::sin(0.37f * i + r) * 1e3f / (r + 1);
+    ASSERT_NEAR(results[0][i], golden, 1e-3 * std::max(1.0, std::fabs(golden))) << i;
+  }
+  for (int r = 1; r < size; ++r) {
+    EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), n * sizeof(float)), 0)
+        << "rank " << r << " differs from rank 0";
+  }
+}
+
+/// 2048 + 1 rounds to 2048 in float16 (ties to even), so a host-level partial rounded to float16
+/// would lose both ones: 2048 + 1 + 1 + 0 must come out 2050, rounded once.
+TEST(HierarchicalGoldenDirect, Float16SumsRoundOnce) {
+  const HostLayout layout = Layout({0, 0, 1, 1});
+  const std::string domain = UniqueDomain();
+  const std::vector<double> value = {2048, 1, 1, 0};
+  RunThreadRanks(4, [&](int rank) {
+    auto comm = ThreadHierarchy(rank, layout, domain);
+    HostTensor x = HostTensor::FromValues(ACL_FLOAT16, {4}, std::vector<double>(4, value[rank]));
+    HostTensor y(ACL_FLOAT16, {4});
+    comm->AllReduce(x.data(), y.data(), 4, ACL_FLOAT16, ReduceOp::kSum);
+    EXPECT_EQ(y.ToDoubles(), std::vector<double>(4, 2050)) << "AllReduce rank " << rank;
+    const std::vector<int64_t> counts(4, 1), displs = {0, 1, 2, 3};
+    HostTensor z(ACL_FLOAT16, {1});
+    comm->ReduceScatterV(x.data(), counts.data(), displs.data(), z.data(), 1, ACL_FLOAT16,
+                         ReduceOp::kSum);
+    EXPECT_EQ(z.ToDoubles(), std::vector<double>(1, 2050)) << "ReduceScatterV rank " << rank;
+  });
+}
+
+/// AllGatherV writes only the received ranges: a sentinel in every hole survives.
+TEST(HierarchicalGoldenDirect, AllGatherVLeavesHolesUntouched) {
+  const HostLayout layout = Layout({1, 0, 1, 2, 0});
+  const int size = 5;
+  const std::string domain = UniqueDomain();
+  const std::vector<int64_t> counts = {3, 0, 2, 4, 1};
+  const std::vector<int64_t> displs = {12, 0, 1, 5, 10};  // out of rank order, holes between
+  const int64_t m = 16;
+  RunThreadRanks(size, [&](int rank) {
+    auto comm = ThreadHierarchy(rank, layout, domain);
+    std::vector<int32_t> in(counts[rank]);
+    for (int64_t k = 0; k < counts[rank]; ++k) in[k] = 100 * rank + static_cast<int32_t>(k);
+    std::vector<int32_t> out(m, -7);
+    comm->AllGatherV(in.data(), counts[rank], out.data(), counts.data(), displs.data(), ACL_INT32);
+    std::vector<int32_t> golden(m, -7);
+    for (int r = 0; r < size; ++r) {
+      for (int64_t k = 0; k < counts[r]; ++k) golden[displs[r] + k] = 100 * r + k;
+    }
+    EXPECT_EQ(out, golden) << "rank " << rank;
+  });
+}
+
+TEST(HierarchicalErrors, CommunicatorsMustMatchTheLayout) {
+  const std::string domain = UniqueDomain();
+  auto one = [&](const std::string& name) {
+    return CreateCommunicator(ThreadRankParam(0, 1, domain + name));
+  };
+  auto expectInvalid = [](const std::function<void()>& make, const std::string& text) {
+    try {
+      make();
+      ADD_FAILURE() << "accepted; expected: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(text));
+    }
+  };
+  expectInvalid([&] { MakeHierarchicalCommunicator(one("a"), one("b"), one("c"), Layout({0, 0})); },
+                "the host layout has 2 ranks but the flat communicator has 1");
+  expectInvalid([&] { MakeHierarchicalCommunicator(one("d"), one("e"), nullptr, Layout({0})); },
+                "a host leader needs the inter-host communicator");
+  expectInvalid([&] { MakeHierarchicalCommunicator(one("f"), nullptr, one("g"), Layout({0})); },
+                "the intra communicator is null");
+  EXPECT_EQ(MakeHierarchicalCommunicator(one("h"), one("i"), one("j"), Layout({0}))->Size(), 1);
+}
+
+// ---- backend "hccl" (auto) over forked processes ----
+
+std::string Table(const std::string& name) {
+  return std::string(COLLOPS_SOURCE_DIR) + "/tests/cases/rank_tables/" + name;
+}
+
+ProcessRanksOptions AcrossPretendHosts() {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_BYTES"] = std::to_string(kSuiteShmBytes);
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  options.env["COLLOPS_ENGINE"] = "lccl";
+  options.deadlineSeconds = 90;
+  return options;
+}
+
+CommParam HcclParam(int rank, int size, const std::string& table, const std::string& domain) {
+  CommParam param;
+  param.rank = rank;
+  param.rankSize = size;
+  param.backend = "hccl";
+  param.commMode = COMM_MULTI_PROCESS;
+  param.commDomain = domain;
+  param.rankTableFile = table;
+  return param;
+}
+
+/// Gets this rank's communicator for `param` from the default pool (as every op does), checks its
+/// backend, then runs the suite through the pool (ops name backend "hccl" and the domain only).
+void ExpectBackendAndRunSuite(const CommParam& param, const std::string& backend,
+                              const std::vector<DataType>& dtypes) {
+  std::shared_ptr<Communicator> comm = DefaultContext().Communicators().Get(param);
+  EXPECT_EQ(comm->BackendName(), backend) << "rank " << param.rank;
+  SuiteJob job;
+  job.rank = param.rank;
+  job.rankSize = param.rankSize;
+  job.backend = "hccl";
+  job.commDomain = param.commDomain;
+  job.markerTag = std::getenv("COLLOPS_JOB_ID");
+  for (DataType dtype : dtypes) RunEveryOp(job, dtype);
+}
+
+TEST(HcclAuto, RankTableOnTwoServersRunsHierarchicalEveryOp) {
+  RunProcessRanks(
+      4,
+      [](int rank) {
+        ExpectBackendAndRunSuite(HcclParam(rank, 4, Table("two_servers.json"), "hier-table"),
+                                 "hccl(lccl+lccl)", {ACL_FLOAT16});
+      },
+      AcrossPretendHosts());
+}
+
+TEST(HcclAuto, HostIdentitiesFindUnevenNonContiguousHosts) {
+  const std::vector<int> hostOfRank = {0, 1, 1, 0, 2};
+  RunProcessRanks(
+      5,
+      [&](int rank) {
+        setenv("COLLOPS_HOST_ID", Concat("pretend-", hostOfRank[rank]).c_str(), 1);
+        ExpectBackendAndRunSuite(HcclParam(rank, 5, "", "hier-ids"), "hccl(lccl+lccl)",
+                                 {ACL_FLOAT});
+      },
+      AcrossPretendHosts());
+}
+
+TEST(HcclAuto, OneHostIsPlainLccl) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        unsetenv("COLLOPS_ENGINE");
+        auto comm = DefaultContext().Communicators().Get(HcclParam(rank, 2, "", "one-host"));
+        EXPECT_EQ(comm->BackendName(), "lccl");
+        // A table of one server needs no engine, even when one is named.
+        setenv("COLLOPS_ENGINE", "lccl", 1);
+        comm = DefaultContext().Communicators().Get(
+            HcclParam(rank, 2, Table("one_server.json"), "one-server"));
+        EXPECT_EQ(comm->BackendName(), "lccl");
+        comm->Barrier();
+      },
+      options);
+}
+
+TEST(HcclAuto, TableServerSpanningHostsIsInvalidOnEveryRank) {
+  RunProcessRanks(
+      4,
+      [](int rank) {
+        setenv("COLLOPS_HOST_ID", Concat("alone-", rank).c_str(), 1);
+        try {
+          DefaultContext().Communicators().Get(
+              HcclParam(rank, 4, Table("two_servers.json"), "spanning"));
+          ADD_FAILURE() << "rank " << rank << ": a server spanning hosts was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+          EXPECT_THAT(e.what(), AllOf(HasSubstr("two_servers.json"),
+                                      HasSubstr("ranks 0 and 2 are both on server \"10.231.0.1\""),
+                                      HasSubstr("run on different hosts")));
+        }
+      },
+      AcrossPretendHosts());
+}
+
+/// Runs `body` with COLLOPS_ENGINE set to `engine` (unset when null) and restores it.
+void WithEngineEnv(const char* engine, const std::function<void()>& body) {
+  const char* old = std::getenv("COLLOPS_ENGINE");
+  const std::string saved = old ? old : "";
+  if (engine) {
+    setenv("COLLOPS_ENGINE", engine, 1);
+  } else {
+    unsetenv("COLLOPS_ENGINE");
+  }
+  body();
+  if (old) {
+    setenv("COLLOPS_ENGINE", saved.c_str(), 1);
+  } else {
+    unsetenv("COLLOPS_ENGINE");
+  }
+}
+
+TEST(HcclAuto, MultiHostTableWithoutEngineSaysWhatToDo) {
+  WithEngineEnv(nullptr, [] {
+    Context context;
+    try {
+      context.Communicators().Get(HcclParam(0, 4, Table("two_servers.json"), "no-engine"));
+      ADD_FAILURE() << "a multi-host table without an engine was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_BACKEND_UNAVAILABLE);
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("on 2 hosts"), HasSubstr("mpirun"),
+                                  HasSubstr("torch.distributed"), HasSubstr("COLLOPS_ENGINE")));
+    }
+  });
+}
+
+TEST(HcclAuto, UnknownEngineIsInvalid) {
+  WithEngineEnv("gloo", [] {
+    Context context;
+    try {
+      context.Communicators().Get(HcclParam(0, 2, "", "bad-engine"));
+      ADD_FAILURE() << "COLLOPS_ENGINE=gloo was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+      EXPECT_THAT(e.what(), HasSubstr("COLLOPS_ENGINE = \"gloo\""));
+    }
+  });
+}
+
+/// A bad table reaches the op's caller as ERROR_INVALID_PARAM before any rank communicates.
+TEST(HcclAuto, BadTableFailsTheOperation) {
+  Context context;
+  OperationPtr op =
+      MakeOperation("AllReduceOperation", {{"rank", 0},
+                                           {"rankSize", 4},
+                                           {"commDomain", "bad-table"},
+                                           {"rankTableFile", Table("duplicate_rank_id.json")}});
+  std::vector<HostTensor> ins = {HostTensor::FromValues(ACL_FLOAT, {2}, {1, 2})};
+  std::vector<HostTensor> outs = {HostTensor(ACL_FLOAT, {2})};
+  EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs), &context), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(),
+              AllOf(HasSubstr("duplicate_rank_id.json"), HasSubstr("rank_id 1 appears twice")));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops
