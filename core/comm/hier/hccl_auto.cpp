@@ -1,17 +1,20 @@
 // backend "hccl" in multi-process mode: ATB's default backend, meaning "the best engine for where
-// the ranks are". On one host that is lccl, exactly as when "lccl" is named, and nothing else is
-// touched (no MPI, no torch). Across hosts it is the hierarchical communicator: lccl inside each
-// host and an engine (mpi, c10d) between hosts.
+// the ranks are". On one host that is lccl, exactly as when "lccl" is named; MPI is touched only
+// when mpirun spread the job over several nodes, torch only when torch.distributed is initialised
+// and no launcher or one-server table already said "one host". Across hosts it is the
+// hierarchical communicator: lccl inside each host and an engine (mpi, c10d) between hosts.
 //
 // The layout of ranks over hosts comes from the rank table when rankTableFile is given, else from
 // exchanging HostIdentity() over the engine. The engine is COLLOPS_ENGINE when set; else "mpi"
 // when mpirun started ranks on more than one node; else "c10d" when torch.distributed is usable
-// for this job (its factory throws ERROR_BACKEND_UNAVAILABLE otherwise); else there is none and
-// the job is taken to be on one host. COLLOPS_ENGINE=lccl (a test and fallback path) uses an lccl
-// communicator over all ranks as the engine, so it only works when every rank shares one real
-// host, as in tests that split one machine into pretend hosts with COLLOPS_HOST_ID or a table.
+// for this job — its group named by commDomain, else its default group, with this job's rank and
+// rankSize; else there is none and the job is taken to be on one host. COLLOPS_ENGINE=lccl (a test
+// and fallback path) uses an lccl communicator over all ranks as the engine, so it only works when
+// every rank shares one real host, as in tests that split one machine into pretend hosts with
+// COLLOPS_HOST_ID or a table.
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +59,27 @@ bool MpirunOnSeveralNodes() {
   return !ompiSize.empty() && ompiSize != Env("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
+/// torch.distributed's group named by commDomain, else its default group (an ATB commDomain is
+/// rarely a torch group name), or null when neither fits this job (torch.distributed not
+/// initialised, no such group, another size or rank: ERROR_BACKEND_UNAVAILABLE or
+/// ERROR_INVALID_PARAM from the c10d factory). `required`: rethrow the first failure instead.
+std::shared_ptr<Communicator> CreateC10d(const CommParam& param, bool required) {
+  std::exception_ptr first;
+  for (const bool defaultGroup : {false, true}) {
+    if (defaultGroup && param.commDomain.empty()) break;
+    CommParam c10d = WithBackend(param, "c10d");
+    if (defaultGroup) c10d.commDomain.clear();
+    try {
+      return CreateCommunicator(c10d);
+    } catch (const Error& e) {
+      if (e.status() != ERROR_BACKEND_UNAVAILABLE && e.status() != ERROR_INVALID_PARAM) throw;
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (required) std::rethrow_exception(first);
+  return nullptr;
+}
+
 /// The engine's communicator over every rank, or null when no engine is usable.
 std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
   const std::string chosen = Env("COLLOPS_ENGINE");
@@ -65,6 +89,7 @@ std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
            "\" must be \"mpi\", \"c10d\" or \"lccl\" (lccl: every rank on one real host)");
     }
     try {
+      if (chosen == "c10d") return CreateC10d(param, true);
       return CreateCommunicator(WithBackend(param, chosen, chosen == "lccl" ? "@flat" : ""));
     } catch (const Error& e) {
       Fail(e.status(), "backend hccl: the engine COLLOPS_ENGINE = \"", chosen,
@@ -79,12 +104,7 @@ std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
            "engine could not be created: ", e.what());
     }
   }
-  try {
-    return CreateCommunicator(WithBackend(param, "c10d"));
-  } catch (const Error& e) {
-    if (e.status() != ERROR_BACKEND_UNAVAILABLE) throw;
-  }
-  return nullptr;
+  return CreateC10d(param, false);
 }
 
 std::vector<std::string> ExchangeIdentities(Communicator& flat) {
