@@ -11,8 +11,16 @@
 // unique per group and per job: sub-groups from dist.new_group get their own communicators, and
 // two jobs on one host never meet even when they share MASTER_PORT or COLLOPS_JOB_ID.
 //
-// Python sees one function, `create_backend(store, rank, size, timeout)`, through the module
-// `_c10d` that this library also exports (collops/_c10d_backend.py loads it and registers it with
+// Hosts: every rank also publishes its HostIdentity() (topology.h) in the group's Store. A group
+// whose ranks are all on one host runs on one lccl communicator, as always. A group spanning hosts
+// runs on the hierarchical communicator (hierarchical_communicator.h): lccl among the ranks of
+// each host (domain "<token>@host<h>"), and gloo groups made from the same Store between hosts —
+// one over the host leaders (the inter-host data path) and one over every rank (point to point
+// between hosts, small control exchanges), each wrapped in the c10d ProcessGroupCommunicator.
+//
+// Python sees `create_backend(store, rank, size, timeout)` and `communicator_name(backend)` (which
+// engine a group's backend runs on, e.g. "lccl" or "hccl(lccl+c10d)") through the module `_c10d`
+// that this library also exports (collops/_c10d_backend.py loads it and registers it with
 // torch.distributed.Backend.register_backend).
 #include <pybind11/pybind11.h>
 
@@ -31,10 +39,13 @@
 #include "collops/backend.h"
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
+#include "collops/hierarchical_communicator.h"
 #include "collops/reduce.h"
 #include "collops/status.h"
 #include "collops/tensor.h"
+#include "collops/topology.h"
 #include "collops/verified_communicator.h"
+#include "process_group_comm.h"
 
 // The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
 // torch._C._distributed_c10d.Backend type torch registered.
@@ -45,6 +56,7 @@ namespace {
 
 constexpr char kBackendName[] = "collops";
 constexpr char kDomainKey[] = "collops/comm_domain";
+constexpr char kHostKeyPrefix[] = "collops/host_identity/";
 
 // A Work that finished before it was returned: the communicator is synchronous.
 class CompletedWork final : public c10d::Work {
@@ -167,7 +179,7 @@ void Unpack(const at::Tensor& buf, std::vector<at::Tensor>& ts,
 class CollopsBackend final : public c10d::Backend {
  public:
   CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
-      : Backend(rank, size) {
+      : Backend(rank, size), store_(store) {
     // Agree on a domain now, while every rank is constructing; the communicator itself is
     // created on first use, so groups that never communicate cost no rendezvous.
     if (rank == 0) {
@@ -181,6 +193,14 @@ class CollopsBackend final : public c10d::Backend {
       std::vector<uint8_t> v = store->get(kDomainKey);
       domain_.assign(v.begin(), v.end());
     }
+    layout_ = ExchangeHostLayout(*store, rank, size);
+  }
+
+  /// The engine this group runs on: "lccl", or "hccl(lccl+c10d)" across hosts ("" before the
+  /// first collective created it).
+  std::string CommunicatorName() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return comm_ ? comm_->BackendName() : "";
   }
 
   const std::string getBackendName() const override { return kBackendName; }
@@ -396,21 +416,66 @@ class CollopsBackend final : public c10d::Backend {
   }
 
  private:
-  // The lccl communicator of this group, created (rendezvous included) on first use.
+  // Every rank's HostIdentity(), through the Store, as a layout of ranks over hosts.
+  static HostLayout ExchangeHostLayout(c10d::Store& store, int rank, int size) {
+    const std::string mine = HostIdentity();
+    store.set(Concat(kHostKeyPrefix, rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> identities;
+    for (int r = 0; r < size; ++r) {
+      std::vector<uint8_t> v = store.get(Concat(kHostKeyPrefix, r));
+      identities.emplace_back(v.begin(), v.end());
+    }
+    return LayoutFromIdentities(identities);
+  }
+
+  // The lccl communicator of this group (one host), or the hierarchical one (several), created
+  // (rendezvous included) on first use.
   Communicator& Comm() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!comm_ || comm_->Broken()) {
-      CommParam p;
-      p.rank = getRank();
-      p.rankSize = getSize();
-      p.backend = "lccl";
-      p.commMode = COMM_MULTI_PROCESS;
-      p.commDomain = domain_;
+      std::shared_ptr<Communicator> inner;
+      if (layout_.SingleHost()) {
+        inner = CreateCommunicator(LcclParam(domain_, getRank(), getSize()));
+      } else {
+        inner = CreateHierarchical();
+      }
       // Verified: torch.distributed callers pass shapes per rank, and ranks that disagree must
       // get ERROR_RANK_MISMATCH, not a lost peer or silently wrong data.
-      comm_ = std::make_shared<VerifiedCommunicator>(CreateCommunicator(p), "collops backend");
+      comm_ = std::make_shared<VerifiedCommunicator>(inner, "collops backend");
     }
     return *comm_;
+  }
+
+  static CommParam LcclParam(const std::string& domain, int rank, int size) {
+    CommParam p;
+    p.rank = rank;
+    p.rankSize = size;
+    p.backend = "lccl";
+    p.commMode = COMM_MULTI_PROCESS;
+    p.commDomain = domain;
+    return p;
+  }
+
+  // Every rank creates, in this order: its host's lccl communicator, the gloo group of all ranks,
+  // and (leaders only) the gloo group of the leaders. The gloo groups live under a Store prefix
+  // per creation, so a group re-created after a failure never reads its predecessor's addresses.
+  std::shared_ptr<Communicator> CreateHierarchical() {
+    const int rank = getRank();
+    const int host = layout_.hostOfRank[rank];
+    std::shared_ptr<Communicator> intra =
+        CreateCommunicator(LcclParam(Concat(domain_, "@host", host), layout_.LocalIndex(rank),
+                                     static_cast<int>(layout_.RanksOn(host).size())));
+    const std::string prefix = Concat("collops/hier.", generation_++, "/");
+    auto flat = std::make_shared<ProcessGroupCommunicator>(
+        MakeGlooBackend(store_, prefix + "flat/", rank, getSize()), store_, prefix + "flat");
+    std::shared_ptr<Communicator> inter;
+    if (layout_.Leader(host) == rank) {
+      inter = std::make_shared<ProcessGroupCommunicator>(
+          MakeGlooBackend(store_, prefix + "leaders/", host, layout_.HostCount()), store_,
+          prefix + "leaders");
+    }
+    return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter),
+                                        layout_);
   }
 
   // Runs one collective, turning collops::Error into a torch error that names the status, and
@@ -529,6 +594,9 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   std::string domain_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  HostLayout layout_;
+  int generation_ = 0;  // hierarchical communicators created so far
   std::mutex mu_;
   std::shared_ptr<Communicator> comm_;
 };
@@ -540,6 +608,13 @@ c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::S
   return c10::make_intrusive<CollopsBackend>(store, rank, size);
 }
 
+std::string CommunicatorName(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* collops = dynamic_cast<CollopsBackend*>(backend.get());
+  TORCH_CHECK(collops != nullptr, "communicator_name: ", backend->getBackendName(),
+              " is not a collops backend");
+  return collops->CommunicatorName();
+}
+
 }  // namespace
 }  // namespace collops
 
@@ -549,4 +624,7 @@ PYBIND11_MODULE(_c10d, m) {
   pybind11::module_::import("torch.distributed");  // registers the Store and Backend types
   m.def("create_backend", &collops::CreateBackend, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"));
+  m.def("communicator_name", &collops::CommunicatorName, pybind11::arg("backend"),
+        "The engine a collops group's backend runs on: \"lccl\" on one host, "
+        "\"hccl(lccl+c10d)\" across hosts, \"\" before its first collective.");
 }

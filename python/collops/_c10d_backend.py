@@ -11,6 +11,7 @@ import importlib.util
 import torch.distributed as dist
 
 BACKEND_NAME = "collops"
+_factory = None  # the `_c10d` module, once registered
 
 
 def _import_factory_module(library_path):
@@ -26,5 +27,16 @@ def register(library_path):
     """Registers "collops" with torch.distributed (once per process; later calls do nothing)."""
     if not dist.is_available() or hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    factory = _import_factory_module(library_path)
-    dist.Backend.register_backend(BACKEND_NAME, factory.create_backend, devices=["cpu"])
+    global _factory
+    _factory = _import_factory_module(library_path)
+    dist.Backend.register_backend(BACKEND_NAME, _factory.create_backend, devices=["cpu"])
+
+
+def communicator_name(group=None):
+    """The engine a "collops" group runs its CPU collectives on: "lccl" when its ranks share one
+    host, "hccl(lccl+c10d)" when they span hosts (lccl inside each host, gloo between them), ""
+    before the group's first collective. `group` defaults to the default group."""
+    import torch
+
+    group = group if group is not None else dist.group.WORLD
+    return _factory.communicator_name(group._get_backend(torch.device("cpu")))

@@ -34,9 +34,14 @@ def run_job(world_size, **env_extra):
                                            env.get("PYTHONPATH", "")]))
     env.setdefault("COLLOPS_TIMEOUT", "60")
     env.update(env_extra)
-    procs = [subprocess.Popen([sys.executable, RANK_SCRIPT], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world_size)]
+    # COLLOPS_TEST_HOST_IDS="a,a,b,b": rank r pretends to be on host ids[r] (COLLOPS_HOST_ID).
+    host_ids = env.pop("COLLOPS_TEST_HOST_IDS", "")
+    host_ids = host_ids.split(",") if host_ids else None
+    procs = [subprocess.Popen(
+        [sys.executable, RANK_SCRIPT],
+        env=dict(env, RANK=str(r), **({"COLLOPS_HOST_ID": host_ids[r]} if host_ids else {})),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(world_size)]
     deadline = time.monotonic() + DEADLINE
     outputs, failures = [], []
     for rank, p in enumerate(procs):
@@ -79,3 +84,70 @@ def test_c10d_over_a_collops_group():
                       COLLOPS_TEST_CASES="all_reduce,all_gather_v,reduce_scatter_v,all_to_allv,"
                                          "send_recv,p2p_mismatch")
     assert "rank 1: reduce_scatter_v domain '': PASS" in outputs[1]
+
+
+# ---- the "collops" torch.distributed backend across (pretend) hosts ----------------------------
+
+def _on_pretend_hosts(ctx, store, hosts, body):
+    """Joins a "collops" default group as if rank r ran on host hosts[r] (COLLOPS_HOST_ID), runs
+    body(ctx) and returns the engine the group ran on."""
+    import torch.distributed as dist
+
+    import collops
+    from collops import _c10d_backend
+
+    os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
+    dist.init_process_group("collops", init_method=f"file://{store}", rank=ctx.rank,
+                            world_size=ctx.world_size)
+    try:
+        result = body(ctx)
+        return _c10d_backend.communicator_name(), result
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_on_pretend_hosts(hosts, body, tmp_path):
+    from rank_harness import run_process_ranks
+
+    store = str(tmp_path / "store")
+    return run_process_ranks(len(hosts), _on_pretend_hosts, store, hosts, body)
+
+
+def test_collops_backend_across_pretend_hosts_2x2(tmp_path):
+    """Every collective of the collops torch.distributed backend (test_c10d_backend's goldens)
+    on 2 hosts x 2 ranks: hierarchical (lccl per host, gloo between hosts)."""
+    import test_c10d_backend
+
+    results = _run_on_pretend_hosts([0, 0, 1, 1], test_c10d_backend._collectives, tmp_path)
+    assert [engine for engine, _ in results] == ["hccl(lccl+c10d)"] * 4
+
+
+def test_collops_backend_across_uneven_pretend_hosts_with_subgroups(tmp_path):
+    """3 ranks on hosts [0, 0, 1], collectives and sub-groups spanning both hosts."""
+    import test_c10d_backend
+
+    results = _run_on_pretend_hosts([0, 0, 1], test_c10d_backend._job, tmp_path)
+    assert results == [("hccl(lccl+c10d)", "collops")] * 3
+
+
+def _all_reduce_sum(ctx):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.full((5,), float(ctx.rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), float(sum(range(1, ctx.world_size + 1))))), t
+
+
+def test_collops_backend_on_one_host_stays_lccl(tmp_path):
+    """A group whose ranks share a host runs on one lccl communicator, exactly as before."""
+    results = _run_on_pretend_hosts([0, 0, 0], _all_reduce_sum, tmp_path)
+    assert [engine for engine, _ in results] == ["lccl"] * 3
+
+
+def test_hccl_over_c10d_engine_across_pretend_hosts():
+    """backend "hccl" (auto) on 2 pretend hosts x 2 ranks with COLLOPS_ENGINE=c10d: hierarchical,
+    lccl inside each host and this c10d communicator between hosts (its Split makes the leaders'
+    group), every op on the default group and on a subgroup."""
+    ids = ",".join(f"pretend-host-{r // 2}" for r in range(4))
+    run_job(4, COLLOPS_TEST_BACKEND="hccl", COLLOPS_ENGINE="c10d", COLLOPS_TEST_HOST_IDS=ids)
