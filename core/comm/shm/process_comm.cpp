@@ -26,11 +26,14 @@ constexpr uint64_t kOneShotMaxBytes = 64 << 10;
 /// 256 KiB chunks, 190 us with 2 MiB), while on an idle host the cache locality that smaller
 /// chunks buy is worth only a few microseconds. So: as few rounds as the buffer allows.
 constexpr uint64_t kChunkBytes = 2 << 20;
-/// Spin before sleeping for about as long as a futex wake costs here (~30 us = ~230 pauses of
-/// ~130 ns): spin-then-block with spin = block cost is never worse than twice the better choice.
-constexpr int kSpinIterations = 230;
-/// With more ranks than CPUs a spinning waiter delays the very rank it waits for.
-constexpr int kOversubscribedSpinIterations = 20;
+/// Wait budget with a core per rank: spin (no syscall) up to this long, then yield between checks
+/// up to kYieldNanos more, then sleep. Measured at R=2 on the shared 2-core VM: see
+/// docs/backends.md.
+constexpr int64_t kSpinNanos = 50'000;
+constexpr int64_t kYieldNanos = 1'000'000;
+/// With more ranks than CPUs a spinning waiter delays the very rank it waits for: yield at once.
+constexpr int64_t kOversubscribedSpinNanos = 0;
+constexpr int64_t kOversubscribedYieldNanos = 1'000'000;
 
 int CpusAvailable() {
   cpu_set_t set;
@@ -68,8 +71,11 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
   header.oneShotMaxBytes = kOneShotMaxBytes;
   header.chunkBytes =
       static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
-  const int spin = rankSize <= CpusAvailable() ? kSpinIterations : kOversubscribedSpinIterations;
-  header.spinIterations = static_cast<int32_t>(EnvInt("COLLOPS_SHM_SPIN", spin, 0, 100'000'000));
+  const bool oversubscribed = rankSize > CpusAvailable();
+  const int64_t spin = oversubscribed ? kOversubscribedSpinNanos : kSpinNanos;
+  const int64_t yield = oversubscribed ? kOversubscribedYieldNanos : kYieldNanos;
+  header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", spin / 1000, 0, 10'000'000) * 1000;
+  header.yieldNanos = EnvInt("COLLOPS_SHM_YIELD_US", yield / 1000, 0, 10'000'000) * 1000;
 }
 
 int OpenPidfd(pid_t pid) {
@@ -115,7 +121,8 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   recvMessages_.assign(size_, 0);
   sendChunks_.assign(size_, 0);
   recvChunks_.assign(size_, 0);
-  spinIterations_ = segment_.Header().spinIterations;
+  spinNanos_ = segment_.Header().spinNanos;
+  yieldNanos_ = segment_.Header().yieldNanos;
 }
 
 ProcessCommunicator::~ProcessCommunicator() = default;
@@ -131,6 +138,7 @@ void ProcessCommunicator::Enter(const char* op) {
 
 void ProcessCommunicator::Post() {
   RankControl& me = segment_.Rank(rank_);
+  me.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   me.posted.store(++round_, std::memory_order_release);
   me.word.Notify();
 }
@@ -140,13 +148,10 @@ void ProcessCommunicator::WaitAll() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     RankControl& peer = segment_.Rank(r);
-    if (peer.posted.load(std::memory_order_acquire) >= round) continue;
-    deadline_ = Deadline::After(timeoutSeconds_);
     auto arrived = [&] { return peer.posted.load(std::memory_order_acquire) >= round; };
-    if (peer.word.Wait(
-            YieldingEvery16(arrived), deadline_, [&] { CheckPeer(r); }, spinIterations_)) {
-      continue;
-    }
+    if (Spin(arrived, r)) continue;
+    deadline_ = Deadline::After(timeoutSeconds_);
+    if (peer.word.Wait(arrived, deadline_, [&] { CheckPeer(r); }, /*spinIterations=*/0)) continue;
     std::string missing;
     int first = -1;
     for (int j = 0; j < size_; ++j) {

@@ -18,6 +18,7 @@
 
 #include <sched.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <cstdint>
 #include <memory>
@@ -79,23 +80,43 @@ class ProcessCommunicator final : public Communicator {
     Post();
     WaitAll();
   }
-  /// Wraps a wait predicate so that every 16th failed check yields the CPU. On a busy host the
-  /// rank we wait for is often runnable but queued behind us; a pure pause-spin keeps it off the
-  /// core (measured at R=2: 4 KiB AllReduce 14 us -> 4.8 us, 64 KiB 23-33 us -> 14 us).
+  /// Checks ready() for the wait budget, then returns false and the caller sleeps on the futex
+  /// (a futex wake costs ~30 us here, so sleeping early makes every round pay it). For the first
+  /// spinNanos_ it spins without giving up the CPU, unless `peer` last ran on this very CPU: then
+  /// the peer is queued behind us (the host is busy or the scheduler stacked the ranks) and only
+  /// sched_yield lets it run. Measured at R=2 on the shared 2-core VM with a pure spin of S us:
+  /// whenever the ranks shared a core every round took the whole S (16 KiB AllReduce 50 us at
+  /// S=20, 440 us at S=200). After spinNanos_ it yields between checks up to yieldNanos_ more.
   template <class Ready>
-  static auto YieldingEvery16(Ready& ready) {
-    return [&ready, checks = 0]() mutable {
-      if (ready()) return true;
-      if ((++checks & 15) == 0) sched_yield();
-      return false;
-    };
+  bool Spin(Ready& ready, int peer) const {
+    if (ready()) return true;
+    const std::atomic<int32_t>& peerCpu = segment_.Rank(peer).cpu;
+    std::atomic<int32_t>& myCpu = segment_.Rank(rank_).cpu;
+    const int64_t start = NowNanos();
+    for (int64_t now = start; now - start < spinNanos_ + yieldNanos_; now = NowNanos()) {
+      for (int i = 0; i < 32; ++i) {
+        if (ready()) return true;
+        CpuRelax();
+      }
+      const int cpu = sched_getcpu();
+      myCpu.store(cpu, std::memory_order_relaxed);
+      if (now - start >= spinNanos_ || peerCpu.load(std::memory_order_relaxed) == cpu) {
+        sched_yield();
+      }
+    }
+    return ready();
+  }
+  static int64_t NowNanos() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
   }
   /// Waits on `word` until ready(); `peer` is the rank whose progress it needs.
   template <class Ready>
   void Await(WaitWord& word, Ready&& ready, int peer) {
-    if (ready()) return;
+    if (Spin(ready, peer)) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(YieldingEvery16(ready), deadline_, [&] { CheckPeer(peer); }, spinIterations_)) {
+    if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); }, /*spinIterations=*/0)) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
@@ -128,7 +149,8 @@ class ProcessCommunicator final : public Communicator {
   uint64_t round_ = 0;
   std::vector<uint64_t> sendMessages_, recvMessages_, sendChunks_, recvChunks_;
   double timeoutSeconds_ = 300;
-  int spinIterations_ = 4000;
+  int64_t spinNanos_ = 0;   ///< SegmentHeader::spinNanos
+  int64_t yieldNanos_ = 0;  ///< SegmentHeader::yieldNanos
   const char* op_ = "";
   Deadline deadline_ = Deadline::After(0);  ///< of the current wait: COLLOPS_TIMEOUT from its start
   Status failureStatus_ = NO_ERROR;

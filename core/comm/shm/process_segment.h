@@ -26,7 +26,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;
 /// COLLOPS_SHM_BYTES default: data slot bytes per rank.
 constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
 
@@ -36,7 +36,10 @@ enum AlgoChoice : int32_t { kAlgoAuto = 0, kAlgoOneShot = 1, kAlgoReduceScatterA
 struct alignas(kControlStride) RankControl {
   std::atomic<uint64_t> posted{0};  ///< rounds this rank has published (monotonic, never reused)
   std::atomic<int64_t> value[2]{};  ///< a per-round scalar, indexed by round parity
-  WaitWord word;                    ///< notified after every post
+  /// The CPU this rank last ran on (at its posts and while it waits): a waiter that finds its
+  /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
+  std::atomic<int32_t> cpu{-1};
+  WaitWord word;  ///< notified after every post
 };
 
 /// One side of a point-to-point channel; written only by its owner. The announcement of message
@@ -68,7 +71,8 @@ struct alignas(kControlStride) SegmentHeader {
   int32_t allReduceAlgo = kAlgoAuto;
   uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
   uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
-  int32_t spinIterations = 0;    ///< WaitWord spin before sleeping
+  int64_t spinNanos = 0;         ///< a wait first spins this long without giving up the CPU,
+  int64_t yieldNanos = 0;        ///< then yields the CPU between checks this long, then sleeps
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
 };

@@ -1,0 +1,80 @@
+// The wait budget of the multi-process lccl communicator (COLLOPS_SHM_SPIN_US,
+// COLLOPS_SHM_YIELD_US, read by rank 0): bad values are rejected by name, and every phase of a wait
+// (pure spin, spin that yields, futex sleep) delivers the same results.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/communicator.h"
+#include "process_ranks.h"
+
+namespace collops {
+namespace {
+
+using testing::ProcessRanksOptions;
+using testing::RunProcessRanks;
+
+std::shared_ptr<Communicator> MakeComm(int rank, int rankSize, const std::string& domain) {
+  CommParam param;
+  param.rank = rank;
+  param.rankSize = rankSize;
+  param.backend = "lccl";
+  param.commMode = COMM_MULTI_PROCESS;
+  param.commDomain = domain;
+  return CreateCommunicator(param);
+}
+
+TEST(ProcessWait, RejectsBadBudgetsByName) {
+  for (const char* name : {"COLLOPS_SHM_SPIN_US", "COLLOPS_SHM_YIELD_US"}) {
+    for (const char* value : {"-1", "abc", "5us", "10000001"}) {
+      ProcessRanksOptions options;
+      options.env[name] = value;
+      RunProcessRanks(
+          1,
+          [&](int rank) {
+            try {
+              MakeComm(rank, 1, "bad-budget");
+              ADD_FAILURE() << name << "=" << value << " was accepted";
+            } catch (const Error& e) {
+              EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+              EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+            }
+          },
+          options);
+    }
+  }
+}
+
+/// Ranks that arrive at different times, so waits run into each phase of the budget.
+void StaggeredAllReduces(int rank, int size) {
+  auto comm = MakeComm(rank, size, "staggered");
+  for (int i = 0; i < 6; ++i) {
+    if (rank == i % size) usleep(2000);  // outlasts a small spin budget: the peers sleep
+    std::vector<int32_t> in(1000 + i, rank + 1), out(in.size(), 0);
+    comm->AllReduce(in.data(), out.data(), in.size(), ACL_INT32, ReduceOp::kSum);
+    for (size_t j = 0; j < out.size(); ++j) {
+      ASSERT_EQ(out[j], size * (size + 1) / 2) << "call " << i << " element " << j;
+    }
+    comm->Barrier();
+  }
+}
+
+TEST(ProcessWait, EveryWaitPhaseGivesTheSameResults) {
+  const struct {
+    const char* spinUs;
+    const char* yieldUs;
+  } budgets[] = {{"0", "0"}, {"0", "300"}, {"300", "0"}, {"100000", "0"}};
+  for (const auto& budget : budgets) {
+    SCOPED_TRACE(std::string("spin ") + budget.spinUs + " us, yield " + budget.yieldUs + " us");
+    ProcessRanksOptions options;
+    options.env["COLLOPS_SHM_SPIN_US"] = budget.spinUs;
+    options.env["COLLOPS_SHM_YIELD_US"] = budget.yieldUs;
+    RunProcessRanks(3, [](int rank) { StaggeredAllReduces(rank, 3); }, options);
+  }
+}
+
+}  // namespace
+}  // namespace collops
