@@ -2,6 +2,7 @@
 // COLLOPS_SHM_YIELD_US, read by rank 0): bad values are rejected by name, and every phase of a wait
 // (pure spin, spin that yields, futex sleep) delivers the same results.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <string>
@@ -28,7 +29,7 @@ std::shared_ptr<Communicator> MakeComm(int rank, int rankSize, const std::string
 }
 
 TEST(ProcessWait, RejectsBadBudgetsByName) {
-  for (const char* name : {"COLLOPS_SHM_SPIN_US", "COLLOPS_SHM_YIELD_US"}) {
+  for (const char* name : {"COLLOPS_SHM_SPIN_US", "COLLOPS_SHM_YIELD_US", "COLLOPS_SHM_BIND"}) {
     for (const char* value : {"-1", "abc", "5us", "10000001"}) {
       ProcessRanksOptions options;
       options.env[name] = value;
@@ -74,6 +75,53 @@ TEST(ProcessWait, EveryWaitPhaseGivesTheSameResults) {
     options.env["COLLOPS_SHM_YIELD_US"] = budget.yieldUs;
     RunProcessRanks(3, [](int rank) { StaggeredAllReduces(rank, 3); }, options);
   }
+}
+
+/// The CPUs this thread may run on, in order.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+TEST(ProcessWait, BindPinsRankToItsOwnCpuOnlyWhenAskedAndThereAreEnough) {
+  const std::vector<int> before = AllowedCpus();
+  if (before.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  for (const char* bind : {"0", "1"}) {
+    ProcessRanksOptions options;
+    options.env["COLLOPS_SHM_BIND"] = bind;
+    RunProcessRanks(
+        2,
+        [&](int rank) {
+          auto comm = MakeComm(rank, 2, "bind");
+          const std::vector<int> after = AllowedCpus();
+          if (std::string(bind) == "1") {
+            EXPECT_EQ(after, std::vector<int>{before[rank]}) << "rank " << rank;
+          } else {
+            EXPECT_EQ(after, before) << "rank " << rank;
+          }
+          comm->Barrier();
+        },
+        options);
+  }
+  // More ranks than CPUs: nobody is pinned (two ranks on one CPU would halve both).
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_BIND"] = "1";
+  const int ranks = static_cast<int>(before.size()) + 1;
+  if (ranks > 8) return;
+  RunProcessRanks(
+      ranks,
+      [&](int rank) {
+        auto comm = MakeComm(rank, ranks, "bind-over");
+        EXPECT_EQ(AllowedCpus(), before) << "rank " << rank;
+        comm->Barrier();
+      },
+      options);
 }
 
 }  // namespace

@@ -76,6 +76,29 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
   const int64_t yield = oversubscribed ? kOversubscribedYieldNanos : kYieldNanos;
   header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", spin / 1000, 0, 10'000'000) * 1000;
   header.yieldNanos = EnvInt("COLLOPS_SHM_YIELD_US", yield / 1000, 0, 10'000'000) * 1000;
+  header.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
+}
+
+/// COLLOPS_SHM_BIND=1: pins the calling thread to the rank-th CPU of its own affinity set, as
+/// mpirun does by default, when there are at least as many CPUs as ranks. Opt-in, because every
+/// thread it starts later inherits the pin (a torch process's intra-op pool, say). Why at all:
+/// unbound ranks of a busy host are often stacked on one core by the scheduler, and every round
+/// then costs a context switch (4 KiB AllReduce at R=2: 8-11 us unbound, 2.5-2.9 us bound,
+/// OpenMPI 2.7 us).
+void BindToOwnCpu(int rank, int rankSize) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
+  if (rankSize > CPU_COUNT(&allowed)) return;
+  int seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != rank) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof(one), &one);
+    return;
+  }
 }
 
 int OpenPidfd(pid_t pid) {
@@ -123,6 +146,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   recvChunks_.assign(size_, 0);
   spinNanos_ = segment_.Header().spinNanos;
   yieldNanos_ = segment_.Header().yieldNanos;
+  if (segment_.Header().bindCpus != 0) BindToOwnCpu(rank_, size_);
 }
 
 ProcessCommunicator::~ProcessCommunicator() = default;

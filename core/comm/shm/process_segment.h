@@ -73,6 +73,7 @@ struct alignas(kControlStride) SegmentHeader {
   uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
   int64_t spinNanos = 0;         ///< a wait first spins this long without giving up the CPU,
   int64_t yieldNanos = 0;        ///< then yields the CPU between checks this long, then sleeps
+  int32_t bindCpus = 0;          ///< 1: rank r pins itself to the r-th CPU it may run on
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
 };
