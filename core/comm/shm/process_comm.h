@@ -94,14 +94,16 @@ class ProcessCommunicator final : public Communicator {
     std::atomic<int32_t>& myCpu = segment_.Rank(rank_).cpu;
     const int64_t start = NowNanos();
     for (int64_t now = start; now - start < spinNanos_ + yieldNanos_; now = NowNanos()) {
-      for (int i = 0; i < 32; ++i) {
-        if (ready()) return true;
-        CpuRelax();
-      }
       const int cpu = sched_getcpu();
       myCpu.store(cpu, std::memory_order_relaxed);
-      if (now - start >= spinNanos_ || peerCpu.load(std::memory_order_relaxed) == cpu) {
+      if (now - start < spinNanos_ && peerCpu.load(std::memory_order_relaxed) != cpu) {
+        for (int i = 0; i < 32; ++i) {
+          if (ready()) return true;
+          CpuRelax();
+        }
+      } else {
         sched_yield();
+        if (ready()) return true;
       }
     }
     return ready();
