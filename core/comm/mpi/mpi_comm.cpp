@@ -150,7 +150,8 @@ void MpiCommunicator::GatherV(const void* in, size_t sendCount, void* out,
 }
 
 void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
-                                     const int64_t* sdispls, void* out, size_t recvCount,
+                                     const int64_t* sdispls, void* out,
+                                     size_t /*recvCount = sendCounts[Rank()], as verified*/,
                                      DataType dtype, ReduceOp op) {
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
@@ -188,7 +189,6 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                "MPI_Reduce");
     });
   }
-  (void)recvCount;  // = sendCounts[Rank()] on every rank (the caller verified agreement)
 }
 
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
