@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -90,9 +91,9 @@ class ProcessGroupCommunicator final : public Communicator {
   std::string name_;
   int rank_ = 0;
   int size_ = 0;
-  int splits_ = 0;  // Splits so far: every rank calls them in the same order
-  bool broken_ = false;
-  bool noReduceScatter_ = false;  // the backend lacks reduce_scatter: allreduce + slice instead
+  int splits_ = 0;                   // Splits so far: every rank calls them in the same order
+  std::atomic<bool> broken_{false};  // read by the pool from any thread
+  bool noReduceScatter_ = false;     // the backend lacks reduce_scatter: allreduce + slice instead
 };
 
 /// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those

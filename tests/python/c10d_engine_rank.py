@@ -116,14 +116,17 @@ def case_collective_mismatch(ctx):
 
 
 def case_barrier(ctx, store):
-    """After Barrier returns, every rank's pre-barrier key is in the store."""
+    """After Barrier returns, every rank's pre-barrier increment is in the store's counter.
+    (store.add waits for the server's answer; a store.set may still be in flight when another
+    rank looks, so it would prove nothing.)"""
     op = golden.make_op("BarrierOperation", ctx.param())
     for round_ in range(3):
-        prefix = f"collops-test/barrier/{ctx.domain}/{round_}"
-        store.set(f"{prefix}/{ctx.rank}", "1")
+        counter = f"collops-test/barrier/{ctx.domain}/{round_}"
+        store.add(counter, 1)
         assert list(op.execute([])) == []
-        keys = [f"{prefix}/{r}" for r in range(ctx.world_size)]
-        assert store.check(keys), f"{ctx} left barrier round {round_} before every rank entered"
+        arrived = store.add(counter, 0)
+        assert arrived == ctx.world_size, \
+            f"{ctx} left barrier round {round_} when only {arrived} ranks had entered"
 
 
 def case_default_and_subgroup(world_ctx, sub_ctx, seed):

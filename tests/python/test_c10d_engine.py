@@ -151,3 +151,34 @@ def test_hccl_over_c10d_engine_across_pretend_hosts():
     group), every op on the default group and on a subgroup."""
     ids = ",".join(f"pretend-host-{r // 2}" for r in range(4))
     run_job(4, COLLOPS_TEST_BACKEND="hccl", COLLOPS_ENGINE="c10d", COLLOPS_TEST_HOST_IDS=ids)
+
+
+def _reinit_between_ops(ctx, store_dir):
+    """The same op params before and after destroy_process_group + a new init: the cached
+    communicator over the destroyed group counts as broken and the new group is adopted."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    import collops  # noqa: F401
+
+    param = json.dumps({"rank": ctx.rank, "rankSize": ctx.world_size, "backend": "c10d",
+                        "commDomain": "", "allReduceType": "sum"})
+    for round_ in range(2):
+        dist.init_process_group("gloo", init_method=f"file://{store_dir}/store{round_}",
+                                rank=ctx.rank, world_size=ctx.world_size)
+        try:
+            op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+            assert json.loads(op.set_param(param))["result"] == 0
+            (y,) = op.execute([torch.full((3,), float(ctx.rank + round_))])
+            want = float(sum(r + round_ for r in range(ctx.world_size)))
+            assert torch.equal(y, torch.full((3,), want)), (round_, y)
+        finally:
+            dist.destroy_process_group()
+
+
+def test_c10d_adopts_a_recreated_default_group(tmp_path):
+    from rank_harness import run_process_ranks
+
+    run_process_ranks(2, _reinit_between_ops, str(tmp_path))
