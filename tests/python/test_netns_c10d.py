@@ -1,0 +1,54 @@
+"""The c10d engine across 2 simulated hosts x 2 ranks: tests/python/c10d_engine_rank.py (every
+operation through OperationTorch, golden values, on the default gloo group and a subgroup) as 4
+processes, 2 in each network namespace, torch.distributed's TCP store on host 0 and gloo on the
+namespaces' eth0.
+
+  - backend "c10d": every op over the gloo group, flat across the hosts;
+  - backend "hccl": the auto backend finds torch.distributed usable, exchanges host identities
+    over it and runs hierarchically (lccl inside a host, gloo between). Plain lccl cannot cross
+    namespaces (test_netns_lccl.py), so a passing job could not have run on lccl alone.
+"""
+import os
+import sys
+
+import pytest
+
+import netns_harness as nh
+
+REASON = nh.unavailable_reason()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"simulated hosts: {REASON}")
+RANK_SCRIPT = os.path.join(nh.REPO, "tests", "python", "c10d_engine_rank.py")
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    with nh.SimulatedHosts(2) as h:
+        yield h
+
+
+def run_job(hosts, backend, port):
+    env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
+    env.update(MASTER_ADDR=hosts.addr(0), MASTER_PORT=str(port), WORLD_SIZE="4",
+               GLOO_SOCKET_IFNAME=nh.IFNAME, COLLOPS_TEST_BACKEND=backend,
+               COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
+               PYTHONPATH=os.pathsep.join(filter(None, [
+                   os.path.join(nh.REPO, "python"), os.path.join(nh.REPO, "tests", "python"),
+                   env.get("PYTHONPATH")])))
+    # Each rank gets RANK through `env` (the namespaces inherit the environment).
+    jobs = [(r // 2, ["env", f"RANK={r}", sys.executable, RANK_SCRIPT]) for r in range(4)]
+    results = hosts.run_all(jobs, env=env, timeout=300)
+    failures = [f"--- rank {r} (exit {code}):\n{out[-3000:]}{err[-3000:]}"
+                for r, (code, out, err) in enumerate(results)
+                if code != 0 or f"rank {r}: ALL PASS" not in out]
+    assert not failures, "\n".join(failures)
+    return [out for _, out, _ in results]
+
+
+def test_c10d_engine_every_op_across_hosts(hosts):
+    outs = run_job(hosts, "c10d", 29510)
+    assert all("all_to_allv domain '': PASS" in out for out in outs)
+
+
+def test_hccl_over_torch_distributed_across_hosts(hosts):
+    outs = run_job(hosts, "hccl", 29520)
+    assert all("all_reduce domain '': PASS" in out for out in outs)
