@@ -214,7 +214,7 @@ class SimulatedHosts:
             _ip("addr", "add", f"{self.bridge_addr}/24", "dev", self.bridge)
             for i, ns in enumerate(self.names):
                 _ip("netns", "add", ns)
-                veth = f"{VETH_PREFIX}{self.tag}h{i}"
+                veth = self._veth(i)
                 # The peer is created directly inside the namespace, so every host's interface
                 # can be called eth0 without clashing in the root namespace.
                 _ip("link", "add", veth, "type", "veth", "peer", "name", IFNAME, "netns", ns)
@@ -227,16 +227,25 @@ class SimulatedHosts:
             raise
         return self
 
+    def _veth(self, i):
+        """Root-namespace end of host i's veth pair."""
+        return f"{VETH_PREFIX}{self.tag}h{i}"
+
     def down(self):
-        """Kills what runs in the hosts, deletes namespaces (their veths go with them) and the
-        bridge, releases the subnet. Safe to call twice; never raises for what is already gone."""
+        """Kills what runs in the hosts, deletes the veths, namespaces and the bridge, releases
+        the subnet. Safe to call twice; never raises for what is already gone."""
         if not self._up:
             return
         self._up = False
         present = set(list_namespaces())
-        for ns in self.names:
+        for i, ns in enumerate(self.names):
             if ns in present:
                 _kill_namespace_processes(ns)
+            # Deleting a veth end removes the pair at once; a namespace's own veths go only when
+            # the kernel gets round to destroying it, which may be after this process brings up
+            # its next hosts under the same names.
+            _ip("link", "del", self._veth(i), check=False)
+            if ns in present:
                 _ip("netns", "del", ns, check=False)
         _ip("link", "del", self.bridge, check=False)
         if self._lock is not None:

@@ -121,8 +121,8 @@ def test_stale_namespaces_of_a_dead_run_are_cleaned_up():
     ns, bridge = f"collops-{dead.pid}-h0", f"colbr{dead.pid}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
-    removed = nh.cleanup_stale()
-    assert ns in removed and bridge in removed
+    nh.cleanup_stale()
+    # (A concurrent run's own clean-up may have been first: then they are gone all the same.)
     assert ns not in nh.list_namespaces()
     assert not os.path.exists(f"/sys/class/net/{bridge}")
 
