@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -248,3 +249,37 @@ def test_gloo_all_reduce_across_hosts(hosts):
         assert row["hostname"] == hosts.names[rank // 2]
         assert row["netns_of_rank"] == [rows[r]["netns"] for r in range(4)]
     assert rows[0]["netns"] == rows[1]["netns"] != rows[2]["netns"] == rows[3]["netns"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_tears_down(sig):
+    """Ctrl-C (KeyboardInterrupt) or SIGTERM while the hosts are up still removes them."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import netns_harness as nh
+        with nh.SimulatedHosts(2) as h:
+            print(",".join(h.names + [h.bridge]), flush=True)
+            time.sleep(60)
+    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    names = child.stdout.readline().strip().split(",")
+    assert len(names) == 3, child.stderr.read()
+    assert set(names[:2]) <= set(nh.list_namespaces())
+    child.send_signal(sig)
+    child.wait(timeout=30)
+    assert not set(names[:2]) & set(nh.list_namespaces())
+    assert not os.path.exists(f"/sys/class/net/{names[2]}")
+
+
+def test_rsh_agent_finds_the_namespace_of_an_address(hosts):
+    """Without COLLOPS_NETNS_HOSTS the agent looks the address up among collops-* namespaces;
+    an address no namespace owns is an error, never a command run outside the hosts."""
+    env = {k: v for k, v in os.environ.items() if k != "COLLOPS_NETNS_HOSTS"}
+    done = subprocess.run([nh.RSH_AGENT, hosts.addr(1), "hostname;", "readlink",
+                           "/proc/self/ns/net"], capture_output=True, text=True, env=env,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == hosts.names[1]
+    done = subprocess.run([nh.RSH_AGENT, "10.231.250.250", "true"], capture_output=True,
+                          text=True, env=env, timeout=30)
+    assert done.returncode == 255 and "no network namespace" in done.stderr
