@@ -624,7 +624,10 @@ PYBIND11_MODULE(_c10d, m) {
   pybind11::module_::import("torch.distributed");  // registers the Store and Backend types
   m.def("create_backend", &collops::CreateBackend, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"));
+  // Without the GIL: a collective creating the communicator holds the backend's lock and may need
+  // the GIL (gloo groups are made through Python) while this waits for that lock.
   m.def("communicator_name", &collops::CommunicatorName, pybind11::arg("backend"),
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
         "The engine a collops group's backend runs on: \"lccl\" on one host, "
         "\"hccl(lccl+c10d)\" across hosts, \"\" before its first collective.");
 }

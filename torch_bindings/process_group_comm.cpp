@@ -521,11 +521,7 @@ std::shared_ptr<Communicator> ProcessGroupCommunicator::Split(int color, int key
   };
   const Choice mine{color, key};
   std::vector<Choice> all(size_);
-  {
-    // The exchange is of host memory, whatever device the caller's data is on.
-    TensorDeviceScope host(c10::Device(c10::kCPU));
-    AllGatherBytes(&mine, all.data(), sizeof(Choice));
-  }
+  AllGatherBytes(&mine, all.data(), sizeof(Choice));  // host memory, staged as AllGatherBytes does
   const int index = splits_++;
   if (color < 0) return nullptr;
   std::vector<int> members;
