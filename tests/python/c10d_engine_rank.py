@@ -18,7 +18,6 @@ when every case passed on this rank (a traceback and exit code 1 otherwise). Eve
 the same cases. Needs WORLD_SIZE >= 2; the p2p mismatch case uses ranks 0 and 1 only.
 """
 import datetime
-import json
 import os
 import sys
 import traceback

@@ -93,7 +93,6 @@ def _on_pretend_hosts(ctx, store, hosts, body):
     body(ctx) and returns the engine the group ran on."""
     import torch.distributed as dist
 
-    import collops
     from collops import _c10d_backend
 
     os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
