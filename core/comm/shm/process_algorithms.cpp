@@ -9,8 +9,9 @@
 //    every rank's reduced slice out. Each rank reads ~3x the data regardless of R, and the chunk
 //    is still in cache between its copy in and its copy out.
 //  - AllGather(V), Broadcast: staged through the sender's half, one round per half-full.
-//  - ReduceScatterV, AllToAllV: the half is cut into R regions of RegionBytes(), one per
-//    destination; a rank's own piece never goes through shared memory.
+//  - ReduceScatterV, AllToAllV: the half is cut into R-1 regions of RegionBytes(), one per other
+//    rank (a rank's own piece never goes through shared memory, so it gets no region: at R=2 the
+//    one destination has the whole half, half as many rounds as R regions gave).
 // Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
 // bit-identical results.
 #include <algorithm>
@@ -53,7 +54,11 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 size_t ProcessCommunicator::RegionBytes() const {
-  return (segment_.HalfBytes() / size_) & ~size_t{63};
+  return (segment_.HalfBytes() / std::max(1, size_ - 1)) & ~size_t{63};
+}
+
+size_t ProcessCommunicator::RegionOffset(int owner, int destination) const {
+  return static_cast<size_t>(destination < owner ? destination : destination - 1) * RegionBytes();
 }
 
 void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
@@ -223,7 +228,7 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        CopyBytes(stage + r * region, src + (sdispls[r] + lo) * e,
+        CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
     }
@@ -231,7 +236,8 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
     const size_t n = Clip(static_cast<int64_t>(recvCount), lo, per);
     if (n == 0) continue;
     for (int r = 0; r < size_; ++r) {
-      srcs[r] = r == rank_ ? src + (sdispls[rank_] + lo) * e : HalfOf(r, round_) + rank_ * region;
+      srcs[r] =
+          r == rank_ ? src + (sdispls[rank_] + lo) * e : HalfOf(r, round_) + RegionOffset(r, rank_);
     }
     ReduceArrays(dtype, op, srcs.data(), size_, dst + lo * e, n);
   }
@@ -262,7 +268,7 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        CopyBytes(stage + r * region, src + (sdispls[r] + lo) * e,
+        CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
     }
@@ -279,7 +285,7 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        CopyBytes(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + rank_ * region,
+        CopyBytes(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
                   Clip(recvCounts[r], lo, per) * e);
       }
     }

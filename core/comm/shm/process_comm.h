@@ -139,8 +139,10 @@ class ProcessCommunicator final : public Communicator {
   /// out + offsetOf[j]; rounds of at most one half each.
   void GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
                     const std::vector<size_t>& bytesOf, const std::vector<size_t>& offsetOf);
-  /// Largest region per destination inside one half, a multiple of 64 bytes.
+  /// Largest region per destination inside one half (R-1 of them), a multiple of 64 bytes.
   size_t RegionBytes() const;
+  /// Where the region for `destination` starts inside a half of `owner` (never owner itself).
+  size_t RegionOffset(int owner, int destination) const;
 
   int rank_ = 0;
   int size_ = 0;
