@@ -4,6 +4,10 @@
       torch.distributed gloo (TCP store at master_addr:port, GLOO_SOCKET_IFNAME from the
       environment): all_reduce of [rank + 1] * 4 and an all_gather of every rank's network
       namespace inode.
+  rank_probe.py collops <rank> <world> <master_addr> <port>
+      the "collops" torch.distributed backend (TCP store at master_addr:port): every collective
+      of tests/python/test_c10d_backend.py's golden job, then the engine the group ran on
+      (collops._c10d_backend.communicator_name()). Needs tests/python on PYTHONPATH.
   rank_probe.py lccl <rank> <world> <domain>
       collops AllReduce through OperationTorch, backend "lccl", commMode 0 (processes), on
       [rank + 1] * 4 (COLLOPS_JOB_ID and COLLOPS_TIMEOUT from the environment).
@@ -37,6 +41,23 @@ def gloo(rank, world, master_addr, port):
         dist.destroy_process_group()
 
 
+def collops_backend(rank, world, master_addr, port):
+    import torch.distributed as dist
+
+    import collops  # noqa: F401  (registers the "collops" backend)
+    import test_c10d_backend
+    from collops import _c10d_backend
+    from rank_harness import RankContext
+
+    dist.init_process_group("collops", init_method=f"tcp://{master_addr}:{port}", rank=rank,
+                            world_size=world)
+    try:
+        test_c10d_backend._collectives(RankContext(rank, world, 0, ""))
+        return {"result": "collectives passed", "engine": _c10d_backend.communicator_name()}
+    finally:
+        dist.destroy_process_group()
+
+
 def lccl(rank, world, domain):
     import torch
 
@@ -58,12 +79,14 @@ def main(argv):
     try:
         if kind == "gloo":
             out.update(gloo(rank, world, argv[4], int(argv[5])))
+        elif kind == "collops":
+            out.update(collops_backend(rank, world, argv[4], int(argv[5])))
         elif kind == "lccl":
             out.update(lccl(rank, world, argv[4]))
         else:
             raise ValueError(f"unknown probe {kind!r}")
     except Exception as e:  # reported to the test, which decides what was expected
-        out["error"] = str(e)
+        out["error"] = f"{type(e).__name__}: {e}"
     print(json.dumps(out), flush=True)
     return 1 if "error" in out else 0
 

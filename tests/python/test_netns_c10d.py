@@ -7,7 +7,11 @@ namespaces' eth0.
   - backend "hccl": the auto backend finds torch.distributed usable, exchanges host identities
     over it and runs hierarchically (lccl inside a host, gloo between). Plain lccl cannot cross
     namespaces (test_netns_lccl.py), so a passing job could not have run on lccl alone.
+
+And the "collops" torch.distributed backend itself across the hosts: test_c10d_backend.py's
+golden collectives on a default group of 4 ranks, which must report the hierarchical engine.
 """
+import json
 import os
 import sys
 
@@ -26,14 +30,19 @@ def hosts():
         yield h
 
 
-def run_job(hosts, backend, port):
+def job_env(hosts):
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
-    env.update(MASTER_ADDR=hosts.addr(0), MASTER_PORT=str(port), WORLD_SIZE="4",
-               GLOO_SOCKET_IFNAME=nh.IFNAME, COLLOPS_TEST_BACKEND=backend,
-               COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
+    env.update(GLOO_SOCKET_IFNAME=nh.IFNAME, COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
                PYTHONPATH=os.pathsep.join(filter(None, [
                    os.path.join(nh.REPO, "python"), os.path.join(nh.REPO, "tests", "python"),
                    env.get("PYTHONPATH")])))
+    return env
+
+
+def run_job(hosts, backend, port):
+    env = job_env(hosts)
+    env.update(MASTER_ADDR=hosts.addr(0), MASTER_PORT=str(port), WORLD_SIZE="4",
+               COLLOPS_TEST_BACKEND=backend)
     # Each rank gets RANK through `env` (the namespaces inherit the environment).
     jobs = [(r // 2, ["env", f"RANK={r}", sys.executable, RANK_SCRIPT]) for r in range(4)]
     results = hosts.run_all(jobs, env=env, timeout=300)
@@ -52,3 +61,15 @@ def test_c10d_engine_every_op_across_hosts(hosts):
 def test_hccl_over_torch_distributed_across_hosts(hosts):
     outs = run_job(hosts, "hccl", 29520)
     assert all("all_reduce domain '': PASS" in out for out in outs)
+
+
+def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
+    probe = os.path.join(nh.REPO, "tests", "netns", "rank_probe.py")
+    jobs = [(r // 2, [sys.executable, probe, "collops", str(r), "4", hosts.addr(0), "29530"])
+            for r in range(4)]
+    rows = []
+    for r, (code, out, err) in enumerate(hosts.run_all(jobs, env=job_env(hosts), timeout=300)):
+        lines = out.strip().splitlines()
+        assert code == 0 and lines, f"rank {r} (exit {code}): {out[-3000:]}{err[-3000:]}"
+        rows.append(json.loads(lines[-1]))
+    assert [row.get("engine") for row in rows] == ["hccl(lccl+c10d)"] * 4, rows
