@@ -33,12 +33,15 @@ same for mpirun, finding the namespace of an address through COLLOPS_NETNS_HOSTS
 """
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RSH_AGENT = os.path.join(REPO, "tests", "netns", "rsh_agent.sh")
@@ -73,8 +76,10 @@ def _pid_alive(pid):
     return True
 
 
+@functools.lru_cache(maxsize=None)
 def unavailable_reason():
-    """None when namespaces can be made here, else why not (for pytest.skip)."""
+    """None when namespaces can be made here, else why not (for pytest.skip). Probed once per
+    process (each test module asks at import)."""
     if os.geteuid() != 0:
         return "needs root: creates network namespaces, a bridge and veth pairs"
     if shutil.which("ip") is None:
@@ -174,7 +179,6 @@ class SimulatedHosts:
         """Runs every (host index, argv) of `jobs` at once; returns their (returncode, stdout,
         stderr) in order. A job still running at the deadline is killed and gets returncode None,
         so a hang fails the caller's assertions instead of the whole session."""
-        import time
         procs = [self.popen(i, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True) for i, argv in jobs]
         deadline = time.monotonic() + timeout
@@ -253,7 +257,7 @@ class SimulatedHosts:
             self._lock = None
 
     def __enter__(self):
-        if threading_main():
+        if threading.current_thread() is threading.main_thread():
             self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_exit)
         try:
             return self.up()
@@ -272,11 +276,6 @@ class SimulatedHosts:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
-
-
-def threading_main():
-    import threading
-    return threading.current_thread() is threading.main_thread()
 
 
 def _sigterm_to_exit(signum, frame):

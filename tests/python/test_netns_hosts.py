@@ -68,7 +68,8 @@ def test_hosts_reach_each_other_over_the_bridge(hosts):
         assert server.stdout.readline().strip() == "listening"
         out = in_host(hosts, 0, f"""
             import socket
-            print(socket.create_connection(("{hosts.addr(1)}", 29400), timeout=10).recv(100).decode())
+            c = socket.create_connection(("{hosts.addr(1)}", 29400), timeout=10)
+            print(c.recv(100).decode())
         """)
         assert out.strip() == hosts.addr(0)
     finally:
