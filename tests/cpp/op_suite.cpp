@@ -33,7 +33,6 @@ using Grid = std::vector<std::vector<int64_t>>;
 /// Elements of `dtype` that take more than the 64 KiB shared slot.
 int64_t BigCount(DataType dtype) { return kSuiteShmBytes / DataTypeSize(dtype) + 1001; }
 
-
 /// Runs the op and records a failure naming `what` when it does not succeed.
 bool Runs(Operation& op, std::vector<HostTensor>& ins, std::vector<HostTensor>& outs,
           const std::string& what) {
@@ -70,7 +69,8 @@ void AllReduce(const SuiteJob& job, DataType dtype) {
       for (int r = 1; r < job.rankSize; ++r) {
         for (int64_t i = 0; i < n; ++i) golden[i] = Fold(reduce, golden[i], values[r][i]);
       }
-      OperationPtr op = MakeOperation("AllReduceOperation", job.Param({{"allReduceType", reduce}}), job.comm);
+      OperationPtr op =
+          MakeOperation("AllReduceOperation", job.Param({{"allReduceType", reduce}}), job.comm);
       std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {n}, values[job.rank])};
       std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
       if (Runs(*op, ins, outs, what)) ExpectClose(outs[0], golden, what);
@@ -160,7 +160,8 @@ void ReduceScatterV(const SuiteJob& job, DataType dtype) {
     }
     std::vector<int64_t> sdispls = prefix;
     for (int64_t& d : sdispls) d += job.rank % 2;
-    OperationPtr op = MakeOperation("ReduceScatterVOperation", job.Param({{"reduceType", "max"}}), job.comm);
+    OperationPtr op =
+        MakeOperation("ReduceScatterVOperation", job.Param({{"reduceType", "max"}}), job.comm);
     std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {d0, 2}, values[job.rank]),
                                    HostTensor::Counts(cnt), HostTensor::Counts(sdispls),
                                    HostTensor::Counts({recv}), HostTensor(ACL_INT8, {m})};
@@ -173,7 +174,8 @@ void Broadcast(const SuiteJob& job, DataType dtype) {
   const int root = job.rankSize - 1;
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, BigCount(dtype)}) {
     const std::string what = Concat("BroadcastOperation root ", root, " n=", n, " rank ", job.rank);
-    OperationPtr op = MakeOperation("BroadcastOperation", job.Param({{"rankRoot", root}}), job.comm);
+    OperationPtr op =
+        MakeOperation("BroadcastOperation", job.Param({{"rankRoot", root}}), job.comm);
     std::vector<HostTensor> ins = {
         HostTensor::FromValues(dtype, {n}, TestValues(dtype, n, 16, job.rank))};
     std::vector<HostTensor> outs;
@@ -191,7 +193,8 @@ void AllToAll(const SuiteJob& job, DataType dtype) {
     for (int j = 0; j < R; ++j) {
       for (int64_t k = 0; k < n; ++k) golden.push_back(values[j][job.rank * n + k]);
     }
-    OperationPtr op = MakeOperation("AllToAllOperation", job.Param({{"transpose", false}}), job.comm);
+    OperationPtr op =
+        MakeOperation("AllToAllOperation", job.Param({{"transpose", false}}), job.comm);
     std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {R * n}, values[job.rank])};
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
@@ -208,7 +211,8 @@ void AllToAll(const SuiteJob& job, DataType dtype) {
         for (int64_t c = 0; c < w; ++c) golden.push_back(values[j][row * W + job.rank * w + c]);
       }
     }
-    OperationPtr op = MakeOperation("AllToAllOperation", job.Param({{"transpose", true}}), job.comm);
+    OperationPtr op =
+        MakeOperation("AllToAllOperation", job.Param({{"transpose", true}}), job.comm);
     std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {h, W}, values[job.rank])};
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
@@ -249,10 +253,12 @@ void AllToAllVs(const SuiteJob& job, DataType dtype) {
     }
     {
       const std::string what = Concat("AllToAllVOperation base=", base, " rank ", me);
-      OperationPtr op = MakeOperation("AllToAllVOperation", job.Param({{"sendCounts", counts[me]},
-                                                                       {"sdispls", sdispls[me]},
-                                                                       {"recvCounts", recvCounts},
-                                                                       {"rdispls", rdispls}}), job.comm);
+      OperationPtr op = MakeOperation("AllToAllVOperation",
+                                      job.Param({{"sendCounts", counts[me]},
+                                                 {"sdispls", sdispls[me]},
+                                                 {"recvCounts", recvCounts},
+                                                 {"rdispls", rdispls}}),
+                                      job.comm);
       std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, {xSizes[me]}, values[me])};
       std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
       if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], golden, what);
@@ -327,8 +333,6 @@ bool InMovementSubset(DataType dtype) {
   return dtype == ACL_INT8 || dtype == ACL_FLOAT16 || dtype == ACL_BF16 || dtype == ACL_FLOAT ||
          dtype == ACL_DOUBLE;
 }
-
-
 
 }  // namespace
 
