@@ -26,9 +26,9 @@ constexpr uint64_t kOneShotMaxBytes = 64 << 10;
 /// 256 KiB chunks, 190 us with 2 MiB), while on an idle host the cache locality that smaller
 /// chunks buy is worth only a few microseconds. So: as few rounds as the buffer allows.
 constexpr uint64_t kChunkBytes = 2 << 20;
-/// Wait budget with a core per rank: spin (no syscall) up to this long, then yield between checks
-/// up to kYieldNanos more, then sleep. Measured at R=2 on the shared 2-core VM: see
-/// docs/backends.md.
+/// Wait budget with a core per rank: spin (no syscall) up to this long, then yield after every
+/// check up to kYieldNanos more, then sleep (ProcessCommunicator::Spin says why; the measurements
+/// are in docs/backends.md).
 constexpr int64_t kSpinNanos = 50'000;
 constexpr int64_t kYieldNanos = 1'000'000;
 /// With more ranks than CPUs a spinning waiter delays the very rank it waits for: yield at once,
