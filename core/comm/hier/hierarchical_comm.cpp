@@ -134,20 +134,31 @@ void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype
   if (host_ != rootHost) intra_->Broadcast(buf, count, dtype, 0);
 }
 
+// A cross-host Send returns only once the receiver has the data, which it confirms with a one-byte
+// receipt. An engine may return from Send while the data has not left yet and move it only while
+// the sender is inside another engine call (OpenMPI's ob1 over TCP does for large messages): a
+// sender that went on to wait in lccl would starve the receiver, and the cycle closes through the
+// hosts' intra and inter steps (seen as a hang in the Barrier after the Send/Recv ring). Waiting
+// for the receipt keeps the sender in the engine until its data is through; the receipt itself
+// is small enough to leave at once.
 void HierarchicalCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   if (hostOf_[peer] == host_) {
     intra_->Send(buf, count, dtype, localOf_[peer]);
-  } else {
-    flat_->Send(buf, count, dtype, peer);
+    return;
   }
+  flat_->Send(buf, count, dtype, peer);
+  uint8_t receipt = 0;
+  flat_->Recv(&receipt, 1, ACL_UINT8, peer);
 }
 
 void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   if (hostOf_[peer] == host_) {
     intra_->Recv(buf, count, dtype, localOf_[peer]);
-  } else {
-    flat_->Recv(buf, count, dtype, peer);
+    return;
   }
+  flat_->Recv(buf, count, dtype, peer);
+  const uint8_t receipt = 1;
+  flat_->Send(&receipt, 1, ACL_UINT8, peer);
 }
 
 void HierarchicalCommunicator::Barrier() {

@@ -25,7 +25,8 @@
 //   concerned alike.
 // - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
 //   host; intra Broadcast from the leader on every other host.
-// - Send/Recv: intra when the peer is on this host, else over flat.
+// - Send/Recv: intra when the peer is on this host, else over flat, where the receiver confirms
+//   with a one-byte receipt so Send returns only once the data is through (hierarchical_comm.cpp).
 // - Barrier: intra Barrier, leaders Barrier, intra Barrier (no rank leaves before all entered).
 // - AllGatherBytes: AllGatherV of bytes (above).
 // - Split: flat's Split (the result is an engine communicator, not hierarchical).
