@@ -193,37 +193,40 @@ TEST(HierarchicalGoldenDirect, AllGatherVLeavesHolesUntouched) {
 }
 
 /// Traffic in one direction only: host 0's ranks send nothing (so they skip gathering to their
-/// leader) but receive from everyone; blocks land at rdispls in reverse rank order.
+/// leader) but receive from everyone; blocks land at rdispls in reverse rank order. Repeated on
+/// one communicator at growing then shrinking sizes: its scratch buffers outlive a call.
 TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
   const HostLayout layout = Layout({0, 1, 0, 1, 2});
   const int size = 5;
   const std::string domain = UniqueDomain();
-  auto count = [&](int j, int i) -> int64_t {
-    return layout.hostOfRank[j] == 0 ? 0 : (j + 2 * i) % 4 + (i == 0 ? 1 : 0);
+  auto count = [&](int j, int i, int64_t scale) -> int64_t {
+    return layout.hostOfRank[j] == 0 ? 0 : scale * ((j + 2 * i) % 4 + (i == 0 ? 1 : 0));
   };
   auto value = [](int j, int i, int64_t k) { return static_cast<int64_t>(1000 * j + 10 * i + k); };
   RunThreadRanks(size, [&](int rank) {
     auto comm = ThreadHierarchy(rank, layout, domain);
-    std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
-    std::vector<int64_t> in;
-    for (int i = 0; i < size; ++i) {
-      sendCounts[i] = count(rank, i);
-      sdispls[i] = static_cast<int64_t>(in.size());
-      for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(value(rank, i, k));
+    for (int64_t scale : {1, 500, 3}) {
+      std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
+      std::vector<int64_t> in;
+      for (int i = 0; i < size; ++i) {
+        sendCounts[i] = count(rank, i, scale);
+        sdispls[i] = static_cast<int64_t>(in.size());
+        for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(value(rank, i, k));
+      }
+      int64_t total = 0;
+      for (int j = size - 1; j >= 0; --j) {
+        recvCounts[j] = count(j, rank, scale);
+        rdispls[j] = total;
+        total += recvCounts[j];
+      }
+      std::vector<int64_t> out(total, -1), golden(total, -1);
+      for (int j = 0; j < size; ++j) {
+        for (int64_t k = 0; k < recvCounts[j]; ++k) golden[rdispls[j] + k] = value(j, rank, k);
+      }
+      comm->AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
+                      rdispls.data(), ACL_INT64);
+      EXPECT_EQ(out, golden) << "rank " << rank << " scale " << scale;
     }
-    int64_t total = 0;
-    for (int j = size - 1; j >= 0; --j) {
-      recvCounts[j] = count(j, rank);
-      rdispls[j] = total;
-      total += recvCounts[j];
-    }
-    std::vector<int64_t> out(total, -1), golden(total, -1);
-    for (int j = 0; j < size; ++j) {
-      for (int64_t k = 0; k < recvCounts[j]; ++k) golden[rdispls[j] + k] = value(j, rank, k);
-    }
-    comm->AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
-                    rdispls.data(), ACL_INT64);
-    EXPECT_EQ(out, golden) << "rank " << rank;
   });
 }
 

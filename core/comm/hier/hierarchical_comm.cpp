@@ -1,5 +1,6 @@
 #include "core/comm/hier/hierarchical_comm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -9,6 +10,17 @@
 
 namespace collops {
 namespace hier {
+
+uint8_t* ScratchPool::Get(size_t slot, size_t bytes) {
+  if (slot >= buffers_.size()) buffers_.resize(slot + 1);
+  Buffer& buffer = buffers_[slot];
+  if (buffer.data == nullptr || buffer.bytes < bytes) {
+    buffer.data.reset();  // before the new one: the peak stays one buffer
+    buffer.bytes = std::max<size_t>(bytes, 1);
+    buffer.data.reset(new uint8_t[buffer.bytes]);
+  }
+  return buffer.data.get();
+}
 
 std::vector<int64_t> Displacements(const std::vector<int64_t>& counts) {
   std::vector<int64_t> displs(counts.size(), 0);
@@ -103,9 +115,9 @@ void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void
   const std::vector<int64_t> localDispls = Displacements(localCounts);
 
   // Host blocks in host order, each holding its ranks' contributions in rank order.
-  Scratch hostBlock(hostCounts[host_] * es);
+  Scratch hostBlock(scratch_, 0, hostCounts[host_] * es);
   intra_->AllGatherV(in, sendCount, hostBlock.get(), localCounts.data(), localDispls.data(), dtype);
-  Scratch everything(HostCount() > 1 ? total * es : 0);
+  Scratch everything(scratch_, 1, HostCount() > 1 ? total * es : 0);
   const uint8_t* blocks = hostBlock.get();
   if (HostCount() > 1) {
     if (AcrossHosts()) {
