@@ -173,14 +173,6 @@ std::string Join(const std::vector<std::string>& names) {
   return out.empty() ? "none" : out;
 }
 
-std::string P2pMismatch(int sender, int64_t sendCount, int64_t sendType, int receiver,
-                        int64_t recvCount, int64_t recvType) {
-  return Concat("c10d Send/Recv: rank ", sender, " sends ", sendCount, " elements of ",
-                DataTypeName(static_cast<DataType>(sendType)), " to rank ", receiver,
-                ", which expects ", recvCount, " elements of ",
-                DataTypeName(static_cast<DataType>(recvType)), " from rank ", sender);
-}
-
 // The name torch.distributed knows the group `domain` by ("" = the default group's name).
 std::string ResolveGroupName(const std::string& domain) {
   RequirePython("commDomain lookup");
@@ -487,8 +479,10 @@ void ProcessGroupCommunicator::ExchangeHeader(bool sender, size_t count, DataTyp
   const int64_t theirType = got[1].item<int64_t>();
   if (theirCount == mineValues[0] && theirType == mineValues[1]) return;
   Fail(ERROR_RANK_MISMATCH,
-       sender ? P2pMismatch(rank_, mineValues[0], mineValues[1], peer, theirCount, theirType)
-              : P2pMismatch(peer, theirCount, theirType, rank_, mineValues[0], mineValues[1]));
+       sender ? SendRecvMismatchMessage("c10d", rank_, mineValues[0], mineValues[1], peer,
+                                        theirCount, theirType)
+              : SendRecvMismatchMessage("c10d", peer, theirCount, theirType, rank_, mineValues[0],
+                                        mineValues[1]));
 }
 
 void ProcessGroupCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {

@@ -29,4 +29,13 @@ void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
 void Communicator::Barrier() { Unsupported("Barrier"); }
 std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
 
+std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
+                                    int64_t sendType, int receiver, int64_t recvCount,
+                                    int64_t recvType) {
+  return Concat(backend, " Send/Recv: rank ", sender, " sends ", sendCount, " elements of ",
+                DataTypeName(static_cast<DataType>(sendType)), " to rank ", receiver,
+                ", which expects ", recvCount, " elements of ",
+                DataTypeName(static_cast<DataType>(recvType)), " from rank ", sender);
+}
+
 }  // namespace collops

@@ -245,10 +245,8 @@ void MpiCommunicator::MatchPeer(bool sending, size_t count, DataType dtype, int 
   const int64_t* sender = sending ? mine : theirs;
   const int64_t* receiver = sending ? theirs : mine;
   const int senderRank = sending ? rank_ : peer, receiverRank = sending ? peer : rank_;
-  Fail(ERROR_RANK_MISMATCH, "mpi Send/Recv: rank ", senderRank, " sends ", sender[0],
-       " elements of ", DataTypeName(static_cast<DataType>(sender[1])), " to rank ", receiverRank,
-       ", which expects ", receiver[0], " elements of ",
-       DataTypeName(static_cast<DataType>(receiver[1])), " from rank ", senderRank);
+  Fail(ERROR_RANK_MISMATCH, SendRecvMismatchMessage("mpi", senderRank, sender[0], sender[1],
+                                                    receiverRank, receiver[0], receiver[1]));
 }
 
 void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {

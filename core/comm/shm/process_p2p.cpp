@@ -17,14 +17,6 @@ namespace collops {
 namespace shm {
 namespace {
 
-std::string MismatchMessage(int sender, int64_t sendCount, int32_t sendType, int receiver,
-                            int64_t recvCount, int32_t recvType) {
-  return Concat("lccl Send/Recv: rank ", sender, " sends ", sendCount, " elements of ",
-                DataTypeName(static_cast<DataType>(sendType)), " to rank ", receiver,
-                ", which expects ", recvCount, " elements of ",
-                DataTypeName(static_cast<DataType>(recvType)), " from rank ", sender);
-}
-
 /// `where` makes the message prefix only on failure (it costs more than a small message).
 template <class Where>
 size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, Where&& where,
@@ -57,8 +49,9 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
       theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
       peer);
   if (theirs.count[slot] != static_cast<int64_t>(count) || theirs.dtype[slot] != dtype) {
-    Fail(ERROR_RANK_MISMATCH, MismatchMessage(rank_, static_cast<int64_t>(count), dtype, peer,
-                                              theirs.count[slot], theirs.dtype[slot]));
+    Fail(ERROR_RANK_MISMATCH,
+         SendRecvMismatchMessage("lccl", rank_, static_cast<int64_t>(count), dtype, peer,
+                                 theirs.count[slot], theirs.dtype[slot]));
   }
   const size_t sub = segment_.HalfBytes() / 2;
   uint8_t* staging = segment_.Half(rank_, mine.stagingHalf[slot]);
@@ -96,8 +89,9 @@ void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer
       theirs.word, [&] { return theirs.messages.load(std::memory_order_acquire) >= message; },
       peer);
   if (theirs.count[slot] != static_cast<int64_t>(count) || theirs.dtype[slot] != dtype) {
-    Fail(ERROR_RANK_MISMATCH, MismatchMessage(peer, theirs.count[slot], theirs.dtype[slot], rank_,
-                                              static_cast<int64_t>(count), dtype));
+    Fail(ERROR_RANK_MISMATCH,
+         SendRecvMismatchMessage("lccl", peer, theirs.count[slot], theirs.dtype[slot], rank_,
+                                 static_cast<int64_t>(count), dtype));
   }
   const size_t sub = segment_.HalfBytes() / 2;
   const uint8_t* staging = segment_.Half(peer, theirs.stagingHalf[slot]);

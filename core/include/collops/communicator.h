@@ -78,4 +78,11 @@ class Communicator {
   [[noreturn]] void Unsupported(const char* what) const;
 };
 
+/// The ERROR_RANK_MISMATCH text every backend gives both sides of a Send/Recv pair that disagree:
+/// "<backend> Send/Recv: rank S sends N elements of T to rank R, which expects M elements of U
+/// from rank S".
+std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
+                                    int64_t sendType, int receiver, int64_t recvCount,
+                                    int64_t recvType);
+
 }  // namespace collops
