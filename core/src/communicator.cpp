@@ -1,5 +1,6 @@
 #include "collops/communicator.h"
 
+#include "collops/signature.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -28,6 +29,7 @@ void Communicator::Send(const void*, size_t, DataType, int) { Unsupported("Send"
 void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
 void Communicator::Barrier() { Unsupported("Barrier"); }
 std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
+void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, mine); }
 
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,

@@ -224,7 +224,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
       signature = SignatureImpl(variantPack);
     });
     AcquireCommunicator(context);
-    if (!signature.opName.empty()) VerifyAgreement(*comm_, signature);
+    if (!signature.opName.empty()) comm_->Agree(signature);
     ExecuteImpl(variantPack, workspace, workspaceSize, *comm_);
   });
 }

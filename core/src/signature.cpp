@@ -27,17 +27,18 @@ uint64_t HashName(const std::string& name) {  // FNV-1a: stable across processes
 
 }  // namespace
 
-void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
-  const int size = comm.Size();
-  const size_t countsBytes = 2 * static_cast<size_t>(size) * sizeof(int64_t);
-  const size_t recordBytes = sizeof(WireHeader) + countsBytes;
+size_t AgreementRecordBytes(int rankSize) {
+  return sizeof(WireHeader) + 2 * static_cast<size_t>(rankSize) * sizeof(int64_t);
+}
+
+void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
+  const size_t countsBytes = static_cast<size_t>(rankSize) * sizeof(int64_t);
   const bool hasCounts = !mine.sendCounts.empty();
-  if (hasCounts && (mine.sendCounts.size() != static_cast<size_t>(size) ||
-                    mine.recvCounts.size() != static_cast<size_t>(size))) {
-    Fail(ERROR_INTERNAL_ERROR, mine.opName, ": signature count vectors must have ", size,
+  if (hasCounts && (mine.sendCounts.size() != static_cast<size_t>(rankSize) ||
+                    mine.recvCounts.size() != static_cast<size_t>(rankSize))) {
+    Fail(ERROR_INTERNAL_ERROR, mine.opName, ": signature count vectors must have ", rankSize,
          " entries");
   }
-  std::vector<uint8_t> record(recordBytes, 0);
   WireHeader header{};
   std::strncpy(header.opName, mine.opName.c_str(), sizeof header.opName - 1);
   header.opHash = HashName(mine.opName);
@@ -46,24 +47,25 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   header.count = mine.count;
   header.hasCounts = hasCounts ? 1 : 0;
   header.failedStatus = mine.failedStatus;
-  std::memcpy(record.data(), &header, sizeof header);
+  std::memcpy(record, &header, sizeof header);
   if (hasCounts) {
-    std::memcpy(record.data() + sizeof header, mine.sendCounts.data(), countsBytes / 2);
-    std::memcpy(record.data() + sizeof header + countsBytes / 2, mine.recvCounts.data(),
-                countsBytes / 2);
+    std::memcpy(record + sizeof header, mine.sendCounts.data(), countsBytes);
+    std::memcpy(record + sizeof header + countsBytes, mine.recvCounts.data(), countsBytes);
+  } else {
+    std::memset(record + sizeof header, 0, 2 * countsBytes);
   }
-  std::vector<uint8_t> all(recordBytes * size);
-  comm.AllGatherBytes(record.data(), all.data(), recordBytes);
+}
 
+void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
+                           const CallSignature& mine) {
   std::vector<WireHeader> headers(size);
-  for (int r = 0; r < size; ++r)
-    std::memcpy(&headers[r], &all[r * recordBytes], sizeof(WireHeader));
+  for (int r = 0; r < size; ++r) std::memcpy(&headers[r], records + r * stride, sizeof(WireHeader));
   const auto counts = [&](int r, int which, int j) {
     int64_t v;
-    std::memcpy(&v, &all[r * recordBytes + sizeof(WireHeader) + (which * size + j) * 8], 8);
+    std::memcpy(&v, records + r * stride + sizeof(WireHeader) + (which * size + j) * 8, 8);
     return v;
   };
-  // Every rank scans the same gathered records in the same order, so all report the same first
+  // Every rank scans the same records in the same order, so all report the same first
   // disagreement.
   for (int r = 0; r < size; ++r) {
     if (headers[r].failedStatus != 0) {
@@ -106,12 +108,22 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   }
 }
 
+void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
+  const int size = comm.Size();
+  const size_t recordBytes = AgreementRecordBytes(size);
+  std::vector<uint8_t> record(recordBytes);
+  EncodeAgreement(mine, size, record.data());
+  std::vector<uint8_t> all(recordBytes * size);
+  comm.AllGatherBytes(record.data(), all.data(), recordBytes);
+  CheckAgreementRecords(all.data(), recordBytes, size, mine);
+}
+
 void ShareLocalFailure(Communicator& comm, const std::string& opName, Status status) {
   CallSignature failed;
   failed.opName = opName;
   failed.failedStatus = status == NO_ERROR ? ERROR_INTERNAL_ERROR : status;
   try {
-    VerifyAgreement(comm, failed);
+    comm.Agree(failed);
   } catch (const Error&) {
     // Expected (our own record fails the check) or the peers are gone: either way the caller's
     // own error is the one to report.

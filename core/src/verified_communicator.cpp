@@ -18,7 +18,7 @@ void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t byte
   CallSignature s;
   s.opName = Name("AllGatherBytes");
   s.count = static_cast<int64_t>(bytes);
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->AllGatherBytes(in, out, bytes);
 }
 
@@ -28,7 +28,7 @@ void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, Da
   s.opName = Concat(Name("AllReduce"), "/", ReduceOpName(op));
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->AllReduce(in, out, count, dtype, op);
 }
 
@@ -42,7 +42,7 @@ void VerifiedCommunicator::AllGatherV(const void* in, size_t sendCount, void* ou
   s.recvCounts.assign(recvCounts, recvCounts + Size());
   s.sendField = "its element count";
   s.recvField = "the output split";
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->AllGatherV(in, sendCount, out, recvCounts, rdispls, dtype);
 }
 
@@ -56,7 +56,7 @@ void VerifiedCommunicator::ReduceScatterV(const void* in, const int64_t* sendCou
   s.recvCounts.assign(Size(), static_cast<int64_t>(recvCount));
   s.sendField = "the input split";
   s.recvField = "its output size";
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->ReduceScatterV(in, sendCounts, sdispls, out, recvCount, dtype, op);
 }
 
@@ -70,7 +70,7 @@ void VerifiedCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   s.recvCounts.assign(recvCounts, recvCounts + Size());
   s.sendField = "input split";
   s.recvField = "output split";
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
 }
 
@@ -80,7 +80,7 @@ void VerifiedCommunicator::Broadcast(void* buf, size_t count, DataType dtype, in
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   s.root = root;
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->Broadcast(buf, count, dtype, root);
 }
 
@@ -95,7 +95,7 @@ void VerifiedCommunicator::Recv(void* buf, size_t count, DataType dtype, int pee
 void VerifiedCommunicator::Barrier() {
   CallSignature s;
   s.opName = Name("Barrier");
-  VerifyAgreement(*inner_, s);
+  inner_->Agree(s);
   inner_->Barrier();
 }
 

@@ -64,8 +64,10 @@ size_t ProcessCommunicator::RegionOffset(int owner, int destination) const {
 void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
                                        const std::vector<size_t>& bytesOf,
                                        const std::vector<size_t>& offsetOf) {
-  CopyBytes(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
-  if (size_ == 1) return;
+  const auto copyOwn = [&] {
+    CopyBytes(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
+  };
+  if (size_ == 1) return copyOwn();
   const size_t half = segment_.HalfBytes();
   const size_t most = *std::max_element(bytesOf.begin(), bytesOf.end());
   const size_t rounds = std::max<size_t>(1, CeilDiv(most, half));
@@ -73,6 +75,7 @@ void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_
     const size_t lo = k * half;
     CopyBytes(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
     Round();
+    if (k == 0) copyOwn();  // after the first round: the agreement check precedes any output
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       CopyBytes(out + offsetOf[r] + lo, HalfOf(r, round_),
@@ -251,9 +254,11 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  CopyBytes(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
-            static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
-  if (size_ == 1) return;
+  const auto copyOwn = [&] {
+    CopyBytes(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
+              static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
+  };
+  if (size_ == 1) return copyOwn();
   const size_t region = RegionBytes();
   const size_t per = region / e;
   // Only the largest piece anywhere decides the number of rounds and no rank knows it alone, so
@@ -277,6 +282,7 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     Round();
     if (k == 0) {
+      copyOwn();  // after the first round: the agreement check precedes any output
       int64_t most = 0;
       for (int r = 0; r < size_; ++r) {
         most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));

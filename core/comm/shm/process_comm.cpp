@@ -236,6 +236,42 @@ void ProcessCommunicator::Barrier() {
   Round();
 }
 
+void ProcessCommunicator::Agree(const CallSignature& mine) {
+  if (size_ == 1 || !segment_.CarriesAgreement()) {
+    Communicator::Agree(mine);
+    return;
+  }
+  Enter("Agree");
+  // Writable now: every peer finished reading our record of round_ - 1 (same parity) before it
+  // posted round_, which our last wait saw.
+  const uint64_t round = round_ + 1;
+  uint8_t* record = segment_.Record(rank_, round);
+  std::memcpy(record, &round, sizeof round);
+  EncodeAgreement(mine, size_, record + sizeof round);
+  agreement_.opName = mine.opName;
+  agreement_.sendField = mine.sendField;
+  agreement_.recvField = mine.recvField;
+  agreementPending_ = true;
+  // A rank that will not make the call sends its record with a round of its own, which meets the
+  // first round of its peers' call.
+  if (mine.failedStatus != 0) Round();
+}
+
+void ProcessCommunicator::CheckCarriedAgreement() {
+  agreementPending_ = false;
+  for (int r = 0; r < size_; ++r) {
+    uint64_t stamp = 0;
+    std::memcpy(&stamp, segment_.Record(r, round_), sizeof stamp);
+    if (stamp != round_) {
+      Fail(ERROR_RANK_MISMATCH, agreement_.opName, ": rank ", r, " (pid ", pids_[r],
+           ") made its call without the cross-rank check (a raw communicator call where the other "
+           "ranks run an operation?)");
+    }
+  }
+  CheckAgreementRecords(segment_.Record(0, round_) + sizeof(uint64_t), segment_.RecordRankStride(),
+                        size_, agreement_);
+}
+
 namespace {
 
 [[maybe_unused]] const bool kRegistered = RegisterCommunicatorBackend(

@@ -9,6 +9,12 @@
 // reading. So by the time a rank has waited for round n+1, nobody reads round n's half any more,
 // and round n+2 may overwrite it: one synchronisation per round, no separate "done" flag.
 //
+// Agreement: Agree() writes this rank's signature record into its record for the next round, and
+// the first Round() of the primitive that follows checks every rank's record right after its
+// wait, before anything is read from a peer or written to an output. A call then costs the data
+// rounds alone, where an AllGatherBytes exchange would add a whole round (at 4 KiB, most of the
+// time of an AllReduce).
+//
 // Failure: a wait that sleeps checks, every slice (20 ms), whether the rank it waits for has died
 // (pidfd) and whether any rank has published an abort record; either ends the call with
 // ERROR_PEER_LOST naming the dead rank, marks the communicator broken, and every later call
@@ -27,6 +33,7 @@
 
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
+#include "collops/signature.h"
 #include "collops/status.h"
 #include "core/comm/shm/process_fd.h"
 #include "core/comm/shm/process_segment.h"
@@ -58,10 +65,13 @@ class ProcessCommunicator final : public Communicator {
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
   void Barrier() override;
+  void Agree(const CallSignature& mine) override;
   bool Broken() const override { return failureStatus_ != NO_ERROR; }
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
+  /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
+  uint64_t Rounds() const { return round_; }
 
  private:
   // --- process_comm.cpp: round synchronisation and failure handling ---
@@ -75,11 +85,15 @@ class ProcessCommunicator final : public Communicator {
   void Post();
   /// Waits until every rank has posted round_.
   void WaitAll();
-  /// Post() then WaitAll(): one synchronisation round.
+  /// Post() then WaitAll(): one synchronisation round; the first of a call that Agree() preceded
+  /// also checks the records.
   void Round() {
     Post();
     WaitAll();
+    if (agreementPending_) CheckCarriedAgreement();
   }
+  /// Checks the agreement records every rank published with the round just completed.
+  void CheckCarriedAgreement();
   /// Checks ready() for the wait budget, then returns false and the caller sleeps on the futex
   /// (a futex wake costs ~30 us here, so sleeping early makes every round pay it). For the first
   /// spinNanos_ it spins without giving up the CPU, unless `peer` last ran on this very CPU: then
@@ -156,6 +170,8 @@ class ProcessCommunicator final : public Communicator {
   int64_t spinNanos_ = 0;   ///< SegmentHeader::spinNanos
   int64_t yieldNanos_ = 0;  ///< SegmentHeader::yieldNanos
   const char* op_ = "";
+  bool agreementPending_ = false;  ///< Agree() wrote a record that the next Round() carries
+  CallSignature agreement_;        ///< its names, for the messages
   Deadline deadline_ = Deadline::After(0);  ///< of the current wait: COLLOPS_TIMEOUT from its start
   Status failureStatus_ = NO_ERROR;
   std::string failureMessage_;

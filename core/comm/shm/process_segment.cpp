@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "collops/signature.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -32,7 +33,12 @@ SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes) {
   const uint64_t r = static_cast<uint64_t>(rankSize);
   layout.rankOffset = RoundUp(sizeof(SegmentHeader), kControlStride);
   layout.pairOffset = layout.rankOffset + r * sizeof(RankControl);
-  layout.slotOffset = RoundUp(layout.pairOffset + r * r * sizeof(PairControl), kPage);
+  layout.recordOffset = layout.pairOffset + r * r * sizeof(PairControl);
+  if (rankSize <= kMaxCarriedAgreementRanks) {
+    layout.recordStride =
+        RoundUp(sizeof(uint64_t) + AgreementRecordBytes(rankSize), kControlStride);
+  }
+  layout.slotOffset = RoundUp(layout.recordOffset + 2 * r * layout.recordStride, kPage);
   layout.totalBytes = layout.slotOffset + r * slotBytes;
   return layout;
 }

@@ -9,6 +9,8 @@
 //   SegmentHeader                     magic, geometry, the algorithm policy, the abort record
 //   RankControl[R]                    per rank: rounds posted + its WaitWord (own 128 bytes)
 //   PairControl[R*R]                  per ordered (src, dst) pair: Send side, Recv side
+//   record[R][2]                      per rank and round parity: the agreement record carried by
+//                                     that round (up to kMaxCarriedAgreementRanks ranks)
 //   slot[R]                           slotBytes per rank, two halves used by alternate rounds
 #pragma once
 
@@ -26,7 +28,11 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 2;
+constexpr uint32_t kSegmentVersion = 3;
+/// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
+/// first round of a collective; above it the records would outgrow the control area (R^2 counts),
+/// and the check runs as its own exchange.
+constexpr int kMaxCarriedAgreementRanks = 64;
 /// COLLOPS_SHM_BYTES default: data slot bytes per rank.
 constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
 
@@ -103,6 +109,8 @@ struct SegmentLayout {
   uint64_t slotBytes = 0;
   uint64_t rankOffset = 0;
   uint64_t pairOffset = 0;
+  uint64_t recordOffset = 0;
+  uint64_t recordStride = 0;  ///< bytes per (rank, parity) record; 0: records are not carried
   uint64_t slotOffset = 0;
   uint64_t totalBytes = 0;
 
@@ -138,6 +146,15 @@ class Segment {
   PairControl& Pair(int src, int dst) const {
     return reinterpret_cast<PairControl*>(base_ + layout_.pairOffset)[src * layout_.rankSize + dst];
   }
+  /// Whether the agreement record can ride with a round (Record() exists).
+  bool CarriesAgreement() const { return layout_.recordStride != 0; }
+  /// The record `rank` publishes with rounds of parity `parity`: the round number (uint64_t),
+  /// then the signature.h wire record.
+  uint8_t* Record(int rank, uint64_t parity) const {
+    return base_ + layout_.recordOffset + (2 * rank + (parity & 1)) * layout_.recordStride;
+  }
+  /// Bytes from one rank's record to the next rank's of the same parity.
+  uint64_t RecordRankStride() const { return 2 * layout_.recordStride; }
   /// Half `parity` (0 or 1) of `rank`'s data slot.
   uint8_t* Half(int rank, uint64_t parity) const {
     return base_ + layout_.slotOffset + rank * layout_.slotBytes + (parity & 1) * HalfBytes();

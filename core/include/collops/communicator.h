@@ -9,8 +9,8 @@
 // ERROR_BACKEND_UNAVAILABLE with "backend <name> does not support <primitive>".
 //
 // Argument checking is the caller's job (operations validate counts against buffers before they
-// call); backends may assume in-bounds arguments that every rank agrees on, because
-// VerifyAgreement() (signature.h) has been run first.
+// call); backends may assume in-bounds arguments that every rank agrees on, because the caller
+// has run the cross-rank agreement check (Agree(), signature.h) first.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +22,8 @@
 #include "collops/tensor.h"
 
 namespace collops {
+
+struct CallSignature;  // signature.h
 
 class Communicator {
  public:
@@ -63,6 +65,14 @@ class Communicator {
 
   /// Returns once every rank has entered.
   virtual void Barrier();
+
+  /// The cross-rank agreement check (signature.h) of the one collective primitive this rank calls
+  /// next. The default exchanges the records at once (VerifyAgreement: one AllGatherBytes). A
+  /// backend may instead carry the record with the first synchronisation of that primitive and
+  /// check it there (lccl does: one round less per call). Either way, ranks that disagree all
+  /// throw the same ERROR_RANK_MISMATCH before any of them writes output; a record carrying
+  /// failedStatus (a rank that will not make the call) is exchanged at once.
+  virtual void Agree(const CallSignature& mine);
 
   /// Collective over every rank (as MPI_Comm_split): ranks passing the same color >= 0 form a new
   /// communicator, ranked by (key, Rank()); a rank passing a negative color takes part but gets

@@ -27,14 +27,28 @@ struct CallSignature {
   std::string recvField = "recvCounts";
 };
 
-/// Exchanges `mine` with every rank of `comm` (one AllGatherBytes) and throws
+/// Exchanges `mine` with every rank of `comm` now (one AllGatherBytes) and throws
 /// Error(ERROR_RANK_MISMATCH) when any two ranks disagree; the message names both ranks and both
 /// values and is identical on every rank. When some rank's record carries failedStatus, every
 /// rank throws ERROR_RANK_MISMATCH naming the lowest such rank and its Status.
 void VerifyAgreement(Communicator& comm, const CallSignature& mine);
 
-/// For a rank whose own checks failed: tells the peers (one exchange) so they fail fast, and
-/// swallows what the exchange reports; the caller then rethrows its own error.
+/// For a rank whose own checks failed: tells the peers (Communicator::Agree with failedStatus,
+/// which exchanges at once) so they fail fast, and swallows what the exchange reports; the caller
+/// then rethrows its own error.
 void ShareLocalFailure(Communicator& comm, const std::string& opName, Status status);
+
+// The wire form, for backends that carry the record inside their own synchronisation instead of
+// an AllGatherBytes (Communicator::Agree).
+
+/// Bytes of one rank's record in a group of `rankSize`: a fixed header and 2 * rankSize counts.
+size_t AgreementRecordBytes(int rankSize);
+/// Writes the record of `mine` (AgreementRecordBytes(rankSize) bytes) to `record`.
+void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record);
+/// The check VerifyAgreement runs on the gathered records: rank r's record starts at
+/// `records + r * stride`. Throws Error(ERROR_RANK_MISMATCH) as VerifyAgreement does; every rank
+/// that checks the same records reports the same first disagreement.
+void CheckAgreementRecords(const uint8_t* records, size_t stride, int rankSize,
+                           const CallSignature& mine);
 
 }  // namespace collops
