@@ -255,8 +255,11 @@ def test_gloo_all_reduce_across_hosts(hosts):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_run_tears_down(sig):
     """Ctrl-C (KeyboardInterrupt) or SIGTERM while the hosts are up still removes them."""
+    # A suite started in the background (`cmd &`, nohup, some CI runners) inherits SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler: the child sets it, as a terminal would.
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         import netns_harness as nh
         with nh.SimulatedHosts(2) as h:
