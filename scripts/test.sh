@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export COLLOPS_BUILD_JOBS=${COLLOPS_BUILD_JOBS:-2}
 
-step() { echo; echo "=== $*"; }
+# Each step prints the seconds elapsed so far: CI has a time budget, and this shows what spends it.
+step() { echo; echo "=== $* (at ${SECONDS} s)"; }
 
 step "format check"
 scripts/format.sh --check
@@ -40,3 +41,5 @@ COLLOPS_BUILD_TARGETS=collops_tests scripts/build.sh build-tsan -DCOLLOPS_SANITI
 step "ctest (TSan, thread-mode tests)"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j2 --output-on-failure --timeout 600 \
   -R 'ThreadComm|Golden|Errors|SendRecv|Barrier|Verified|OperationBase' -E 'Process')
+
+step "done: every stage passed"
