@@ -161,6 +161,8 @@ int64_t FirstDifference(const Buffer& got, const std::vector<double>& want) {
 ProcessRanksOptions SmallBuffer() {
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_BYTES"] = "65536";
+  // Outputs from 64 KiB up take the non-temporal copy-out (StreamBytes), smaller ones CopyBytes.
+  options.env["COLLOPS_SHM_STREAM_BYTES"] = "65536";
   options.deadlineSeconds = 90;
   return options;
 }

@@ -1,6 +1,7 @@
-// CopyBytes (core/comm/shm/process_copy.h) must copy exactly what memcpy copies at every
-// source/destination distance, including the 1-63 byte distances (mod 4 KiB) that take its own
-// vector loop, and at sizes around its 2 KiB and 64-byte boundaries.
+// CopyBytes and StreamBytes (core/comm/shm/process_copy.h) must copy exactly what memcpy copies at
+// every source/destination distance, including the 1-63 byte distances (mod 4 KiB) that take
+// CopyBytes' own vector loop, and at sizes around their 2 KiB, 4 KiB and 64-byte boundaries and
+// StreamBytes' 16-byte destination alignment.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -29,13 +30,19 @@ class Pages {
   uint8_t* base_;
 };
 
-TEST(ProcessCopy, CopiesExactlyAtEveryDistanceAndSize) {
+using CopyFunction = void (*)(void*, const void*, size_t);
+
+class ProcessCopy : public ::testing::TestWithParam<CopyFunction> {};
+
+TEST_P(ProcessCopy, CopiesExactlyAtEveryDistanceAndSize) {
+  const CopyFunction copy = GetParam();
   constexpr size_t kMax = 300'000;
   Pages src(kMax + 8192), dst(kMax + 8192);
   ASSERT_NE(src.Data(), nullptr);
   ASSERT_NE(dst.Data(), nullptr);
   for (size_t i = 0; i < kMax + 8192; ++i) src.Data()[i] = static_cast<uint8_t>(i * 131 + 7);
-  const size_t sizes[] = {0, 1, 63, 2047, 2048, 2049, 4096 + 17, 65536, 262144 + 5, kMax};
+  const size_t sizes[] = {0,         1,         63,   2047,  2048,       2049,
+                          4096 + 15, 4096 + 17, 8191, 65536, 262144 + 5, kMax};
   const size_t distances[] = {0, 1, 15, 16, 31, 48, 63, 64, 65, 2048, 4095};
   for (const size_t srcOffset : {size_t{0}, size_t{16}, size_t{4000}}) {
     for (const size_t distance : distances) {
@@ -44,7 +51,7 @@ TEST(ProcessCopy, CopiesExactlyAtEveryDistanceAndSize) {
         uint8_t* d = dst.Data() + dstOffset;
         const uint8_t* s = src.Data() + srcOffset;
         std::memset(dst.Data(), 0xEE, kMax + 8192);
-        shm::CopyBytes(d, s, n);
+        copy(d, s, n);
         ASSERT_EQ(std::memcmp(d, s, n), 0)
             << "n=" << n << " src%4096=" << srcOffset << " dst%4096=" << dstOffset;
         // Nothing outside [d, d + n) is touched.
@@ -57,6 +64,11 @@ TEST(ProcessCopy, CopiesExactlyAtEveryDistanceAndSize) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Copy, ProcessCopy, ::testing::Values(&shm::CopyBytes, &shm::StreamBytes),
+                         [](const ::testing::TestParamInfo<CopyFunction>& info) {
+                           return info.param == &shm::CopyBytes ? "CopyBytes" : "StreamBytes";
+                         });
 
 }  // namespace
 }  // namespace collops

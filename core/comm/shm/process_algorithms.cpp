@@ -53,6 +53,16 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+void ProcessCommunicator::CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes,
+                                  size_t outputBytes) const {
+  const uint64_t streamFrom = segment_.Header().streamOutputBytes;
+  if (streamFrom != 0 && outputBytes >= streamFrom) {
+    StreamBytes(dst, src, bytes);
+  } else {
+    CopyBytes(dst, src, bytes);
+  }
+}
+
 size_t ProcessCommunicator::RegionBytes() const {
   return (segment_.HalfBytes() / std::max(1, size_ - 1)) & ~size_t{63};
 }
@@ -64,8 +74,10 @@ size_t ProcessCommunicator::RegionOffset(int owner, int destination) const {
 void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
                                        const std::vector<size_t>& bytesOf,
                                        const std::vector<size_t>& offsetOf) {
+  size_t outputBytes = 0;
+  for (const size_t b : bytesOf) outputBytes += b;
   const auto copyOwn = [&] {
-    CopyBytes(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]));
+    CopyOut(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]), outputBytes);
   };
   if (size_ == 1) return copyOwn();
   const size_t half = segment_.HalfBytes();
@@ -78,8 +90,8 @@ void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_
     if (k == 0) copyOwn();  // after the first round: the agreement check precedes any output
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      CopyBytes(out + offsetOf[r] + lo, HalfOf(r, round_),
-                Clip(static_cast<int64_t>(bytesOf[r]), lo, half));
+      CopyOut(out + offsetOf[r] + lo, HalfOf(r, round_),
+              Clip(static_cast<int64_t>(bytesOf[r]), lo, half), outputBytes);
     }
   }
 }
@@ -123,7 +135,7 @@ void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int
     const size_t n = Clip(static_cast<int64_t>(bytes), lo, half);
     if (rank_ == root) CopyBytes(NextHalf(), data + lo, n);
     Round();
-    if (rank_ != root) CopyBytes(data + lo, HalfOf(root, round_), n);
+    if (rank_ != root) CopyOut(data + lo, HalfOf(root, round_), n, bytes);
   }
 }
 
@@ -200,8 +212,8 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     Round();
     // All-gather the reduced slices.
     for (int r = 0; r < size_; ++r) {
-      CopyBytes(out + (lo + begin(r)) * e, HalfOf(r, round_) + begin(r) * e,
-                (end(r) - begin(r)) * e);
+      CopyOut(out + (lo + begin(r)) * e, HalfOf(r, round_) + begin(r) * e, (end(r) - begin(r)) * e,
+              count * e);
     }
     lo += n;
   } while (lo < count);
@@ -254,19 +266,21 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
+  // Only the largest piece anywhere decides the number of rounds and no rank knows it alone, so
+  // each publishes its own largest with the first round.
+  int64_t mostHere = 0;
+  size_t outputBytes = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) mostHere = std::max({mostHere, sendCounts[r], recvCounts[r]});
+    outputBytes += static_cast<size_t>(std::max<int64_t>(recvCounts[r], 0)) * e;
+  }
   const auto copyOwn = [&] {
-    CopyBytes(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
-              static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e);
+    CopyOut(dst + rdispls[rank_] * e, src + sdispls[rank_] * e,
+            static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e, outputBytes);
   };
   if (size_ == 1) return copyOwn();
   const size_t region = RegionBytes();
   const size_t per = region / e;
-  // Only the largest piece anywhere decides the number of rounds and no rank knows it alone, so
-  // each publishes its own largest with the first round.
-  int64_t mostHere = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) mostHere = std::max({mostHere, sendCounts[r], recvCounts[r]});
-  }
   size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
@@ -291,8 +305,8 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     for (int r = 0; r < size_; ++r) {
       if (r != rank_) {
-        CopyBytes(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
-                  Clip(recvCounts[r], lo, per) * e);
+        CopyOut(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
+                Clip(recvCounts[r], lo, per) * e, outputBytes);
       }
     }
   }

@@ -153,6 +153,9 @@ class ProcessCommunicator final : public Communicator {
   /// out + offsetOf[j]; rounds of at most one half each.
   void GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
                     const std::vector<size_t>& bytesOf, const std::vector<size_t>& offsetOf);
+  /// Copies part of a call's output out of the segment; with non-temporal stores when the whole
+  /// output of the call (`outputBytes`) reaches SegmentHeader::streamOutputBytes.
+  void CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes, size_t outputBytes) const;
   /// Largest region per destination inside one half (R-1 of them), a multiple of 64 bytes.
   size_t RegionBytes() const;
   /// Where the region for `destination` starts inside a half of `owner` (never owner itself).

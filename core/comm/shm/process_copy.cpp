@@ -45,5 +45,33 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+void StreamBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__) || defined(__i386__)
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
+  if (bytes < head + 4096) return CopyBytes(dst, src, bytes);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  _mm_sfence();
+  std::memcpy(d + i, s + i, bytes - i);
+#else
+  CopyBytes(dst, src, bytes);
+#endif
+}
+
 }  // namespace shm
 }  // namespace collops

@@ -28,7 +28,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 3;
+constexpr uint32_t kSegmentVersion = 4;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -77,9 +77,12 @@ struct alignas(kControlStride) SegmentHeader {
   int32_t allReduceAlgo = kAlgoAuto;
   uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
   uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
-  int64_t spinNanos = 0;         ///< a wait first spins this long without giving up the CPU,
-  int64_t yieldNanos = 0;        ///< then yields the CPU between checks this long, then sleeps
-  int32_t bindCpus = 0;          ///< 1: rank r pins itself to the r-th CPU it may run on
+  /// Outputs of at least this many bytes are written with non-temporal stores (StreamBytes);
+  /// 0 = never.
+  uint64_t streamOutputBytes = 0;
+  int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
+  int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
+  int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
 };
