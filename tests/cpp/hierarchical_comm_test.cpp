@@ -150,6 +150,43 @@ TEST(HierarchicalGoldenDirect, InPlaceAllReduceIsBitIdenticalOnEveryRank) {
   }
 }
 
+/// A large AllReduce (160 KB, an odd count, in place and not) on even, interleaved and 3-per-host
+/// layouts: exact for int32, bit-identical on every rank for float.
+TEST(HierarchicalGoldenDirect, LargeAllReduceMatchesReference) {
+  for (const std::vector<int>& hosts : {std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1},
+                                        std::vector<int>{0, 0, 0, 1, 1, 1}}) {
+    const HostLayout layout = Layout(hosts);
+    const int size = static_cast<int>(hosts.size());
+    const std::string domain = UniqueDomain();
+    const int64_t n = 40001;  // 160 KB of int32 or float
+    std::vector<std::vector<float>> floats(size);
+    RunThreadRanks(size, [&](int rank) {
+      auto comm = ThreadHierarchy(rank, layout, domain);
+      std::vector<int32_t> x(n), y(n, -1);
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<int32_t>((i * 7 + rank * 13) % 1000);
+      comm->AllReduce(x.data(), y.data(), n, ACL_INT32, ReduceOp::kSum);
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t want = 0;
+        for (int r = 0; r < size; ++r) want += static_cast<int32_t>((i * 7 + r * 13) % 1000);
+        ASSERT_EQ(y[i], want) << "rank " << rank << " element " << i;
+      }
+      std::vector<float> f(n);
+      for (int64_t i = 0; i < n; ++i) f[i] = std::sin(0.37f * i + rank) * 1e3f / (rank + 1);
+      comm->AllReduce(f.data(), f.data(), n, ACL_FLOAT, ReduceOp::kSum);
+      floats[rank] = f;
+    });
+    for (int64_t i = 0; i < n; i += 97) {
+      double golden = 0;
+      for (int r = 0; r < size; ++r) golden += std::sin(0.37f * i + r) * 1e3f / (r + 1);
+      ASSERT_NEAR(floats[0][i], golden, 1e-3 * std::max(1.0, std::fabs(golden))) << i;
+    }
+    for (int r = 1; r < size; ++r) {
+      EXPECT_EQ(std::memcmp(floats[r].data(), floats[0].data(), n * sizeof(float)), 0)
+          << "rank " << r << " differs from rank 0 (layout of " << size << ")";
+    }
+  }
+}
+
 /// 2048 + 1 rounds to 2048 in float16 (ties to even), so a host-level partial rounded to float16
 /// would lose both ones: 2048 + 1 + 1 + 0 must come out 2050, rounded once.
 TEST(HierarchicalGoldenDirect, Float16SumsRoundOnce) {
@@ -194,7 +231,9 @@ TEST(HierarchicalGoldenDirect, AllGatherVLeavesHolesUntouched) {
 
 /// Traffic in one direction only: host 0's ranks send nothing (so they skip gathering to their
 /// leader) but receive from everyone; blocks land at rdispls in reverse rank order. Repeated on
-/// one communicator at growing then shrinking sizes: its scratch buffers outlive a call.
+/// one communicator at growing then shrinking sizes: its scratch buffers outlive a call. Scale
+/// 12000 makes blocks of up to 384 KB, which go directly between ranks instead of through the
+/// leaders (kDirectCrossBlockBytes = 256 KiB).
 TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
   const HostLayout layout = Layout({0, 1, 0, 1, 2});
   const int size = 5;
@@ -205,7 +244,7 @@ TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
   auto value = [](int j, int i, int64_t k) { return static_cast<int64_t>(1000 * j + 10 * i + k); };
   RunThreadRanks(size, [&](int rank) {
     auto comm = ThreadHierarchy(rank, layout, domain);
-    for (int64_t scale : {1, 500, 3}) {
+    for (int64_t scale : {1, 500, 12000, 3}) {
       std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
       std::vector<int64_t> in;
       for (int i = 0; i < size; ++i) {

@@ -8,9 +8,9 @@
 // hosts; "leader" = lowest global rank of a host):
 //
 // - AllReduce: intra AllReduce; leaders AllReduce across hosts; intra Broadcast from the leader,
-//   so every rank holds the leader's bits (bit-identical everywhere). float16/bfloat16 sums and
-//   products run in float32 end to end when H > 1 and round once at the leader (DESIGN.md: round
-//   once), the price being twice the bytes.
+//   so every rank holds the leader's bits (bit-identical everywhere).
+//   float16/bfloat16 sums and products run in float32 end to end when H > 1 and round once at the
+//   leader (DESIGN.md: round once), the price being twice the bytes.
 // - AllGatherV: intra AllGatherV packs the host's contributions (in rank order) into one host
 //   block; leaders AllGatherV the host blocks; intra Broadcast of all blocks; each rank unpacks
 //   them to its own rdispls (any layout, holes untouched).
@@ -22,7 +22,9 @@
 //   for other hosts are gathered to the leader (intra), exchanged as one message per host pair
 //   among leaders (inter AllToAllV), scattered by the receiving leader (intra) and unpacked to
 //   rdispls. Steps with nothing to move on this host (or anywhere) are skipped on every rank
-//   concerned alike.
+//   concerned alike. Once the largest block between hosts reaches 256 KiB, blocks for other hosts
+//   go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed): large
+//   blocks gain nothing from aggregation and lose two copies and the leader's bottleneck.
 // - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
 //   host; intra Broadcast from the leader on every other host.
 // - Send/Recv: intra when the peer is on this host, else over flat, where the receiver confirms
