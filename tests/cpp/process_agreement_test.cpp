@@ -25,13 +25,8 @@ using ::testing::HasSubstr;
 
 std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int rankSize,
                                                    const std::string& domain) {
-  CommParam param;
-  param.rank = rank;
-  param.rankSize = rankSize;
-  param.backend = "lccl";
-  param.commMode = COMM_MULTI_PROCESS;
-  param.commDomain = domain;
-  auto comm = std::dynamic_pointer_cast<shm::ProcessCommunicator>(CreateCommunicator(param));
+  auto comm =
+      std::dynamic_pointer_cast<shm::ProcessCommunicator>(MakeLcclComm(rank, rankSize, domain));
   if (comm == nullptr) Fail(ERROR_INTERNAL_ERROR, "lccl/process is not a ProcessCommunicator");
   return comm;
 }

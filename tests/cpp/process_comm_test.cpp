@@ -132,15 +132,7 @@ const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, Reduce
 /// 33333 int32 = 130 KiB: twice the 64 KiB slot of these tests.
 const size_t kSizes[] = {0, 1, 37, 1000, 33333};
 
-std::shared_ptr<Communicator> MakeComm(int rank, int rankSize, const std::string& domain) {
-  CommParam param;
-  param.rank = rank;
-  param.rankSize = rankSize;
-  param.backend = "lccl";
-  param.commMode = COMM_MULTI_PROCESS;
-  param.commDomain = domain;
-  return CreateCommunicator(param);
-}
+using testing::MakeLcclComm;
 
 /// Index of the first element where got != want, or -1.
 int64_t FirstDifference(const Buffer& got, const std::vector<double>& want) {
@@ -176,7 +168,7 @@ TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
       [size](int rank) {
         for (const char* algo : {"auto", "oneshot", "rsag"}) {
           setenv("COLLOPS_ALGO_ALLREDUCE", algo, 1);
-          auto comm = MakeComm(rank, size, std::string("allreduce-") + algo);
+          auto comm = MakeLcclComm(rank, size, std::string("allreduce-") + algo);
           ASSERT_EQ(comm->BackendName(), "lccl");
           ASSERT_EQ(comm->Rank(), rank);
           ASSERT_EQ(comm->Size(), size);
@@ -206,7 +198,7 @@ TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
 TEST_P(ProcessCommTest, AllReduceBeyondDefaultBuffer) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "big");
+    auto comm = MakeLcclComm(rank, size, "big");
     const size_t n = (5u << 20) / 4 + 3;  // more than the 4 MiB default slot
     Buffer in(ACL_FLOAT, n), out(ACL_FLOAT, n);
     std::vector<double> want(n, 0);
@@ -224,7 +216,7 @@ TEST_P(ProcessCommTest, AllGatherBytesAndAllGatherV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeComm(rank, size, "gather");
+        auto comm = MakeLcclComm(rank, size, "gather");
         for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
           std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
           for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
@@ -266,7 +258,7 @@ TEST_P(ProcessCommTest, ReduceScatterV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeComm(rank, size, "reduce-scatter");
+        auto comm = MakeLcclComm(rank, size, "reduce-scatter");
         for (DataType dtype : kDtypes) {
           for (ReduceOp op : kOps) {
             for (size_t scale : {size_t{1}, size_t{9001}}) {
@@ -307,7 +299,7 @@ TEST_P(ProcessCommTest, AllToAllV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeComm(rank, size, "alltoall");
+        auto comm = MakeLcclComm(rank, size, "alltoall");
         for (DataType dtype : kDtypes) {
           for (size_t scale : {size_t{0}, size_t{1}, size_t{3001}}) {
             std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
@@ -345,7 +337,7 @@ TEST_P(ProcessCommTest, BroadcastFromEveryRoot) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeComm(rank, size, "broadcast");
+        auto comm = MakeLcclComm(rank, size, "broadcast");
         for (DataType dtype : kDtypes) {
           for (size_t n : kSizes) {
             for (int root = 0; root < size; ++root) {
@@ -370,7 +362,7 @@ TEST_P(ProcessCommTest, SendRecvEveryPair) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeComm(rank, size, "p2p");
+        auto comm = MakeLcclComm(rank, size, "p2p");
         for (DataType dtype : kDtypes) {
           for (size_t n : kSizes) {
             // Every ordered pair in one fixed order: synchronous sends cannot deadlock.
@@ -406,7 +398,7 @@ TEST_P(ProcessCommTest, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "mismatch");
+    auto comm = MakeLcclComm(rank, size, "mismatch");
     std::vector<int32_t> buf(5, rank);
     if (rank <= 1) {
       try {
@@ -436,7 +428,7 @@ TEST_P(ProcessCommTest, BarrierWaitsForTheLastRank) {
   timespec start{};
   clock_gettime(CLOCK_MONOTONIC, &start);
   RunProcessRanks(size, [size, start](int rank) {
-    auto comm = MakeComm(rank, size, "barrier");
+    auto comm = MakeLcclComm(rank, size, "barrier");
     comm->Barrier();
     timespec before{};
     clock_gettime(CLOCK_MONOTONIC, &before);
@@ -455,7 +447,7 @@ TEST_P(ProcessCommTest, BarrierWaitsForTheLastRank) {
 TEST_P(ProcessCommTest, ReductionsAreBitIdenticalOnEveryRank) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeComm(rank, size, "bits");
+    auto comm = MakeLcclComm(rank, size, "bits");
     for (size_t n : {size_t{1000}, size_t{200001}}) {
       for (DataType dtype : {ACL_FLOAT, ACL_FLOAT16}) {
         // Inexact values: any change of order or rounding shows in the bits.

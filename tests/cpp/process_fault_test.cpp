@@ -33,15 +33,7 @@ using testing::ProcessRanksOptions;
 using testing::RankOutcome;
 using testing::RunProcessRanks;
 
-std::shared_ptr<Communicator> MakeComm(int rank, int rankSize, const std::string& domain) {
-  CommParam param;
-  param.rank = rank;
-  param.rankSize = rankSize;
-  param.backend = "lccl";
-  param.commMode = COMM_MULTI_PROCESS;
-  param.commDomain = domain;
-  return CreateCommunicator(param);
-}
+using testing::MakeLcclComm;
 
 bool Contains(const std::string& text, const std::string& piece) {
   return text.find(piece) != std::string::npos;
@@ -76,7 +68,7 @@ void KillMidCollective(int size, int victim) {
       size,
       [&](int rank) {
         close(ready[0]);
-        auto comm = MakeComm(rank, size, "kill");
+        auto comm = MakeLcclComm(rank, size, "kill");
         std::vector<float> in(1 << 18, 1.0f), out(in.size());
         comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
         ASSERT_EQ(write(ready[1], "x", 1), 1);
@@ -129,7 +121,7 @@ TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {
         if (rank == 2) return;  // never joins
         const auto start = std::chrono::steady_clock::now();
         try {
-          MakeComm(rank, 3, "late");
+          MakeLcclComm(rank, 3, "late");
           ADD_FAILURE() << "rank " << rank << " formed a communicator without rank 2";
         } catch (const Error& e) {
           EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
@@ -151,7 +143,7 @@ TEST(ProcessFaultTest, MissingRankZeroIsNamedInTimeout) {
       [](int rank) {
         if (rank == 0) return;
         try {
-          MakeComm(rank, 2, "no-root");
+          MakeLcclComm(rank, 2, "no-root");
           ADD_FAILURE() << "formed a communicator without rank 0";
         } catch (const Error& e) {
           EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
@@ -167,7 +159,7 @@ TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
   RunProcessRanks(
       3,
       [](int rank) {
-        auto comm = MakeComm(rank, 3, "skip");
+        auto comm = MakeLcclComm(rank, 3, "skip");
         if (rank == 1) {
           std::this_thread::sleep_for(std::chrono::seconds(4));  // alive, but skips the barrier
           return;
@@ -192,14 +184,14 @@ TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
   RunProcessRanks(
       2,
       [](int rank) {
-        auto broken = MakeComm(rank, 2, "replace");
+        auto broken = MakeLcclComm(rank, 2, "replace");
         if (rank == 0) {
           EXPECT_THROW(broken->Barrier(), Error);
           EXPECT_TRUE(broken->Broken());
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         }
-        auto fresh = MakeComm(rank, 2, "replace");
+        auto fresh = MakeLcclComm(rank, 2, "replace");
         int32_t in = rank + 1, out = 0;
         fresh->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
         EXPECT_EQ(out, 3);
@@ -212,7 +204,7 @@ TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
   RunProcessRanks(6, [&base](int index) {
     const int job = index / 3, rank = index % 3;
     setenv("COLLOPS_JOB_ID", (base + "-job" + std::to_string(job)).c_str(), 1);
-    auto comm = MakeComm(rank, 3, "shared-domain");
+    auto comm = MakeLcclComm(rank, 3, "shared-domain");
     for (int iteration = 0; iteration < 200; ++iteration) {
       std::vector<int32_t> in(1000 + iteration, (job + 1) * 100 + rank), out(in.size());
       comm->AllReduce(in.data(), out.data(), in.size(), ACL_INT32, ReduceOp::kSum);
@@ -230,7 +222,7 @@ TEST(ProcessFaultTest, TwoProcessesClaimingOneRankFailNamingTheOther) {
   const auto outcomes = ForkRanks(3, [&](int index) {
     const int rank = index == 0 ? 0 : 1;
     try {
-      auto comm = MakeComm(rank, 2, "clash");
+      auto comm = MakeLcclComm(rank, 2, "clash");
       comm->Barrier();
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       status[index] = NO_ERROR;
@@ -292,7 +284,7 @@ TEST(ProcessFaultTest, ProcessOfAnotherUserIsRefused) {
           ASSERT_TRUE(WIFEXITED(status));
           ASSERT_EQ(WEXITSTATUS(status), 0) << "the intruder was not refused with a clear error";
         }
-        auto comm = MakeComm(rank, 2, "foreign");
+        auto comm = MakeLcclComm(rank, 2, "foreign");
         int32_t in = rank + 1, out = 0;
         comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
         EXPECT_EQ(out, 3);
@@ -308,7 +300,7 @@ TEST(ProcessFaultTest, InvalidBufferSizeFailsOnEveryRank) {
       3,
       [](int rank) {
         try {
-          MakeComm(rank, 3, "bad-size");
+          MakeLcclComm(rank, 3, "bad-size");
           ADD_FAILURE() << "accepted COLLOPS_SHM_BYTES=lots";
         } catch (const Error& e) {
           EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
@@ -375,7 +367,7 @@ TEST(ProcessFaultTest, NothingIsLeftBehindAfterNormalExitTimeoutAndSigkill) {
     RunProcessRanks(
         3,
         [&jobs](int rank) {
-          auto comm = MakeComm(rank, 3, "residue");
+          auto comm = MakeLcclComm(rank, 3, "residue");
           std::vector<float> in(100000, 1.0f), out(in.size());
           comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
           comm->Broadcast(in.data(), in.size(), ACL_FLOAT, 2);
@@ -393,7 +385,7 @@ TEST(ProcessFaultTest, NothingIsLeftBehindAfterNormalExitTimeoutAndSigkill) {
     ForkRanks(
         2,
         [](int rank) {
-          if (rank == 0) MakeComm(0, 2, "residue-timeout");
+          if (rank == 0) MakeLcclComm(0, 2, "residue-timeout");
         },
         options);
   }

@@ -17,10 +17,12 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collops/backend.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -59,6 +61,19 @@ struct ProcessRanksOptions {
 inline std::string NewJobId() {
   static int counter = 0;
   return Concat("gtest-", getpid(), "-", ++counter);
+}
+
+/// This rank's multi-process lccl communicator of (domain, rankSize): where the process tests'
+/// ranks start.
+inline std::shared_ptr<Communicator> MakeLcclComm(int rank, int rankSize,
+                                                  const std::string& domain) {
+  CommParam param;
+  param.rank = rank;
+  param.rankSize = rankSize;
+  param.backend = "lccl";
+  param.commMode = COMM_MULTI_PROCESS;
+  param.commDomain = domain;
+  return CreateCommunicator(param);
 }
 
 /// Number of failed gtest parts recorded so far in the current test.

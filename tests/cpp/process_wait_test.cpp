@@ -18,15 +18,7 @@ namespace {
 using testing::ProcessRanksOptions;
 using testing::RunProcessRanks;
 
-std::shared_ptr<Communicator> MakeComm(int rank, int rankSize, const std::string& domain) {
-  CommParam param;
-  param.rank = rank;
-  param.rankSize = rankSize;
-  param.backend = "lccl";
-  param.commMode = COMM_MULTI_PROCESS;
-  param.commDomain = domain;
-  return CreateCommunicator(param);
-}
+using testing::MakeLcclComm;
 
 TEST(ProcessWait, RejectsBadBudgetsByName) {
   for (const char* name : {"COLLOPS_SHM_SPIN_US", "COLLOPS_SHM_YIELD_US", "COLLOPS_SHM_BIND"}) {
@@ -37,7 +29,7 @@ TEST(ProcessWait, RejectsBadBudgetsByName) {
           1,
           [&](int rank) {
             try {
-              MakeComm(rank, 1, "bad-budget");
+              MakeLcclComm(rank, 1, "bad-budget");
               ADD_FAILURE() << name << "=" << value << " was accepted";
             } catch (const Error& e) {
               EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
@@ -51,7 +43,7 @@ TEST(ProcessWait, RejectsBadBudgetsByName) {
 
 /// Ranks that arrive at different times, so waits run into each phase of the budget.
 void StaggeredAllReduces(int rank, int size) {
-  auto comm = MakeComm(rank, size, "staggered");
+  auto comm = MakeLcclComm(rank, size, "staggered");
   for (int i = 0; i < 6; ++i) {
     if (rank == i % size) usleep(2000);  // outlasts a small spin budget: the peers sleep
     std::vector<int32_t> in(1000 + i, rank + 1), out(in.size(), 0);
@@ -98,7 +90,7 @@ TEST(ProcessWait, BindPinsRankToItsOwnCpuOnlyWhenAskedAndThereAreEnough) {
     RunProcessRanks(
         2,
         [&](int rank) {
-          auto comm = MakeComm(rank, 2, "bind");
+          auto comm = MakeLcclComm(rank, 2, "bind");
           const std::vector<int> after = AllowedCpus();
           if (std::string(bind) == "1") {
             EXPECT_EQ(after, std::vector<int>{before[rank]}) << "rank " << rank;
@@ -117,7 +109,7 @@ TEST(ProcessWait, BindPinsRankToItsOwnCpuOnlyWhenAskedAndThereAreEnough) {
   RunProcessRanks(
       ranks,
       [&](int rank) {
-        auto comm = MakeComm(rank, ranks, "bind-over");
+        auto comm = MakeLcclComm(rank, ranks, "bind-over");
         EXPECT_EQ(AllowedCpus(), before) << "rank " << rank;
         comm->Barrier();
       },

@@ -11,6 +11,29 @@ namespace collops {
 namespace shm {
 namespace {
 
+#if defined(__x86_64__) || defined(__i386__)
+/// Copies the whole 64-byte blocks of [src, src + bytes) with SSE2 (the x86-64 baseline; measured
+/// as fast as AVX2 here), with streaming stores when kStream (`dst` then 16-byte aligned), and
+/// returns how many bytes it copied.
+template <bool kStream>
+size_t CopyBlocks(uint8_t* d, const uint8_t* s, size_t bytes) {
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i) + k);
+    for (int k = 0; k < 4; ++k) {
+      auto* to = reinterpret_cast<__m128i*>(d + i) + k;
+      if constexpr (kStream) {
+        _mm_stream_si128(to, v[k]);
+      } else {
+        _mm_storeu_si128(to, v[k]);
+      }
+    }
+  }
+  return i;
+}
+#endif
+
 /// Destination-after-source distances (mod 4 KiB) that put glibc's rep movsb on its slow path.
 bool SlowForMemcpy(const void* dst, const void* src) {
   const uintptr_t distance =
@@ -26,18 +49,7 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
   if (bytes >= 2048 && SlowForMemcpy(dst, src)) {
     auto* d = static_cast<uint8_t*>(dst);
     const auto* s = static_cast<const uint8_t*>(src);
-    size_t i = 0;
-    // SSE2 is the x86-64 baseline; measured as fast as AVX2 here for these copies.
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-    }
+    const size_t i = CopyBlocks<false>(d, s, bytes);
     std::memcpy(d + i, s + i, bytes - i);
     return;
   }
@@ -55,17 +67,7 @@ void StreamBytes(void* dst, const void* src, size_t bytes) {
   d += head;
   s += head;
   bytes -= head;
-  size_t i = 0;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
+  const size_t i = CopyBlocks<true>(d, s, bytes);
   _mm_sfence();
   std::memcpy(d + i, s + i, bytes - i);
 #else
