@@ -205,6 +205,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
     CallSignature signature;
     RunSharingFailure(context, [&] {
       std::vector<TensorDesc> descs;
+      descs.reserve(variantPack.inTensors.size() + variantPack.outTensors.size());
       for (const auto& t : variantPack.inTensors) descs.push_back(t.desc);
       for (const auto& t : variantPack.outTensors) descs.push_back(t.desc);
       if (descs != setupDescs_) {

@@ -27,6 +27,13 @@ uint64_t HashName(const std::string& name) {  // FNV-1a: stable across processes
 
 }  // namespace
 
+std::string ReducingOpName(const char* op, ReduceOp reduction) {
+  const char* name = ReduceOpName(reduction);
+  std::string out;
+  out.reserve(std::strlen(op) + 1 + std::strlen(name));
+  return out.append(op).append(1, '/').append(name);
+}
+
 size_t AgreementRecordBytes(int rankSize) {
   return sizeof(WireHeader) + 2 * static_cast<size_t>(rankSize) * sizeof(int64_t);
 }

@@ -33,7 +33,7 @@ void AllReduceOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
 
 CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
-  s.opName = Concat(kName, "/", ReduceOpName(reduceOp_));
+  s.opName = ReducingOpName(kName, reduceOp_);
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = NumElements(pack.inTensors[0].desc.shape);
   return s;

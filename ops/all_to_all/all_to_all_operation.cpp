@@ -57,7 +57,7 @@ CallSignature AllToAllOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
   // The mode is part of the name: a plain rank and a transposing rank would exchange
   // differently cut blocks of the same size.
-  s.opName = transpose_ ? Concat(kName, "/transpose") : kName;
+  s.opName = transpose_ ? std::string(kName) + "/transpose" : kName;
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = NumElements(pack.inTensors[0].desc.shape);
   return s;

@@ -125,7 +125,7 @@ void ReduceScatterVOperation::PrepareImpl(const VariantPack& pack) {
 
 CallSignature ReduceScatterVOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
-  s.opName = Concat(kName, "/", ReduceOpName(reduceOp_));
+  s.opName = ReducingOpName(kName, reduceOp_);
   s.dtype = pack.inTensors[0].desc.dtype;
   // x.numel() legitimately differs between ranks; the per-pair counts are what must agree.
   s.sendCounts = sendCounts_;

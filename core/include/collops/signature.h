@@ -27,6 +27,10 @@ struct CallSignature {
   std::string recvField = "recvCounts";
 };
 
+/// "<op>/<reduction>": the opName of a reducing call's signature. Built without a stream (Concat's
+/// ostringstream was a third of a small AllReduce's per-call work: every Execute builds one).
+std::string ReducingOpName(const char* op, ReduceOp reduction);
+
 /// Exchanges `mine` with every rank of `comm` now (one AllGatherBytes) and throws
 /// Error(ERROR_RANK_MISMATCH) when any two ranks disagree; the message names both ranks and both
 /// values and is identical on every rank. When some rank's record carries failedStatus, every
