@@ -65,8 +65,12 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
 
 void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
                            const CallSignature& mine) {
-  std::vector<WireHeader> headers(size);
-  for (int r = 0; r < size; ++r) std::memcpy(&headers[r], records + r * stride, sizeof(WireHeader));
+  // Read in place (records need not be aligned): no allocation on the path of every call.
+  const auto header = [&](int r) {
+    WireHeader h;
+    std::memcpy(&h, records + r * stride, sizeof h);
+    return h;
+  };
   const auto counts = [&](int r, int which, int j) {
     int64_t v;
     std::memcpy(&v, records + r * stride + sizeof(WireHeader) + (which * size + j) * 8, 8);
@@ -75,14 +79,15 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
   // Every rank scans the same records in the same order, so all report the same first
   // disagreement.
   for (int r = 0; r < size; ++r) {
-    if (headers[r].failedStatus != 0) {
+    const int32_t failed = header(r).failedStatus;
+    if (failed != 0) {
       Fail(ERROR_RANK_MISMATCH, mine.opName, ": rank ", r, " failed its own checks for this call (",
-           StatusName(headers[r].failedStatus), "); its error message says why");
+           StatusName(failed), "); its error message says why");
     }
   }
+  const WireHeader a = header(0);
   for (int r = 1; r < size; ++r) {
-    const WireHeader& a = headers[0];
-    const WireHeader& b = headers[r];
+    const WireHeader b = header(r);
     if (a.opHash != b.opHash || a.hasCounts != b.hasCounts) {
       Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the operation: rank 0 runs ",
            a.opName, " but rank ", r, " runs ", b.opName);
@@ -101,7 +106,7 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
            a.count, " but rank ", r, " has ", b.count);
     }
   }
-  if (headers[0].hasCounts == 0) return;
+  if (a.hasCounts == 0) return;
   for (int i = 0; i < size; ++i) {
     for (int j = 0; j < size; ++j) {
       const int64_t sent = counts(i, 0, j);

@@ -10,8 +10,9 @@ VerifiedCommunicator::VerifiedCommunicator(std::shared_ptr<Communicator> inner, 
   if (inner_ == nullptr) Fail(ERROR_COMM_EMPTY, label_, ": no communicator to verify");
 }
 
+// Runs on every call, so no stream (Concat): see ReducingOpName.
 std::string VerifiedCommunicator::Name(const char* primitive) const {
-  return Concat(label_, " ", primitive);
+  return std::string(label_).append(1, ' ').append(primitive);
 }
 
 void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
@@ -25,7 +26,7 @@ void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t byte
 void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                      ReduceOp op) {
   CallSignature s;
-  s.opName = Concat(Name("AllReduce"), "/", ReduceOpName(op));
+  s.opName = ReducingOpName(Name("AllReduce").c_str(), op);
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   inner_->Agree(s);
@@ -50,7 +51,7 @@ void VerifiedCommunicator::ReduceScatterV(const void* in, const int64_t* sendCou
                                           const int64_t* sdispls, void* out, size_t recvCount,
                                           DataType dtype, ReduceOp op) {
   CallSignature s;
-  s.opName = Concat(Name("ReduceScatterV"), "/", ReduceOpName(op));
+  s.opName = ReducingOpName(Name("ReduceScatterV").c_str(), op);
   s.dtype = dtype;
   s.sendCounts.assign(sendCounts, sendCounts + Size());
   s.recvCounts.assign(Size(), static_cast<int64_t>(recvCount));
