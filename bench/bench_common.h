@@ -334,6 +334,8 @@ struct Options {
   int iters = 20;
   bool check = false;
   bool json = false;
+  /// --shared: data buffers from the communicator's AllocateShared() (collops-bench, process mode)
+  bool shared = false;
 };
 
 inline int64_t ParseBytes(const std::string& s) {
@@ -366,7 +368,8 @@ inline void Usage(const char* prog, bool hasMode) {
       "       alltoall alltoallv sendrecv\n"
       "  dtypes: float32 float64 float16 bfloat16 int8 int16 int32 int64 uint8\n",
       prog,
-      hasMode ? " [-r 2] [--mode process|thread|mpirun]  (mpirun: ranks from mpirun -np)"
+      hasMode ? " [-r 2] [--mode process|thread|mpirun] [--shared]  (mpirun: ranks from mpirun "
+                "-np; --shared: process mode, buffers from AllocateShared)"
               : "  (ranks: mpirun -np)");
   std::exit(2);
 }
@@ -394,6 +397,8 @@ inline Options ParseOptions(int argc, char** argv, bool hasMode) {
       o.check = true;
     else if (a == "--json")
       o.json = true;
+    else if (a == "--shared" && hasMode)
+      o.shared = true;
     else if (a == "-r" && hasMode)
       o.ranks = std::atoi(next().c_str());
     else if (a == "--mode" && hasMode) {

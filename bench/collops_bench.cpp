@@ -59,38 +59,66 @@ DataType ToCollops(Kind kind) {
   return collops::ACL_DT_UNDEFINED;
 }
 
+/// Where data buffers come from: null, the C++ heap; with --shared, the AllocateShared() memory of
+/// the communicator the rank's operations use (set once per rank process).
+collops::Communicator* gSharedSource = nullptr;
+
 /// A CPU tensor owning its bytes (int64 count tensors also expose them as hostData).
-struct Buffer {
-  std::vector<uint8_t> bytes;
+class Buffer {
+ public:
   Tensor tensor;
 
-  Buffer(DataType dtype, std::vector<int64_t> shape) {
+  /// `data`: an operation's data buffer, from gSharedSource when set (counts never are).
+  Buffer(DataType dtype, std::vector<int64_t> shape, bool data = true) {
     tensor.desc.dtype = dtype;
     tensor.desc.shape = collops::MakeDims(shape);
     tensor.dataSize = collops::TensorBytes(tensor.desc);
-    bytes.assign(tensor.dataSize + 64, 0);  // never a null pointer, even for 0 elements
-    tensor.deviceData = bytes.data();
+    Allocate(tensor.dataSize + 64, data ? gSharedSource : nullptr);  // never null, even empty
+    tensor.deviceData = this->data();
   }
   static Buffer Counts(const std::vector<int64_t>& v) {
-    Buffer b(collops::ACL_INT64, {static_cast<int64_t>(v.size())});
-    std::memcpy(b.bytes.data(), v.data(), v.size() * 8);
-    b.tensor.hostData = b.bytes.data();
+    Buffer b(collops::ACL_INT64, {static_cast<int64_t>(v.size())}, /*data=*/false);
+    std::memcpy(b.data(), v.data(), v.size() * 8);
+    b.tensor.hostData = b.data();
     return b;
   }
-  Buffer(const Buffer& o) : bytes(o.bytes), tensor(o.tensor) { Rebind(); }
+  Buffer(const Buffer& o) : tensor(o.tensor) { CopyFrom(o); }
   Buffer& operator=(const Buffer& o) {
-    bytes = o.bytes;
-    tensor = o.tensor;
-    Rebind();
+    if (this != &o) {
+      tensor = o.tensor;
+      CopyFrom(o);
+    }
     return *this;
   }
+  uint8_t* data() const { return storage_.get(); }
 
  private:
-  void Rebind() {
-    const bool host = tensor.hostData != nullptr;
-    tensor.deviceData = bytes.data();
-    if (host) tensor.hostData = bytes.data();
+  void Allocate(size_t bytes, collops::Communicator* source) {
+    bytes_ = bytes;
+    source_ = source;
+    if (source == nullptr) {
+      storage_.reset(new uint8_t[bytes](), std::default_delete<uint8_t[]>());
+      return;
+    }
+    auto* p = static_cast<uint8_t*>(source->AllocateShared(bytes));
+    if (p == nullptr) {
+      throw collops::Error(collops::ERROR_OUT_OF_HOST_MEMORY,
+                           collops::Concat("--shared: AllocateShared(", bytes,
+                                           ") gave null (raise COLLOPS_SHM_HEAP_BYTES)"));
+    }
+    storage_.reset(p, [source](uint8_t* q) { source->FreeShared(q); });
   }
+  void CopyFrom(const Buffer& o) {
+    Allocate(o.bytes_, o.source_);
+    std::memcpy(data(), o.data(), bytes_);
+    const bool host = tensor.hostData != nullptr;
+    tensor.deviceData = data();
+    if (host) tensor.hostData = data();
+  }
+
+  std::shared_ptr<uint8_t> storage_;
+  size_t bytes_ = 0;
+  collops::Communicator* source_ = nullptr;
 };
 
 const char* BackendOf(const Options& o) { return o.mode == Mode::kMpirun ? "hccl" : "lccl"; }
@@ -177,7 +205,7 @@ class RankCase {
       }
     }
     FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast && rank != 0 ? 0 : rank, in,
-              x_[0].bytes.data());
+              x_[0].data());
     if (o.op == Op::kBroadcast && rank != 0) Poison(x_[0]);
     for (auto& step : steps_) SetupStep(step);
   }
@@ -210,7 +238,7 @@ class RankCase {
     Execute();
     const int64_t count = o_.op == Op::kBroadcast ? layout_.inCount : layout_.outCount;
     return CountWrong(o_.op, o_.dtype->kind, o_.dtype->size, o_.ranks, rank_, layout_,
-                      result.bytes.data(), count);
+                      result.data(), count);
   }
 
   const Layout& layout() const { return layout_; }
@@ -255,7 +283,7 @@ class RankCase {
 
   Buffer& ResultBuffer() { return o_.op == Op::kBroadcast ? x_[0] : y_.back(); }
 
-  static void Poison(Buffer& b) { std::memset(b.bytes.data(), 0xA5, b.tensor.dataSize); }
+  static void Poison(Buffer& b) { std::memset(b.data(), 0xA5, b.tensor.dataSize); }
 
   const Options& o_;
   int rank_;
@@ -302,10 +330,25 @@ struct Shared {
   ~Shared() { munmap(base, length); }
 };
 
+/// --shared: this rank's data buffers come from the communicator its operations use (the one the
+/// default context's pool holds for their params).
+void UseSharedBuffers(const Options& o, int rank) {
+  collops::CommParam param;
+  param.rank = rank;
+  param.rankSize = o.ranks;
+  param.backend = BackendOf(o);
+  param.commMode = collops::COMM_MULTI_PROCESS;
+  param.commDomain = "bench";
+  static std::shared_ptr<collops::Communicator> comm;
+  comm = collops::DefaultContext().Communicators().Get(param);
+  gSharedSource = comm.get();
+}
+
 /// One rank's whole run over every size. Returns 0, or 1 after recording an error.
 int RunRank(const Options& o, int rank, Shared& sh) {
   const std::vector<int64_t> sizes = Sizes(o);
   try {
+    if (o.shared) UseSharedBuffers(o, rank);
     for (size_t s = 0; s < sizes.size(); ++s) {
       RankCase c(o, rank, sizes[s]);
       for (int i = 0; i < o.warmup; ++i) c.Execute();
@@ -345,7 +388,7 @@ std::vector<int64_t> Reduced(collops::Communicator* comm, const char* type,
   OperationPtr op = collops::MakeOperation("AllReduceOperation", p, comm);
   const int64_t n = static_cast<int64_t>(values.size());
   Buffer x(collops::ACL_INT64, {n}), y(collops::ACL_INT64, {n});
-  std::memcpy(x.bytes.data(), values.data(), n * sizeof(int64_t));
+  std::memcpy(x.data(), values.data(), n * sizeof(int64_t));
   collops::VariantPack pack;
   pack.inTensors = {x.tensor};
   pack.outTensors = {y.tensor};
@@ -355,7 +398,7 @@ std::vector<int64_t> Reduced(collops::Communicator* comm, const char* type,
   if (s == collops::NO_ERROR) s = op->Execute(pack, workspace.data(), ws, nullptr);
   if (s != collops::NO_ERROR) Throw(s, "AllReduceOperation (gathering the results)");
   std::vector<int64_t> out(values.size());
-  std::memcpy(out.data(), y.bytes.data(), n * sizeof(int64_t));
+  std::memcpy(out.data(), y.data(), n * sizeof(int64_t));
   return out;
 }
 
@@ -434,7 +477,13 @@ int Main(int argc, char** argv) {
   const std::vector<int64_t> sizes = Sizes(o);
   Shared sh(static_cast<int>(sizes.size()), o.ranks, o.iters);
   const bool threadMode = o.mode == Mode::kThread;
-  const char* system = threadMode ? "collops-thread" : "collops-process";
+  if (o.shared && threadMode) {
+    std::fprintf(stderr, "collops-bench: --shared is for --mode process (threads share memory)\n");
+    return 2;
+  }
+  const char* system = threadMode ? "collops-thread"
+                       : o.shared ? "collops-process-shared"
+                                  : "collops-process";
   PrintHeader(o, system);
   std::fflush(stdout);
 

@@ -30,6 +30,8 @@ void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
 void Communicator::Barrier() { Unsupported("Barrier"); }
 std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
 void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, mine); }
+void* Communicator::AllocateShared(size_t) { return nullptr; }
+bool Communicator::FreeShared(void*) { return false; }
 
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,

@@ -258,6 +258,74 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
   }
 }
 
+bool ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sendCounts,
+                                        const int64_t* sdispls, uint8_t* out,
+                                        const int64_t* recvCounts, const int64_t* rdispls,
+                                        size_t e) {
+  const uint64_t next = round_ + 1;
+  size_t inExtent = 0, outExtent = 0;
+  bool displaced = true;  // negative displacements never reach here (operations check them)
+  for (int r = 0; r < size_; ++r) {
+    displaced = displaced && sdispls[r] >= 0 && rdispls[r] >= 0;
+    inExtent = std::max(inExtent,
+                        static_cast<size_t>(sdispls[r] + std::max<int64_t>(sendCounts[r], 0)) * e);
+    outExtent = std::max(outExtent,
+                         static_cast<size_t>(rdispls[r] + std::max<int64_t>(recvCounts[r], 0)) * e);
+  }
+  const int64_t inAt = displaced ? heap_.OffsetOf(in, inExtent) : -1;
+  const int64_t outAt = displaced ? heap_.OffsetOf(out, outExtent) : -1;
+  const bool any = inAt >= 0 || outAt >= 0;
+  if (any) {
+    const DirectTable table = segment_.Direct(rank_, next);
+    for (int r = 0; r < size_; ++r) {
+      table.from[r] = inAt >= 0 ? inAt + sdispls[r] * static_cast<int64_t>(e) : -1;
+      table.to[r] = outAt >= 0 ? outAt + rdispls[r] * static_cast<int64_t>(e) : -1;
+    }
+  }
+  segment_.Rank(rank_).direct[next & 1].store(any ? 1 : 0, std::memory_order_relaxed);
+  return any;
+}
+
+bool ProcessCommunicator::ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts,
+                                         size_t e) {
+  bool anyone = false;
+  for (int r = 0; r < size_; ++r) {
+    anyone = anyone || segment_.Rank(r).direct[round_ & 1].load(std::memory_order_relaxed) != 0;
+  }
+  if (!anyone) return false;
+  const uint64_t heapBytes = segment_.HeapBytes();
+  // A table entry of `owner` for a piece of `bytes`: its address, or null when it has none.
+  auto entry = [&](int owner, bool to, int peer, int64_t bytes) -> uint8_t* {
+    if (segment_.Rank(owner).direct[round_ & 1].load(std::memory_order_relaxed) == 0)
+      return nullptr;
+    const DirectTable table = segment_.Direct(owner, round_);
+    const int64_t offset = to ? table.to[peer] : table.from[peer];
+    if (offset < 0) return nullptr;
+    const uint64_t length = static_cast<uint64_t>(std::max<int64_t>(bytes, 0));
+    if (static_cast<uint64_t>(offset) > heapBytes || length > heapBytes - offset) {
+      Break(ERROR_COMM_FAIL, owner,
+            Concat(Where(), "rank ", owner, " published heap range [", offset, ", +", length,
+                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
+    }
+    return segment_.Heap(owner) + offset;
+  };
+  for (int j = 0; j < size_; ++j) {
+    DirectPeer& peer = direct_[j];
+    peer = DirectPeer{};
+    if (j == rank_) continue;
+    const int64_t sendBytes = sendCounts[j] * static_cast<int64_t>(e);
+    const int64_t recvBytes = recvCounts[j] * static_cast<int64_t>(e);
+    // Writing into the receiver's heap wins over reading from the sender's: the receiver's
+    // output is what the call must fill, and a push needs no copy on the receiving side.
+    peer.pushTo = entry(j, /*to=*/true, rank_, sendBytes);
+    peer.send = peer.pushTo != nullptr || entry(rank_, /*to=*/false, j, sendBytes) != nullptr;
+    const bool pushed = entry(rank_, /*to=*/true, j, recvBytes) != nullptr;
+    if (!pushed) peer.pullFrom = entry(j, /*to=*/false, rank_, recvBytes);
+    peer.recv = pushed || peer.pullFrom != nullptr;
+  }
+  return true;
+}
+
 void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
                                     const int64_t* sdispls, void* out, const int64_t* recvCounts,
                                     const int64_t* rdispls, DataType dtype) {
@@ -279,35 +347,64 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
             static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e, outputBytes);
   };
   if (size_ == 1) return copyOwn();
-  const size_t region = RegionBytes();
-  const size_t per = region / e;
+  // The first round stages the first region of every piece and carries the heap tables; once
+  // they are known, the rest of a direct piece moves in one copy, and the staged rounds that
+  // follow carry only the other pieces (their largest, republished with round 2, sets how many
+  // there are). Round 2 is then also what keeps a sender's input and a receiver's output in
+  // place until every direct copy of them is done.
+  if (segment_.HasHeaps()) PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e);
+  const size_t per = RegionBytes() / e;
+  const auto roundsFor = [&](size_t floor) {
+    int64_t most = 0;
+    for (int r = 0; r < size_; ++r) {
+      most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));
+    }
+    return std::max(floor, CeilDiv(static_cast<size_t>(most), per));
+  };
+  bool direct = false;
   size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) {
+      if (r != rank_ && !(direct && direct_[r].send)) {
         CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
     }
-    if (k == 0) {
+    if (k == 0)
       segment_.Rank(rank_).value[(round_ + 1) & 1].store(mostHere, std::memory_order_relaxed);
-    }
     Round();
     if (k == 0) {
       copyOwn();  // after the first round: the agreement check precedes any output
-      int64_t most = 0;
-      for (int r = 0; r < size_; ++r) {
-        most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));
-      }
-      rounds = std::max<size_t>(1, CeilDiv(static_cast<size_t>(most), per));
+      rounds = roundsFor(1);
+      direct = rounds > 1 && segment_.HasHeaps() && ClassifyDirect(sendCounts, recvCounts, e);
+    } else if (k == 1 && direct) {
+      rounds = roundsFor(2);
     }
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) {
+      if (r != rank_ && !(k > 0 && direct && direct_[r].recv)) {
         CopyOut(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
                 Clip(recvCounts[r], lo, per) * e, outputBytes);
       }
+    }
+    if (k == 0 && direct) {
+      int64_t stagedMost = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const DirectPeer& peer = direct_[r];
+        if (peer.pushTo != nullptr) {
+          CopyOut(peer.pushTo + per * e, src + (sdispls[r] + per) * e,
+                  Clip(sendCounts[r], per, SIZE_MAX) * e, outputBytes);
+        }
+        if (peer.pullFrom != nullptr) {
+          CopyOut(dst + (rdispls[r] + per) * e, peer.pullFrom + per * e,
+                  Clip(recvCounts[r], per, SIZE_MAX) * e, outputBytes);
+        }
+        if (!peer.send) stagedMost = std::max(stagedMost, sendCounts[r]);
+        if (!peer.recv) stagedMost = std::max(stagedMost, recvCounts[r]);
+      }
+      segment_.Rank(rank_).value[(round_ + 1) & 1].store(stagedMost, std::memory_order_relaxed);
     }
   }
 }

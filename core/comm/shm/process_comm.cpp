@@ -137,14 +137,20 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   spec.timeoutSeconds = timeoutSeconds_;
   RendezvousResult joined = Rendezvous(spec, [&] {
     UniqueFd fd;
-    Segment created = Segment::Create(SegmentLayout::For(size_, SlotBytesFromEnv(size_)), &fd);
+    Segment created = Segment::Create(
+        SegmentLayout::For(size_, SlotBytesFromEnv(size_), HeapBytesFromEnv()), &fd);
     WritePolicy(created.Header(), size_);
     segment_ = std::move(created);
     return fd;
   });
   if (rank_ != 0) segment_ = Segment::Attach(joined.memory.Get(), size_);
-  // The mapping keeps the memory alive; the descriptor is no longer needed.
-  joined.memory.Reset();
+  memory_ = std::move(joined.memory);
+  if (segment_.HasHeaps()) {
+    const SegmentLayout& layout = segment_.Layout();
+    heap_.Reset(memory_.Get(), segment_.Heap(rank_), layout.heapOffset + rank_ * layout.heapBytes,
+                layout.heapBytes);
+  }
+  direct_.assign(size_, DirectPeer{});
   claim_ = std::move(joined.claim);
   pids_ = std::move(joined.pids);
   pidfds_.resize(size_);

@@ -36,6 +36,7 @@
 #include "collops/signature.h"
 #include "collops/status.h"
 #include "core/comm/shm/process_fd.h"
+#include "core/comm/shm/process_heap.h"
 #include "core/comm/shm/process_segment.h"
 #include "core/comm/shm/wait_word.h"
 
@@ -67,11 +68,17 @@ class ProcessCommunicator final : public Communicator {
   void Barrier() override;
   void Agree(const CallSignature& mine) override;
   bool Broken() const override { return failureStatus_ != NO_ERROR; }
+  /// From this rank's heap in the segment (process_heap.h); nullptr when COLLOPS_SHM_HEAP_BYTES
+  /// is 0, R > 64, or the heap has no room.
+  void* AllocateShared(size_t bytes) override { return heap_.Allocate(bytes); }
+  bool FreeShared(void* p) override { return heap_.Free(p); }
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
   /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
   uint64_t Rounds() const { return round_; }
+  /// Bytes of this rank's heap handed out by AllocateShared (tests).
+  uint64_t SharedBytes() const { return heap_.AllocatedBytes(); }
 
  private:
   // --- process_comm.cpp: round synchronisation and failure handling ---
@@ -160,10 +167,32 @@ class ProcessCommunicator final : public Communicator {
   size_t RegionBytes() const;
   /// Where the region for `destination` starts inside a half of `owner` (never owner itself).
   size_t RegionOffset(int owner, int destination) const;
+  /// Pieces that move directly between heaps (process_algorithms.cpp): publishes this rank's
+  /// DirectTable for the next round. from[j]: heap offset of the piece for rank j in `in`;
+  /// to[j]: heap offset where rank j's piece lands in `out`. Needs a heap; false when no
+  /// piece of this rank is in its heap.
+  bool PublishDirect(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
+                     uint8_t* out, const int64_t* recvCounts, const int64_t* rdispls, size_t e);
+  /// After the round that carried the tables: fills direct_ for every peer; false when no rank
+  /// published a table (every piece stays staged).
+  bool ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e);
 
   int rank_ = 0;
   int size_ = 0;
   Segment segment_;
+  UniqueFd memory_;  ///< the segment's memfd: the heap allocates and frees pages through it
+  SharedHeap heap_;
+  /// How the pieces between this rank and one peer move in the call in progress. A piece is
+  /// direct when its receiver's output or its sender's input lies in that rank's heap; then its
+  /// sender writes it into the receiver's heap (pushTo) or its receiver reads it from the
+  /// sender's heap (pullFrom), one copy instead of two through the slots.
+  struct DirectPeer {
+    bool send = false;                  ///< the piece this rank sends to the peer is direct
+    bool recv = false;                  ///< the piece the peer sends to this rank is direct
+    uint8_t* pushTo = nullptr;          ///< this rank writes its piece for the peer here
+    const uint8_t* pullFrom = nullptr;  ///< this rank reads the peer's piece for it here
+  };
+  std::vector<DirectPeer> direct_;  ///< by peer rank (ClassifyDirect)
   UniqueFd claim_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;

@@ -21,12 +21,49 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kMaxSlotBytes = 1ULL << 30;
+constexpr uint64_t kMaxHeapBytes = 1ULL << 40;
 
 uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
+/// Faults the first `bytes` of a mapping in now, not inside the first timed collective (the
+/// heaps after them stay sparse, so MAP_POPULATE cannot be used).
+void Populate(uint8_t* base, uint64_t bytes) {
+  auto* at = reinterpret_cast<volatile uint8_t*>(base);
+  for (uint64_t offset = 0; offset < bytes; offset += kPage) (void)at[offset];
+}
+
+/// The size in `name` (bytes, or with a K/M/G suffix) when set, else `fallback`; `minimum`..
+/// `maximum` bytes, or ERROR_INVALID_PARAM naming the variable.
+uint64_t SizeFromEnv(const char* name, uint64_t fallback, uint64_t minimum, uint64_t maximum,
+                     const char* range) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 10);
+  uint64_t scale = 1;
+  if (end != text && *end != '\0') {
+    const std::string suffix(end);
+    if (suffix == "K" || suffix == "KiB")
+      scale = 1ULL << 10;
+    else if (suffix == "M" || suffix == "MiB")
+      scale = 1ULL << 20;
+    else if (suffix == "G" || suffix == "GiB")
+      scale = 1ULL << 30;
+    else
+      scale = 0;
+  }
+  if (end == text || errno != 0 || text[0] == '-' || scale == 0 || value < minimum ||
+      value > maximum / scale) {
+    Fail(ERROR_INVALID_PARAM, name, "=\"", text, "\" is not a size between ", range,
+         " (bytes, or with a K, M or G suffix)");
+  }
+  return value * scale;
+}
+
 }  // namespace
 
-SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes) {
+SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes, uint64_t heapBytes) {
   SegmentLayout layout;
   layout.rankSize = rankSize;
   layout.slotBytes = slotBytes;
@@ -38,51 +75,41 @@ SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes) {
     layout.recordStride =
         RoundUp(sizeof(uint64_t) + AgreementRecordBytes(rankSize), kControlStride);
   }
-  layout.slotOffset = RoundUp(layout.recordOffset + 2 * r * layout.recordStride, kPage);
-  layout.totalBytes = layout.slotOffset + r * slotBytes;
+  layout.directOffset = layout.recordOffset + 2 * r * layout.recordStride;
+  if (rankSize <= kMaxCarriedAgreementRanks && heapBytes != 0) {
+    layout.heapBytes = heapBytes;
+    layout.directStride = RoundUp(2 * r * sizeof(int64_t), kControlStride);
+  }
+  layout.slotOffset = RoundUp(layout.directOffset + 2 * r * layout.directStride, kPage);
+  layout.heapOffset = layout.slotOffset + r * slotBytes;
+  layout.totalBytes = layout.heapOffset + r * layout.heapBytes;
   return layout;
 }
 
 uint64_t SlotBytesFromEnv(int rankSize) {
-  uint64_t bytes = kDefaultSlotBytes;
-  const char* text = std::getenv("COLLOPS_SHM_BYTES");
-  if (text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    uint64_t scale = 1;
-    if (end != text && *end != '\0') {
-      const std::string suffix(end);
-      if (suffix == "K" || suffix == "KiB")
-        scale = 1ULL << 10;
-      else if (suffix == "M" || suffix == "MiB")
-        scale = 1ULL << 20;
-      else if (suffix == "G" || suffix == "GiB")
-        scale = 1ULL << 30;
-      else
-        scale = 0;
-    }
-    if (end == text || errno != 0 || scale == 0 || value == 0 || value > kMaxSlotBytes / scale) {
-      Fail(ERROR_INVALID_PARAM, "COLLOPS_SHM_BYTES=\"", text,
-           "\" is not a size between 1 and 1GiB (bytes, or with a K, M or G suffix)");
-    }
-    bytes = value * scale;
-  }
+  const uint64_t bytes =
+      SizeFromEnv("COLLOPS_SHM_BYTES", kDefaultSlotBytes, 1, kMaxSlotBytes, "1 and 1GiB");
   // Each half must give every rank at least one 64-byte region (the per-destination layout of
   // the all-to-all and reduce-scatter rounds), and halves stay page aligned.
   const uint64_t minimum = RoundUp(2 * 64 * static_cast<uint64_t>(rankSize), 2 * kPage);
   return bytes < minimum ? minimum : RoundUp(bytes, 2 * kPage);
 }
 
-uint8_t* Segment::Map(int fd, uint64_t bytes) {
-  // MAP_POPULATE: fault every page in now, not inside the first timed collective.
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+uint64_t HeapBytesFromEnv() {
+  return RoundUp(
+      SizeFromEnv("COLLOPS_SHM_HEAP_BYTES", kDefaultHeapBytes, 0, kMaxHeapBytes, "0 and 1024GiB"),
+      kPage);
+}
+
+uint8_t* Segment::Map(int fd, uint64_t bytes, uint64_t populate) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (base == MAP_FAILED) {
     const int err = errno;
     Fail(err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL, "lccl: cannot map the ", bytes,
          "-byte shared segment: ", std::strerror(err));
   }
   madvise(base, bytes, MADV_HUGEPAGE);  // a hint; fine when transparent huge pages are off
+  Populate(static_cast<uint8_t*>(base), populate);
   return static_cast<uint8_t*>(base);
 }
 
@@ -93,8 +120,10 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
   }
   fchmod(memory.Get(), 0600);
   // fallocate, not ftruncate alone: a sparse file would SIGBUS on first touch once tmpfs or the
-  // memory cgroup runs dry; allocating now turns that into a clear error here.
-  const int err = posix_fallocate(memory.Get(), 0, static_cast<off_t>(layout.totalBytes));
+  // memory cgroup runs dry; allocating now turns that into a clear error here. The heaps stay
+  // sparse: a rank allocates its heap pages when it hands them out (process_heap.h).
+  int err = ftruncate(memory.Get(), static_cast<off_t>(layout.totalBytes)) == 0 ? 0 : errno;
+  if (err == 0) err = posix_fallocate(memory.Get(), 0, static_cast<off_t>(layout.FixedBytes()));
   if (err != 0) {
     Fail(err == ENOSPC || err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL,
          "lccl: cannot allocate ", layout.totalBytes, " bytes of shared memory for ",
@@ -105,7 +134,7 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
 
   Segment segment;
   segment.layout_ = layout;
-  segment.base_ = Map(memory.Get(), layout.totalBytes);
+  segment.base_ = Map(memory.Get(), layout.totalBytes, layout.FixedBytes());
   auto* header = new (segment.base_) SegmentHeader;
   for (int r = 0; r < layout.rankSize; ++r) new (&segment.Rank(r)) RankControl;
   for (int s = 0; s < layout.rankSize; ++s) {
@@ -114,6 +143,7 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
   header->version = kSegmentVersion;
   header->rankSize = layout.rankSize;
   header->slotBytes = layout.slotBytes;
+  header->heapBytes = layout.heapBytes;
   header->totalBytes = layout.totalBytes;
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kSegmentMagic;
@@ -127,7 +157,7 @@ Segment Segment::Attach(int fd, int rankSize) {
     Fail(ERROR_COMM_FAIL, "lccl: the shared segment received from rank 0 is unusable");
   }
   Segment segment;
-  segment.base_ = Map(fd, static_cast<uint64_t>(st.st_size));
+  segment.base_ = Map(fd, static_cast<uint64_t>(st.st_size), 0);
   segment.layout_.totalBytes = static_cast<uint64_t>(st.st_size);
   const SegmentHeader& header = segment.Header();
   if (header.magic != kSegmentMagic || header.version != kSegmentVersion ||
@@ -136,12 +166,13 @@ Segment Segment::Attach(int fd, int rankSize) {
          " and ", header.rankSize, " ranks; this rank expects version ", kSegmentVersion, " and ",
          rankSize, " ranks (mixed collops builds?)");
   }
-  const SegmentLayout layout = SegmentLayout::For(rankSize, header.slotBytes);
+  const SegmentLayout layout = SegmentLayout::For(rankSize, header.slotBytes, header.heapBytes);
   if (layout.totalBytes != static_cast<uint64_t>(st.st_size)) {
     Fail(ERROR_COMM_FAIL, "lccl: the shared segment from rank 0 has ", st.st_size,
          " bytes, its header implies ", layout.totalBytes);
   }
   segment.layout_ = layout;
+  Populate(segment.base_, layout.FixedBytes());
   return segment;
 }
 

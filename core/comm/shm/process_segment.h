@@ -11,7 +11,13 @@
 //   PairControl[R*R]                  per ordered (src, dst) pair: Send side, Recv side
 //   record[R][2]                      per rank and round parity: the agreement record carried by
 //                                     that round (up to kMaxCarriedAgreementRanks ranks)
+//   direct[R][2]                      per rank and round parity: where the pieces of a
+//                                     collective lie in, or go to, that rank's heap (DirectTable)
 //   slot[R]                           slotBytes per rank, two halves used by alternate rounds
+//   heap[R]                           heapBytes per rank (COLLOPS_SHM_HEAP_BYTES): buffers a
+//                                     rank allocates with AllocateShared(), which its peers read
+//                                     and write directly. Sparse: pages exist only while
+//                                     allocated (process_heap.h).
 #pragma once
 
 #include <atomic>
@@ -28,13 +34,16 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 4;
+constexpr uint32_t kSegmentVersion = 5;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
 constexpr int kMaxCarriedAgreementRanks = 64;
 /// COLLOPS_SHM_BYTES default: data slot bytes per rank.
 constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
+/// COLLOPS_SHM_HEAP_BYTES default: address space per rank for AllocateShared(). Costs no memory
+/// until allocated.
+constexpr uint64_t kDefaultHeapBytes = 1ULL << 30;
 
 /// Collectives whose algorithm COLLOPS_ALGO_<OP> may force.
 enum AlgoChoice : int32_t { kAlgoAuto = 0, kAlgoOneShot = 1, kAlgoReduceScatterAllGather = 2 };
@@ -42,6 +51,8 @@ enum AlgoChoice : int32_t { kAlgoAuto = 0, kAlgoOneShot = 1, kAlgoReduceScatterA
 struct alignas(kControlStride) RankControl {
   std::atomic<uint64_t> posted{0};  ///< rounds this rank has published (monotonic, never reused)
   std::atomic<int64_t> value[2]{};  ///< a per-round scalar, indexed by round parity
+  /// 1: this rank's DirectTable of that round parity has entries (process_algorithms.cpp).
+  std::atomic<int32_t> direct[2]{};
   /// The CPU this rank last ran on (at its posts and while it waits): a waiter that finds its
   /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
   std::atomic<int32_t> cpu{-1};
@@ -83,6 +94,7 @@ struct alignas(kControlStride) SegmentHeader {
   int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
   int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
   int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
+  uint64_t heapBytes = 0;  ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
 };
@@ -114,15 +126,35 @@ struct SegmentLayout {
   uint64_t pairOffset = 0;
   uint64_t recordOffset = 0;
   uint64_t recordStride = 0;  ///< bytes per (rank, parity) record; 0: records are not carried
+  uint64_t directOffset = 0;
+  uint64_t directStride = 0;  ///< bytes per (rank, parity) DirectTable; 0: no heap
   uint64_t slotOffset = 0;
+  uint64_t heapBytes = 0;
+  uint64_t heapOffset = 0;
   uint64_t totalBytes = 0;
 
-  static SegmentLayout For(int rankSize, uint64_t slotBytes);
+  /// `heapBytes` is ignored (no heap) above kMaxCarriedAgreementRanks ranks, where the direct
+  /// tables (R^2 offsets) would outgrow the control area.
+  static SegmentLayout For(int rankSize, uint64_t slotBytes, uint64_t heapBytes = 0);
+  /// Bytes that exist from creation on: everything before the heaps.
+  uint64_t FixedBytes() const { return heapOffset; }
+};
+
+/// Where a rank's pieces of one collective lie in its heap, published with the first round of
+/// the call: from[j] is the heap offset of the piece this rank sends to rank j (its input is in
+/// its heap), to[j] the heap offset where the piece from rank j lands (its output is in its
+/// heap); -1 where not. Followed in memory by from[R] and to[R].
+struct DirectTable {
+  int64_t* from;
+  int64_t* to;
 };
 
 /// COLLOPS_SHM_BYTES rounded to the page size and raised to the minimum `rankSize` needs;
 /// kDefaultSlotBytes when unset. Throws ERROR_INVALID_PARAM for a value that is not a size.
 uint64_t SlotBytesFromEnv(int rankSize);
+/// COLLOPS_SHM_HEAP_BYTES rounded up to the page size (0: no heap); kDefaultHeapBytes when unset.
+/// Throws ERROR_INVALID_PARAM for a value that is not a size.
+uint64_t HeapBytesFromEnv();
 
 /// A mapping of the segment in this process. Unmapped on destruction; the memory itself lives
 /// until the last rank unmaps it.
@@ -158,6 +190,16 @@ class Segment {
   }
   /// Bytes from one rank's record to the next rank's of the same parity.
   uint64_t RecordRankStride() const { return 2 * layout_.recordStride; }
+  /// Whether ranks have heaps (Heap() and Direct() exist).
+  bool HasHeaps() const { return layout_.heapBytes != 0; }
+  uint8_t* Heap(int rank) const { return base_ + layout_.heapOffset + rank * layout_.heapBytes; }
+  uint64_t HeapBytes() const { return layout_.heapBytes; }
+  /// The table `rank` publishes with rounds of parity `parity`.
+  DirectTable Direct(int rank, uint64_t parity) const {
+    auto* at = reinterpret_cast<int64_t*>(base_ + layout_.directOffset +
+                                          (2 * rank + (parity & 1)) * layout_.directStride);
+    return {at, at + layout_.rankSize};
+  }
   /// Half `parity` (0 or 1) of `rank`'s data slot.
   uint8_t* Half(int rank, uint64_t parity) const {
     return base_ + layout_.slotOffset + rank * layout_.slotBytes + (parity & 1) * HalfBytes();
@@ -166,7 +208,8 @@ class Segment {
   const SegmentLayout& Layout() const { return layout_; }
 
  private:
-  static uint8_t* Map(int fd, uint64_t bytes);
+  /// Maps all `bytes`; faults in the first `populate` of them now.
+  static uint8_t* Map(int fd, uint64_t bytes, uint64_t populate);
 
   uint8_t* base_ = nullptr;
   SegmentLayout layout_;

@@ -79,6 +79,16 @@ class Communicator {
   /// null. Hierarchical collectives build their inter-host communicator of host leaders with it.
   virtual std::shared_ptr<Communicator> Split(int color, int key);
 
+  /// Memory this rank's peers can reach directly (ncclMemAlloc, MPI_Alloc_mem): a collective whose
+  /// input or output lies in it may move that data with one copy instead of two. Collectives
+  /// accept any memory; this only makes them faster where the backend can use it (lccl between
+  /// processes: a heap in its shared segment, COLLOPS_SHM_HEAP_BYTES). At least `bytes` bytes,
+  /// zeroed, 64-byte aligned; nullptr when the backend has no such memory or no room left, and
+  /// the caller then uses ordinary memory. Valid until FreeShared() or the communicator's end.
+  virtual void* AllocateShared(size_t bytes);
+  /// Returns AllocateShared() memory; false when `p` did not come from this communicator.
+  virtual bool FreeShared(void* p);
+
   /// True once the communicator has failed for good (timeout, lost peer): every later call
   /// throws the same error, and the pool replaces it on the next Get().
   virtual bool Broken() const { return false; }

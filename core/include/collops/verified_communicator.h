@@ -21,6 +21,8 @@ class VerifiedCommunicator final : public Communicator {
   int Rank() const override { return inner_->Rank(); }
   int Size() const override { return inner_->Size(); }
   bool Broken() const override { return inner_->Broken(); }
+  void* AllocateShared(size_t bytes) override { return inner_->AllocateShared(bytes); }
+  bool FreeShared(void* p) override { return inner_->FreeShared(p); }
 
   void AllGatherBytes(const void* in, void* out, size_t bytes) override;
   void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;

@@ -1,0 +1,57 @@
+// SharedHeap: the allocator behind ProcessCommunicator::AllocateShared — one rank's heap inside the
+// lccl segment (process_segment.h), which every peer has mapped too. A collective whose input or
+// output lies in a heap moves those pieces with one copy (the peer reads or writes them in place)
+// instead of two through the staging slots.
+//
+// Only the owning rank allocates from its heap, so the bookkeeping is process-local. Pages are
+// allocated in the memfd when a range is handed out (fallocate: no memory means nullptr here,
+// never a SIGBUS on first touch) and returned to the system when it is freed (hole punch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace collops {
+namespace shm {
+
+class SharedHeap {
+ public:
+  /// Empty until Reset(): Allocate() returns nullptr.
+  SharedHeap() = default;
+  SharedHeap(const SharedHeap&) = delete;
+  SharedHeap& operator=(const SharedHeap&) = delete;
+
+  /// Manages the heap of `bytes` bytes mapped at `base`, at `fileOffset` in the memfd `fd` (not
+  /// owned); forgets earlier allocations.
+  void Reset(int fd, uint8_t* base, uint64_t fileOffset, uint64_t bytes);
+  /// At least `bytes` bytes, page aligned and zeroed; nullptr when the heap has no free range that
+  /// large or the system no memory for it.
+  void* Allocate(size_t bytes);
+  /// Returns an Allocate()d range; false (and nothing happens) when `p` is not one.
+  bool Free(void* p);
+  /// Offset in the heap of [p, p + bytes) when it lies wholly inside the heap, else -1.
+  int64_t OffsetOf(const void* p, size_t bytes) const {
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    const auto base = reinterpret_cast<uintptr_t>(base_);
+    if (base_ == nullptr || at < base || at - base > bytes_ || bytes > bytes_ - (at - base)) {
+      return -1;
+    }
+    return static_cast<int64_t>(at - base);
+  }
+  /// Bytes currently handed out (tests).
+  uint64_t AllocatedBytes() const;
+
+ private:
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t fileOffset_ = 0;
+  uint64_t bytes_ = 0;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, uint64_t> free_;  ///< offset -> length of each free range, never adjacent
+  std::map<uint64_t, uint64_t> used_;  ///< offset -> length of each allocation
+};
+
+}  // namespace shm
+}  // namespace collops

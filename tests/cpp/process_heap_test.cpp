@@ -1,0 +1,305 @@
+// AllocateShared on the multi-process lccl communicator: the heap allocator itself, and
+// AllToAllV whose inputs and outputs lie in the ranks' heaps, in every mix with ordinary memory
+// (each piece moves directly when its receiver's output or its sender's input is shared, staged
+// otherwise; process_algorithms.cpp). Golden values are rebuilt independently on each rank.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collops/backend.h"
+#include "collops/communicator.h"
+#include "collops/verified_communicator.h"
+#include "core/comm/shm/process_comm.h"
+#include "core/comm/shm/process_fd.h"
+#include "core/comm/shm/process_heap.h"
+#include "process_ranks.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+/// A heap over a memfd of its own, so the test can see the pages come and go.
+class HeapFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fd_.Reset(memfd_create("heap-test", MFD_CLOEXEC));
+    ASSERT_TRUE(fd_.Valid());
+    ASSERT_EQ(ftruncate(fd_.Get(), kBytes + kPage), 0);
+    void* base = mmap(nullptr, kBytes + kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.Get(), 0);
+    ASSERT_NE(base, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(base);
+    // The heap starts a page into the file, as a rank's heap starts inside the segment.
+    heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes);
+  }
+  void TearDown() override {
+    if (base_ != nullptr) munmap(base_, kBytes + kPage);
+  }
+  uint64_t ResidentBytes() const {
+    struct stat st{};
+    fstat(fd_.Get(), &st);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+
+  static constexpr uint64_t kBytes = 64 * kPage;
+  shm::UniqueFd fd_;
+  uint8_t* base_ = nullptr;
+  shm::SharedHeap heap_;
+};
+
+TEST_F(HeapFixture, AllocatesPagesAndReturnsThemOnFree) {
+  EXPECT_EQ(ResidentBytes(), 0u);
+  auto* a = static_cast<uint8_t*>(heap_.Allocate(10 * kPage + 1));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % kPage, 0u);
+  EXPECT_EQ(heap_.AllocatedBytes(), 11 * kPage);
+  EXPECT_EQ(ResidentBytes(), 11 * kPage);  // allocated up front: no SIGBUS on first touch
+  std::memset(a, 0x5a, 11 * kPage);
+  EXPECT_TRUE(heap_.Free(a));
+  EXPECT_EQ(ResidentBytes(), 0u);
+  EXPECT_EQ(heap_.AllocatedBytes(), 0u);
+  auto* again = static_cast<uint8_t*>(heap_.Allocate(kPage));
+  ASSERT_EQ(again, a);  // first fit: the freed range comes back, zeroed
+  for (uint64_t i = 0; i < kPage; ++i) ASSERT_EQ(again[i], 0) << i;
+}
+
+TEST_F(HeapFixture, FullHeapGivesNullAndFreedNeighboursMerge) {
+  void* a = heap_.Allocate(16 * kPage);
+  void* b = heap_.Allocate(16 * kPage);
+  void* c = heap_.Allocate(32 * kPage);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(heap_.Allocate(1), nullptr);
+  EXPECT_TRUE(heap_.Free(a));
+  EXPECT_TRUE(heap_.Free(b));
+  EXPECT_EQ(heap_.Allocate(33 * kPage), nullptr);
+  void* ab = heap_.Allocate(32 * kPage);  // needs a and b merged
+  EXPECT_EQ(ab, a);
+  EXPECT_FALSE(heap_.Free(static_cast<uint8_t*>(c) + 1));  // not an allocation
+  int local = 0;
+  EXPECT_FALSE(heap_.Free(&local));
+  EXPECT_TRUE(heap_.Free(c));
+  EXPECT_FALSE(heap_.Free(c));  // twice
+}
+
+TEST_F(HeapFixture, OffsetOfAcceptsOnlyRangesInside) {
+  auto* a = static_cast<uint8_t*>(heap_.Allocate(kPage));
+  EXPECT_EQ(heap_.OffsetOf(a, kPage), 0);
+  EXPECT_EQ(heap_.OffsetOf(a + 100, 8), 100);
+  EXPECT_EQ(heap_.OffsetOf(a, kBytes), 0);
+  EXPECT_EQ(heap_.OffsetOf(a, kBytes + 1), -1);
+  EXPECT_EQ(heap_.OffsetOf(base_, 1), -1);  // the page before the heap
+  EXPECT_EQ(heap_.OffsetOf(a + kBytes, 0), static_cast<int64_t>(kBytes));
+  EXPECT_EQ(heap_.OffsetOf(a + kBytes, 1), -1);
+}
+
+std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int size, const std::string& domain) {
+  auto comm = std::dynamic_pointer_cast<shm::ProcessCommunicator>(MakeLcclComm(rank, size, domain));
+  if (comm == nullptr) Fail(ERROR_INTERNAL_ERROR, "lccl/process is not a ProcessCommunicator");
+  return comm;
+}
+
+/// Elements rank `from` sends to rank `to`: uneven, some zero.
+int64_t PieceCount(int from, int to, int64_t scale) { return ((from * 7 + to * 3) % 5) * scale; }
+
+int8_t ValueAt(int rank, int64_t i) { return static_cast<int8_t>((rank * 37 + i * 11) % 251); }
+
+/// Memory of `bytes` from the communicator's heap (shared) or the C++ heap, freed on scope exit.
+class Placed {
+ public:
+  Placed(Communicator& comm, size_t bytes, bool shared) : comm_(comm) {
+    if (shared) {
+      data_ = static_cast<uint8_t*>(comm.AllocateShared(bytes));
+      if (data_ == nullptr) Fail(ERROR_INTERNAL_ERROR, "AllocateShared(", bytes, ") gave null");
+    } else {
+      own_.resize(bytes);
+      data_ = own_.data();
+    }
+  }
+  ~Placed() {
+    if (own_.empty() && data_ != nullptr) comm_.FreeShared(data_);
+  }
+  uint8_t* data() { return data_; }
+
+ private:
+  Communicator& comm_;
+  std::vector<uint8_t> own_;
+  uint8_t* data_ = nullptr;
+};
+
+/// Where each rank's input and output live in one case: bit 0 of inputs / outputs for rank r
+/// is (mask >> r) & 1.
+struct Placement {
+  unsigned inputs;
+  unsigned outputs;
+};
+
+/// One AllToAllV of int8 pieces PieceCount(.., scale) with the placement; checks every byte of the
+/// output, including the gaps between pieces that nobody may write. Returns the rounds it took.
+uint64_t CheckedAllToAllV(shm::ProcessCommunicator& comm, int64_t scale, Placement placement) {
+  const int rank = comm.Rank(), size = comm.Size();
+  std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
+  int64_t sendEnd = 0, recvEnd = 0;
+  for (int r = 0; r < size; ++r) {
+    sendCounts[r] = PieceCount(rank, r, scale);
+    sdispls[r] = sendEnd + 1;
+    sendEnd = sdispls[r] + sendCounts[r];
+    recvCounts[r] = PieceCount(r, rank, scale);
+    rdispls[r] = recvEnd + 3;
+    recvEnd = rdispls[r] + recvCounts[r];
+  }
+  Placed in(comm, sendEnd, (placement.inputs >> rank) & 1);
+  Placed out(comm, recvEnd, (placement.outputs >> rank) & 1);
+  for (int64_t i = 0; i < sendEnd; ++i) in.data()[i] = static_cast<uint8_t>(ValueAt(rank, i));
+  std::memset(out.data(), 0xee, recvEnd);
+  std::vector<uint8_t> want(recvEnd, 0xee);
+  for (int r = 0; r < size; ++r) {
+    int64_t theirDispl = 1;  // rank r's sdispls[rank], rebuilt from its counts
+    for (int j = 0; j < rank; ++j) theirDispl += PieceCount(r, j, scale) + 1;
+    for (int64_t i = 0; i < recvCounts[r]; ++i) {
+      want[rdispls[r] + i] = static_cast<uint8_t>(ValueAt(r, theirDispl + i));
+    }
+  }
+  const uint64_t before = comm.Rounds();
+  comm.AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
+                 rdispls.data(), ACL_INT8);
+  const uint64_t rounds = comm.Rounds() - before;
+  int64_t wrong = 0, first = -1;
+  for (int64_t i = 0; i < recvEnd; ++i) {
+    if (out.data()[i] != want[i] && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(wrong, 0) << "rank " << rank << " of " << size << ", scale " << scale << ", inputs "
+                      << placement.inputs << ", outputs " << placement.outputs << ": first at "
+                      << first << " got " << int{out.data()[first >= 0 ? first : 0]} << " want "
+                      << int{want[first >= 0 ? first : 0]};
+  // Both sides must be done with the shared memory when the call returns: the next iteration
+  // frees and reuses it.
+  return rounds;
+}
+
+ProcessRanksOptions SmallSlots() {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_BYTES"] = "64K";  // many staged rounds for the larger pieces
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  return options;
+}
+
+class ProcessHeapTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ProcessHeapTest, AllToAllVInEveryPlacementMatchesGolden) {
+  const int size = GetParam();
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeLccl(rank, size, "heap-a2a");
+        const unsigned all = (1u << size) - 1;
+        const Placement placements[] = {
+            {0, 0}, {all, 0}, {0, all}, {all, all}, {0b0101 & all, 0b0110 & all}, {1, 0}, {0, 2},
+        };
+        for (const int64_t scale : {int64_t{0}, int64_t{1}, int64_t{700}, int64_t{40000}}) {
+          for (const Placement placement : placements) CheckedAllToAllV(*comm, scale, placement);
+        }
+        EXPECT_EQ(comm->SharedBytes(), 0u);
+      },
+      SmallSlots());
+}
+
+/// With every output shared, a piece many slots long takes two rounds in all (the first carries
+/// the tables and the first region, the second keeps the buffers until every copy is done)
+/// instead of one per region-full: the direct path is really taken.
+TEST_P(ProcessHeapTest, SharedBuffersTakeTwoRoundsWhateverTheSize) {
+  const int size = GetParam();
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeLccl(rank, size, "heap-rounds");
+        const unsigned all = (1u << size) - 1;
+        EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);  // staged: a round per region
+        EXPECT_EQ(CheckedAllToAllV(*comm, 40000, {0, all}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, 40000, {all, 0}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, 40000, {all, all}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, 1, {all, all}), 1u);  // fits one round: nothing extra
+      },
+      SmallSlots());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapTest, ::testing::Values(2, 3, 4));
+
+TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "1M";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        auto comm = MakeLccl(rank, 2, "heap-size");
+        void* half = comm->AllocateShared(512 << 10);
+        ASSERT_NE(half, nullptr);
+        EXPECT_EQ(comm->AllocateShared(1 << 20), nullptr);  // no room: null, not an error
+        EXPECT_TRUE(comm->FreeShared(half));
+        void* whole = comm->AllocateShared(1 << 20);
+        EXPECT_NE(whole, nullptr);
+        // Through the wrapper the torch.distributed backend uses, too.
+        VerifiedCommunicator verified(comm, "test");
+        EXPECT_EQ(verified.AllocateShared(1), nullptr);
+        EXPECT_TRUE(verified.FreeShared(whole));
+      },
+      options);
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "0";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        auto comm = MakeLccl(rank, 2, "heap-none");
+        EXPECT_EQ(comm->AllocateShared(4096), nullptr);
+        std::vector<int32_t> in(4, rank), out(4, -1);
+        comm->AllReduce(in.data(), out.data(), 4, ACL_INT32, ReduceOp::kSum);
+        EXPECT_EQ(out[0], 1);
+      },
+      options);
+}
+
+TEST(ProcessHeap, BadHeapSizeIsRejectedByName) {
+  for (const char* value : {"-1", "abc", "5X", "2048G"}) {
+    ProcessRanksOptions options;
+    options.env["COLLOPS_SHM_HEAP_BYTES"] = value;
+    RunProcessRanks(
+        1,
+        [&](int rank) {
+          try {
+            MakeLcclComm(rank, 1, "bad-heap");
+            ADD_FAILURE() << "COLLOPS_SHM_HEAP_BYTES=" << value << " was accepted";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+            EXPECT_NE(std::string(e.what()).find("COLLOPS_SHM_HEAP_BYTES"), std::string::npos)
+                << e.what();
+          }
+        },
+        options);
+  }
+}
+
+TEST(ProcessHeap, ThreadModeHasNoHeap) {
+  CommParam param;
+  param.rank = 0;
+  param.rankSize = 1;
+  param.backend = "lccl";
+  param.commMode = COMM_MULTI_THREAD;
+  param.commDomain = "heap-thread";
+  auto comm = CreateCommunicator(param);
+  EXPECT_EQ(comm->AllocateShared(64), nullptr);
+  int local = 0;
+  EXPECT_FALSE(comm->FreeShared(&local));
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops
