@@ -206,7 +206,8 @@ TEST_P(ProcessHeapTest, AllToAllVInEveryPlacementMatchesGolden) {
         const Placement placements[] = {
             {0, 0}, {all, 0}, {0, all}, {all, all}, {0b0101 & all, 0b0110 & all}, {1, 0}, {0, 2},
         };
-        for (const int64_t scale : {int64_t{0}, int64_t{1}, int64_t{700}, int64_t{40000}}) {
+        for (const int64_t scale :
+             {int64_t{0}, int64_t{1}, int64_t{700}, int64_t{16384}, int64_t{40000}}) {
           for (const Placement placement : placements) CheckedAllToAllV(*comm, scale, placement);
         }
         EXPECT_EQ(comm->SharedBytes(), 0u);
@@ -231,6 +232,29 @@ TEST_P(ProcessHeapTest, SharedBuffersTakeTwoRoundsWhateverTheSize) {
         EXPECT_EQ(CheckedAllToAllV(*comm, 1, {all, all}), 1u);  // fits one round: nothing extra
       },
       SmallSlots());
+}
+
+/// With the default slots every piece here fits one round. A shared input's pieces of 64 KiB and
+/// more skip the slots (copied whole after the first round, hence a second round); shared
+/// outputs alone change nothing, as the first round already carried everything.
+TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
+  const int size = GetParam();
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeLccl(rank, size, "heap-whole");
+        const unsigned all = (1u << size) - 1;
+        const int64_t scale = 30000;  // pieces of 0 to 120000 bytes
+        EXPECT_EQ(CheckedAllToAllV(*comm, scale, {0, 0}), 1u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, scale, {0, all}), 1u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, scale, {all, 0}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, scale, {all, all}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, scale, {1, 2}), 2u);
+        EXPECT_EQ(CheckedAllToAllV(*comm, 1000, {all, all}), 1u);  // small pieces stay staged
+      },
+      options);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapTest, ::testing::Values(2, 3, 4));

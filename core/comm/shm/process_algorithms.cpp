@@ -51,6 +51,20 @@ size_t Clip(int64_t count, size_t lo, size_t per) {
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
+/// RankControl::direct flags: the rank published a DirectTable; it sends some piece whole.
+constexpr int32_t kDirectTable = 1;
+constexpr int32_t kDirectWhole = 2;
+/// A piece from a sender whose input is in its heap is not staged at all from this size up: its
+/// receiver (or the sender, when the output is shared too) copies it whole after the first round,
+/// which then needs a second round before the buffers are released. Measured at R=2 (bound),
+/// staged vs shared, medians of 3 alternating runs: AllToAllV 16 KiB (pieces of 5-11 KiB) 2.2 vs
+/// 1.1 us, 64 KiB 7.2 vs 3.0 us; at R=4 on 2 cores 16-256 KiB within noise of each other.
+constexpr int64_t kDirectWholeBytes = 8 << 10;
+
+bool SendsWhole(int64_t count, size_t e) {
+  return count * static_cast<int64_t>(e) >= kDirectWholeBytes;
+}
+
 }  // namespace
 
 void ProcessCommunicator::CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes,
@@ -258,10 +272,10 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
   }
 }
 
-bool ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sendCounts,
-                                        const int64_t* sdispls, uint8_t* out,
-                                        const int64_t* recvCounts, const int64_t* rdispls,
-                                        size_t e) {
+int32_t ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sendCounts,
+                                           const int64_t* sdispls, uint8_t* out,
+                                           const int64_t* recvCounts, const int64_t* rdispls,
+                                           size_t e) {
   const uint64_t next = round_ + 1;
   size_t inExtent = 0, outExtent = 0;
   bool displaced = true;  // negative displacements never reach here (operations check them)
@@ -274,30 +288,35 @@ bool ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sendCo
   }
   const int64_t inAt = displaced ? heap_.OffsetOf(in, inExtent) : -1;
   const int64_t outAt = displaced ? heap_.OffsetOf(out, outExtent) : -1;
-  const bool any = inAt >= 0 || outAt >= 0;
-  if (any) {
+  int32_t flags = 0;
+  for (int r = 0; r < size_; ++r) {
+    direct_[r] = DirectPeer{};
+    if (r != rank_ && inAt >= 0 && SendsWhole(sendCounts[r], e)) {
+      direct_[r].send = true;
+      flags |= kDirectWhole;
+    }
+  }
+  if (inAt >= 0 || outAt >= 0) {
+    flags |= kDirectTable;
     const DirectTable table = segment_.Direct(rank_, next);
     for (int r = 0; r < size_; ++r) {
       table.from[r] = inAt >= 0 ? inAt + sdispls[r] * static_cast<int64_t>(e) : -1;
       table.to[r] = outAt >= 0 ? outAt + rdispls[r] * static_cast<int64_t>(e) : -1;
     }
   }
-  segment_.Rank(rank_).direct[next & 1].store(any ? 1 : 0, std::memory_order_relaxed);
-  return any;
+  segment_.Rank(rank_).direct[next & 1].store(flags, std::memory_order_relaxed);
+  return flags;
 }
 
-bool ProcessCommunicator::ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts,
-                                         size_t e) {
-  bool anyone = false;
-  for (int r = 0; r < size_; ++r) {
-    anyone = anyone || segment_.Rank(r).direct[round_ & 1].load(std::memory_order_relaxed) != 0;
-  }
-  if (!anyone) return false;
+void ProcessCommunicator::ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts,
+                                         size_t e, size_t per) {
   const uint64_t heapBytes = segment_.HeapBytes();
   // A table entry of `owner` for a piece of `bytes`: its address, or null when it has none.
   auto entry = [&](int owner, bool to, int peer, int64_t bytes) -> uint8_t* {
-    if (segment_.Rank(owner).direct[round_ & 1].load(std::memory_order_relaxed) == 0)
+    if ((segment_.Rank(owner).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) ==
+        0) {
       return nullptr;
+    }
     const DirectTable table = segment_.Direct(owner, round_);
     const int64_t offset = to ? table.to[peer] : table.from[peer];
     if (offset < 0) return nullptr;
@@ -310,20 +329,23 @@ bool ProcessCommunicator::ClassifyDirect(const int64_t* sendCounts, const int64_
     return segment_.Heap(owner) + offset;
   };
   for (int j = 0; j < size_; ++j) {
-    DirectPeer& peer = direct_[j];
-    peer = DirectPeer{};
     if (j == rank_) continue;
+    DirectPeer& peer = direct_[j];
     const int64_t sendBytes = sendCounts[j] * static_cast<int64_t>(e);
     const int64_t recvBytes = recvCounts[j] * static_cast<int64_t>(e);
-    // Writing into the receiver's heap wins over reading from the sender's: the receiver's
-    // output is what the call must fill, and a push needs no copy on the receiving side.
+    // Writing into the receiver's heap wins over reading from the sender's: both sides read the
+    // same tables, so they agree on who copies. A whole piece (PublishDirect) was not staged.
     peer.pushTo = entry(j, /*to=*/true, rank_, sendBytes);
-    peer.send = peer.pushTo != nullptr || entry(rank_, /*to=*/false, j, sendBytes) != nullptr;
+    if (!peer.send) {
+      peer.send = peer.pushTo != nullptr || entry(rank_, /*to=*/false, j, sendBytes) != nullptr;
+      peer.sendStart = per;
+    }
+    const uint8_t* from = entry(j, /*to=*/false, rank_, recvBytes);
     const bool pushed = entry(rank_, /*to=*/true, j, recvBytes) != nullptr;
-    if (!pushed) peer.pullFrom = entry(j, /*to=*/false, rank_, recvBytes);
-    peer.recv = pushed || peer.pullFrom != nullptr;
+    peer.recv = pushed || from != nullptr;
+    peer.recvStart = from != nullptr && SendsWhole(recvCounts[j], e) ? 0 : per;
+    if (!pushed) peer.pullFrom = from;
   }
-  return true;
 }
 
 void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
@@ -347,18 +369,24 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
             static_cast<size_t>(std::max<int64_t>(sendCounts[rank_], 0)) * e, outputBytes);
   };
   if (size_ == 1) return copyOwn();
-  // The first round stages the first region of every piece and carries the heap tables; once
-  // they are known, the rest of a direct piece moves in one copy, and the staged rounds that
-  // follow carry only the other pieces (their largest, republished with round 2, sets how many
-  // there are). Round 2 is then also what keeps a sender's input and a receiver's output in
-  // place until every direct copy of them is done.
-  if (segment_.HasHeaps()) PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e);
+  // Shared buffers (docs/backends.md): the first round carries the heap tables. A sender whose
+  // input is in its heap stages nothing of a large piece (SendsWhole); every other piece has its
+  // first region staged as usual, so a call that fits one round costs no more. Once the tables
+  // are known, the rest of every direct piece moves with one copy, and the staged rounds that
+  // follow carry only the other pieces (their largest, republished with round 2, sets how many).
+  // Round 2 is also what keeps every input and output in place until all direct copies are done.
+  const bool heaps = segment_.HasHeaps();
+  if (heaps) PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e);
   const size_t per = RegionBytes() / e;
+  const auto published = [&](auto&& fold, int64_t init, auto field) {
+    int64_t acc = init;
+    for (int r = 0; r < size_; ++r) acc = fold(acc, field(segment_.Rank(r)));
+    return acc;
+  };
   const auto roundsFor = [&](size_t floor) {
-    int64_t most = 0;
-    for (int r = 0; r < size_; ++r) {
-      most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));
-    }
+    const int64_t most = published(
+        [](int64_t a, int64_t b) { return std::max(a, b); }, 0,
+        [&](RankControl& c) { return c.value[round_ & 1].load(std::memory_order_relaxed); });
     return std::max(floor, CeilDiv(static_cast<size_t>(most), per));
   };
   bool direct = false;
@@ -367,23 +395,34 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     const size_t lo = k * per;
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !(direct && direct_[r].send)) {
+      if (r != rank_ && !(heaps && direct_[r].send)) {
         CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
     }
-    if (k == 0)
+    if (k == 0) {
       segment_.Rank(rank_).value[(round_ + 1) & 1].store(mostHere, std::memory_order_relaxed);
+    }
     Round();
     if (k == 0) {
       copyOwn();  // after the first round: the agreement check precedes any output
       rounds = roundsFor(1);
-      direct = rounds > 1 && segment_.HasHeaps() && ClassifyDirect(sendCounts, recvCounts, e);
+      const int64_t flags =
+          heaps ? published([](int64_t a, int64_t b) { return a | b; }, 0,
+                            [&](RankControl& c) {
+                              return int64_t{c.direct[round_ & 1].load(std::memory_order_relaxed)};
+                            })
+                : 0;
+      direct = (flags & kDirectTable) != 0 && (rounds > 1 || (flags & kDirectWhole) != 0);
+      if (direct) {
+        ClassifyDirect(sendCounts, recvCounts, e, per);
+        rounds = std::max<size_t>(rounds, 2);
+      }
     } else if (k == 1 && direct) {
       rounds = roundsFor(2);
     }
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !(k > 0 && direct && direct_[r].recv)) {
+      if (r != rank_ && !(direct && direct_[r].recv && (k > 0 || direct_[r].recvStart == 0))) {
         CopyOut(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
                 Clip(recvCounts[r], lo, per) * e, outputBytes);
       }
@@ -394,12 +433,12 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
         if (r == rank_) continue;
         const DirectPeer& peer = direct_[r];
         if (peer.pushTo != nullptr) {
-          CopyOut(peer.pushTo + per * e, src + (sdispls[r] + per) * e,
-                  Clip(sendCounts[r], per, SIZE_MAX) * e, outputBytes);
+          CopyOut(peer.pushTo + peer.sendStart * e, src + (sdispls[r] + peer.sendStart) * e,
+                  Clip(sendCounts[r], peer.sendStart, SIZE_MAX) * e, outputBytes);
         }
         if (peer.pullFrom != nullptr) {
-          CopyOut(dst + (rdispls[r] + per) * e, peer.pullFrom + per * e,
-                  Clip(recvCounts[r], per, SIZE_MAX) * e, outputBytes);
+          CopyOut(dst + (rdispls[r] + peer.recvStart) * e, peer.pullFrom + peer.recvStart * e,
+                  Clip(recvCounts[r], peer.recvStart, SIZE_MAX) * e, outputBytes);
         }
         if (!peer.send) stagedMost = std::max(stagedMost, sendCounts[r]);
         if (!peer.recv) stagedMost = std::max(stagedMost, recvCounts[r]);

@@ -168,14 +168,14 @@ class ProcessCommunicator final : public Communicator {
   /// Where the region for `destination` starts inside a half of `owner` (never owner itself).
   size_t RegionOffset(int owner, int destination) const;
   /// Pieces that move directly between heaps (process_algorithms.cpp): publishes this rank's
-  /// DirectTable for the next round. from[j]: heap offset of the piece for rank j in `in`;
-  /// to[j]: heap offset where rank j's piece lands in `out`. Needs a heap; false when no
-  /// piece of this rank is in its heap.
-  bool PublishDirect(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
-                     uint8_t* out, const int64_t* recvCounts, const int64_t* rdispls, size_t e);
-  /// After the round that carried the tables: fills direct_ for every peer; false when no rank
-  /// published a table (every piece stays staged).
-  bool ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e);
+  /// DirectTable for the next round (from[j]: heap offset of the piece for rank j in `in`; to[j]:
+  /// heap offset where rank j's piece lands in `out`) and its kDirect* flags, and marks in
+  /// direct_ the pieces it sends whole (not staged at all). Needs a heap.
+  int32_t PublishDirect(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
+                        uint8_t* out, const int64_t* recvCounts, const int64_t* rdispls, size_t e);
+  /// After the round that carried the tables: completes direct_ for every peer; `per` elements
+  /// of a piece that is not whole went through that round's slots.
+  void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
 
   int rank_ = 0;
   int size_ = 0;
@@ -189,6 +189,8 @@ class ProcessCommunicator final : public Communicator {
   struct DirectPeer {
     bool send = false;                  ///< the piece this rank sends to the peer is direct
     bool recv = false;                  ///< the piece the peer sends to this rank is direct
+    size_t sendStart = 0;               ///< elements of the sent piece that were staged
+    size_t recvStart = 0;               ///< elements of the received piece that were staged
     uint8_t* pushTo = nullptr;          ///< this rank writes its piece for the peer here
     const uint8_t* pullFrom = nullptr;  ///< this rank reads the peer's piece for it here
   };

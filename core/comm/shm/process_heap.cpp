@@ -55,8 +55,8 @@ bool SharedHeap::Free(void* p) {
   uint64_t length = used->second;
   used_.erase(used);
   // Back to the system (and zero for the next Allocate); the range stays in the file.
-  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(fileOffset_ + start),
-            static_cast<off_t>(length));
+  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            static_cast<off_t>(fileOffset_ + start), static_cast<off_t>(length));
   auto next = free_.lower_bound(start);
   if (next != free_.end() && next->first == start + length) {
     length += next->second;
