@@ -201,6 +201,11 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
   size_t fullSlice = chunkBytes / size_ / e / align * align;
   if (fullSlice == 0) fullSlice = align;
   const size_t fullChunk = fullSlice * size_;
+  // Shared buffers: a rank whose input lies in its heap stages nothing in round A; the others
+  // read its slices there. Each rank publishes its input's heap offset with the first round.
+  const int64_t inAt = segment_.HasHeaps() ? heap_.OffsetOf(in, count * e) : -1;
+  segment_.Rank(rank_).value[(round_ + 1) & 1].store(inAt, std::memory_order_relaxed);
+  std::vector<const uint8_t*>& peerInput = peerInput_;
   std::vector<const void*> srcs(size_);
   size_t lo = 0;
   do {
@@ -210,19 +215,24 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     auto end = [&](int r) { return std::min(n, (r + 1) * slice); };
     // Round A: publish the slices the other ranks reduce.
     uint8_t* stage = NextHalf();
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size_ && inAt < 0; ++r) {
       if (r != rank_)
         CopyBytes(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
     }
     Round();
+    if (lo == 0) FindSharedInputs(count * e);
     // Reduce the own slice over all ranks into the half of round B.
     const size_t mine = end(rank_) - begin(rank_);
     if (mine != 0) {
       for (int r = 0; r < size_; ++r) {
-        srcs[r] = r == rank_ ? in + (lo + begin(r)) * e : HalfOf(r, round_) + begin(rank_) * e;
+        const size_t at = (lo + begin(rank_)) * e;
+        srcs[r] = r == rank_                ? in + at
+                  : peerInput[r] != nullptr ? peerInput[r] + at
+                                            : HalfOf(r, round_) + begin(rank_) * e;
       }
       ReduceArrays(dtype, op, srcs.data(), size_, NextHalf() + begin(rank_) * e, mine);
     }
+    // Round B also keeps every shared input in place until no rank reads it any more.
     Round();
     // All-gather the reduced slices.
     for (int r = 0; r < size_; ++r) {
@@ -231,6 +241,21 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     }
     lo += n;
   } while (lo < count);
+}
+
+void ProcessCommunicator::FindSharedInputs(size_t bytes) {
+  const uint64_t heapBytes = segment_.HasHeaps() ? segment_.HeapBytes() : 0;
+  peerInput_.assign(size_, nullptr);
+  for (int r = 0; r < size_; ++r) {
+    const int64_t at = segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed);
+    if (r == rank_ || at < 0) continue;
+    if (static_cast<uint64_t>(at) > heapBytes || bytes > heapBytes - at) {
+      Break(ERROR_COMM_FAIL, r,
+            Concat(Where(), "rank ", r, " published heap range [", at, ", +", bytes,
+                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
+    }
+    peerInput_[r] = segment_.Heap(r) + at;
+  }
 }
 
 void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,

@@ -177,6 +177,10 @@ class ProcessCommunicator final : public Communicator {
   /// of a piece that is not whole went through that round's slots.
   void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
 
+  /// After the first round of an AllReduce: peerInput_[r] = rank r's input in its heap (the
+  /// value it published with that round), null where r staged it. `bytes`: the input's size.
+  void FindSharedInputs(size_t bytes);
+
   int rank_ = 0;
   int size_ = 0;
   Segment segment_;
@@ -194,7 +198,8 @@ class ProcessCommunicator final : public Communicator {
     uint8_t* pushTo = nullptr;          ///< this rank writes its piece for the peer here
     const uint8_t* pullFrom = nullptr;  ///< this rank reads the peer's piece for it here
   };
-  std::vector<DirectPeer> direct_;  ///< by peer rank (ClassifyDirect)
+  std::vector<DirectPeer> direct_;         ///< by peer rank (ClassifyDirect)
+  std::vector<const uint8_t*> peerInput_;  ///< by peer rank (FindSharedInputs)
   UniqueFd claim_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;
