@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
@@ -141,6 +142,24 @@ TEST(MpiSendRecv, MismatchFailsOnBothSides) {
 }
 
 /// The movement primitives on the 1-byte types the suite does not cover (bool, uint8, int8).
+// Run only by ctest's MpiWatchdog.R2 (COLLOPS_TIMEOUT=2), which passes when the output carries
+// the watchdog's message: rank 1 never makes the AllReduce that rank 0 blocks in, so rank 0's
+// watchdog must end it naming the op and the rank, and mpirun then ends the job (no hang).
+TEST(DISABLED_MpiWatchdog, BlockedCallEndsTheJobNamingOpAndRank) {
+  const int R = WorldSize(), me = WorldRank();
+  Status status;
+  std::string message;
+  auto comm = TryCreate(MpiParam("watchdog", me, R), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  if (me != 0) {
+    sleep(60);  // killed by mpirun long before this ends
+    return;
+  }
+  int32_t in = 1, out = 0;
+  comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+  ADD_FAILURE() << "AllReduce returned although rank 1 never called it";
+}
+
 TEST(MpiMovement, ByteTypesMove) {
   const int R = WorldSize(), me = WorldRank();
   Status status;

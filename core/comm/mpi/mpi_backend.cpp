@@ -18,6 +18,7 @@
 #include "core/comm/mpi/mpi_comm.h"
 #include "core/comm/mpi/mpi_runtime.h"
 #include "core/comm/mpi/mpi_types.h"
+#include "core/comm/mpi/mpi_watchdog.h"
 
 namespace collops {
 namespace mpi {
@@ -121,6 +122,7 @@ std::shared_ptr<Communicator> CreateFromWorld(const CommParam& param) {
   int worldRank = 0;
   std::shared_ptr<Communicator> comm;
   {
+    const CallWatch watch("communicator creation", param.rank, param.rankSize);
     auto lock = SerialiseMpi();
     const MPI_Comm world = PrivateWorld();
     CheckMpi(MPI_Comm_rank(world, &worldRank), "MPI_Comm_rank");

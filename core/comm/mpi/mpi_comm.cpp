@@ -7,6 +7,7 @@
 #include "collops/status.h"
 #include "core/comm/mpi/mpi_runtime.h"
 #include "core/comm/mpi/mpi_types.h"
+#include "core/comm/mpi/mpi_watchdog.h"
 
 namespace collops {
 namespace mpi {
@@ -101,12 +102,14 @@ void MpiCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   const std::vector<int64_t> counts(size_, static_cast<int64_t>(bytes));
   std::vector<int64_t> displs(size_);
   for (int i = 0; i < size_; ++i) displs[i] = static_cast<int64_t>(bytes) * i;
+  const CallWatch watch("AllGatherBytes", rank_, size_);
   auto lock = SerialiseMpi();
   GatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
 }
 
 void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op) {
+  const CallWatch watch("AllReduce", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
@@ -122,6 +125,7 @@ void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataTyp
 void MpiCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                  const int64_t* recvCounts, const int64_t* rdispls,
                                  DataType dtype) {
+  const CallWatch watch("AllGatherV", rank_, size_);
   auto lock = SerialiseMpi();
   GatherV(in, sendCount, out, recvCounts, rdispls, dtype);
 }
@@ -153,6 +157,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                                      const int64_t* sdispls, void* out,
                                      size_t /*recvCount = sendCounts[Rank()], as verified*/,
                                      DataType dtype, ReduceOp op) {
+  const CallWatch watch("ReduceScatterV", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
@@ -194,6 +199,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
                                 void* out, const int64_t* recvCounts, const int64_t* rdispls,
                                 DataType dtype) {
+  const CallWatch watch("AllToAllV", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
@@ -218,6 +224,7 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
 }
 
 void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  const CallWatch watch("Broadcast", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
@@ -251,6 +258,7 @@ void MpiCommunicator::MatchPeer(bool sending, size_t count, DataType dtype, int 
 
 void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "destination");
+  const CallWatch watch("Send", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
@@ -264,6 +272,7 @@ void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int pe
 
 void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "source");
+  const CallWatch watch("Recv", rank_, size_);
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
@@ -276,11 +285,13 @@ void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
 }
 
 void MpiCommunicator::Barrier() {
+  const CallWatch watch("Barrier", rank_, size_);
   auto lock = SerialiseMpi();
   CheckMpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 std::shared_ptr<Communicator> MpiCommunicator::Split(int color, int key) {
+  const CallWatch watch("Split", rank_, size_);
   auto lock = SerialiseMpi();
   MPI_Comm sub = MPI_COMM_NULL;
   CheckMpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
