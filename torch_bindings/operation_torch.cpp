@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collops/collops.h"
+#include "collops/operation_base.h"
 
 namespace collops {
 namespace {
@@ -236,6 +237,24 @@ class OperationTorch : public torch::CustomClassHolder {
     return outs;
   }
 
+  /// An uninitialised tensor in memory this operation's peers reach directly
+  /// (Communicator::AllocateShared: the lccl heap between processes), so the collectives move it
+  /// with one copy instead of two; an ordinary tensor where the backend has no such memory or its
+  /// heap is full. The first call creates the operation's communicator, as the first execute
+  /// does, so every rank must make it. A collops extension: ATB has no such method.
+  at::Tensor EmptyShared(const std::vector<int64_t>& sizes, c10::ScalarType dtype) {
+    at::Tensor t;
+    RaiseOnError("empty_shared", Guarded([&] {
+                   RequireOperation("empty_shared");
+                   if (ToAclDataType(dtype) == ACL_DT_UNDEFINED) {
+                     Fail(ERROR_INVALID_TENSOR_DTYPE, "empty_shared: dtype ", c10::toString(dtype),
+                          " is not one collops supports");
+                   }
+                   t = SharedOrPlain(sizes, dtype, Communicators().Get(CommParamOf()));
+                 }));
+    return t;
+  }
+
   /// Runs the collective into caller-provided outputs (shapes and dtypes as InferShape gives).
   void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
     RaiseOnError("execute_out", Guarded([&] {
@@ -360,11 +379,36 @@ class OperationTorch : public torch::CustomClassHolder {
   std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) const {
     std::vector<TensorDesc> outDescs;
     Check(op_->InferShape(InputDescs(ins), outDescs));
+    // Outputs in shared memory let peers write them directly (AllToAllV); only once the
+    // communicator exists, since creating it is collective and belongs to Setup.
+    const std::shared_ptr<Communicator> comm =
+        CommParamOf().comm == nullptr ? Communicators().Find(CommParamOf()) : nullptr;
     std::vector<at::Tensor> outs;
-    for (const auto& d : outDescs) {
-      outs.push_back(at::empty(ShapeOf(d), at::TensorOptions().dtype(ToScalarType(d.dtype))));
-    }
+    for (const auto& d : outDescs)
+      outs.push_back(SharedOrPlain(ShapeOf(d), ToScalarType(d.dtype), comm));
     return outs;
+  }
+
+  static CommunicatorPool& Communicators() { return DefaultContext().Communicators(); }
+
+  const CommParam& CommParamOf() const {
+    const auto* base = dynamic_cast<const OperationBase*>(op_.get());
+    if (base == nullptr) Fail(ERROR_INTERNAL_ERROR, opName_, " is not an OperationBase");
+    return base->commParam();
+  }
+
+  /// From `comm`'s AllocateShared when it gives memory, else at::empty. The tensor keeps the
+  /// communicator (and so its heap) alive until it is freed.
+  static at::Tensor SharedOrPlain(const std::vector<int64_t>& sizes, c10::ScalarType dtype,
+                                  std::shared_ptr<Communicator> comm) {
+    const auto options = at::TensorOptions().dtype(dtype);
+    int64_t numel = 1;
+    for (const int64_t n : sizes) numel *= n;
+    void* memory = comm != nullptr
+                       ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
+                       : nullptr;
+    if (memory == nullptr) return at::empty(sizes, options);
+    return at::from_blob(memory, sizes, [comm](void* p) { comm->FreeShared(p); }, options);
   }
 
   // Setup then Execute with a workspace owned by this object (not the shared default context's,
@@ -398,5 +442,6 @@ TORCH_LIBRARY(OperationTorch, m) {
       .def("setup", &OperationTorch::Setup)
       .def("execute", &OperationTorch::Execute)
       .def("execute_out", &OperationTorch::ExecuteOut)
+      .def("empty_shared", &OperationTorch::EmptyShared)
       .def("execute_sync", &OperationTorch::ExecuteSync);
 }

@@ -41,6 +41,9 @@ class OperationBase : public Operation {
   Status Setup(const VariantPack& variantPack, uint64_t& workspaceSize, Context* context) final;
   Status Execute(const VariantPack& variantPack, uint8_t* workspace, uint64_t workspaceSize,
                  Context* context) final;
+  /// The communicator params: the key under which the context's pool holds this operation's
+  /// communicator (the torch binding allocates shared tensors from it).
+  const CommParam& commParam() const { return commParam_; }
 
  protected:
   OperationBase(std::string name, const CommParam& commParam);
@@ -68,7 +71,6 @@ class OperationBase : public Operation {
   virtual void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                            Communicator& comm) = 0;
 
-  const CommParam& commParam() const { return commParam_; }
   /// "<op>: " prefix helpers for messages, e.g. Where() = "AllToAllVOperation (rank 1)".
   std::string Where() const;
 
