@@ -15,6 +15,7 @@
 #include "collops/backend.h"
 #include "collops/communicator.h"
 #include "collops/reduce.h"
+#include "piece_layout.h"
 #include "process_ranks.h"
 
 namespace collops {
@@ -289,11 +290,6 @@ TEST_P(ProcessCommTest, ReduceScatterV) {
       SmallBuffer());
 }
 
-/// Elements rank `from` sends to rank `to`: uneven, some zero, some beyond the buffer.
-int64_t PieceCount(int from, int to, size_t scale) {
-  return static_cast<int64_t>(((from * 7 + to * 3) % 5) * scale);
-}
-
 TEST_P(ProcessCommTest, AllToAllV) {
   const int size = GetParam();
   RunProcessRanks(
@@ -301,30 +297,20 @@ TEST_P(ProcessCommTest, AllToAllV) {
       [size](int rank) {
         auto comm = MakeLcclComm(rank, size, "alltoall");
         for (DataType dtype : kDtypes) {
-          for (size_t scale : {size_t{0}, size_t{1}, size_t{3001}}) {
-            std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
-            int64_t sendEnd = 0, recvEnd = 0;
+          for (const int64_t scale : {0, 1, 3001}) {  // up to beyond the buffer
+            const testing::PieceLayout l(rank, size, scale);
+            Buffer in(dtype, l.sendEnd), out(dtype, l.recvEnd);
+            for (int64_t i = 0; i < l.sendEnd; ++i) in.Set(i, Value(rank, i, 5));
+            for (int64_t i = 0; i < l.recvEnd; ++i) out.Set(i, -1);
+            std::vector<double> want(l.recvEnd, -1);
             for (int r = 0; r < size; ++r) {
-              sendCounts[r] = PieceCount(rank, r, scale);
-              sdispls[r] = sendEnd + 1;
-              sendEnd = sdispls[r] + sendCounts[r];
-              recvCounts[r] = PieceCount(r, rank, scale);
-              rdispls[r] = recvEnd + 3;
-              recvEnd = rdispls[r] + recvCounts[r];
-            }
-            Buffer in(dtype, sendEnd), out(dtype, recvEnd);
-            for (int64_t i = 0; i < sendEnd; ++i) in.Set(i, Value(rank, i, 5));
-            for (int64_t i = 0; i < recvEnd; ++i) out.Set(i, -1);
-            std::vector<double> want(recvEnd, -1);
-            for (int r = 0; r < size; ++r) {
-              int64_t theirDispl = 1;  // rank r's sdispls[rank], rebuilt from its counts
-              for (int j = 0; j < rank; ++j) theirDispl += PieceCount(r, j, scale) + 1;
-              for (int64_t i = 0; i < recvCounts[r]; ++i) {
-                want[rdispls[r] + i] = Value(r, theirDispl + i, 5);
+              const int64_t theirDispl = testing::PieceLayout::SendDispl(r, rank, scale);
+              for (int64_t i = 0; i < l.recvCounts[r]; ++i) {
+                want[l.rdispls[r] + i] = Value(r, theirDispl + i, 5);
               }
             }
-            comm->AllToAllV(in.Data(), sendCounts.data(), sdispls.data(), out.Data(),
-                            recvCounts.data(), rdispls.data(), dtype);
+            comm->AllToAllV(in.Data(), l.sendCounts.data(), l.sdispls.data(), out.Data(),
+                            l.recvCounts.data(), l.rdispls.data(), dtype);
             EXPECT_BUFFER(out, want, Concat("AllToAllV ", DataTypeName(dtype), " scale ", scale));
           }
         }

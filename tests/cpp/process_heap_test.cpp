@@ -20,6 +20,7 @@
 #include "core/comm/shm/process_comm.h"
 #include "core/comm/shm/process_fd.h"
 #include "core/comm/shm/process_heap.h"
+#include "piece_layout.h"
 #include "process_ranks.h"
 
 namespace collops {
@@ -109,9 +110,6 @@ std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int size, const std
   return comm;
 }
 
-/// Elements rank `from` sends to rank `to`: uneven, some zero.
-int64_t PieceCount(int from, int to, int64_t scale) { return ((from * 7 + to * 3) % 5) * scale; }
-
 int8_t ValueAt(int rank, int64_t i) { return static_cast<int8_t>((rank * 37 + i * 11) % 251); }
 
 /// Memory of `bytes` from the communicator's heap (shared) or the C++ heap, freed on scope exit.
@@ -148,34 +146,24 @@ struct Placement {
 /// output, including the gaps between pieces that nobody may write. Returns the rounds it took.
 uint64_t CheckedAllToAllV(shm::ProcessCommunicator& comm, int64_t scale, Placement placement) {
   const int rank = comm.Rank(), size = comm.Size();
-  std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
-  int64_t sendEnd = 0, recvEnd = 0;
+  const PieceLayout l(rank, size, scale);
+  Placed in(comm, l.sendEnd, (placement.inputs >> rank) & 1);
+  Placed out(comm, l.recvEnd, (placement.outputs >> rank) & 1);
+  for (int64_t i = 0; i < l.sendEnd; ++i) in.data()[i] = static_cast<uint8_t>(ValueAt(rank, i));
+  std::memset(out.data(), 0xee, l.recvEnd);
+  std::vector<uint8_t> want(l.recvEnd, 0xee);
   for (int r = 0; r < size; ++r) {
-    sendCounts[r] = PieceCount(rank, r, scale);
-    sdispls[r] = sendEnd + 1;
-    sendEnd = sdispls[r] + sendCounts[r];
-    recvCounts[r] = PieceCount(r, rank, scale);
-    rdispls[r] = recvEnd + 3;
-    recvEnd = rdispls[r] + recvCounts[r];
-  }
-  Placed in(comm, sendEnd, (placement.inputs >> rank) & 1);
-  Placed out(comm, recvEnd, (placement.outputs >> rank) & 1);
-  for (int64_t i = 0; i < sendEnd; ++i) in.data()[i] = static_cast<uint8_t>(ValueAt(rank, i));
-  std::memset(out.data(), 0xee, recvEnd);
-  std::vector<uint8_t> want(recvEnd, 0xee);
-  for (int r = 0; r < size; ++r) {
-    int64_t theirDispl = 1;  // rank r's sdispls[rank], rebuilt from its counts
-    for (int j = 0; j < rank; ++j) theirDispl += PieceCount(r, j, scale) + 1;
-    for (int64_t i = 0; i < recvCounts[r]; ++i) {
-      want[rdispls[r] + i] = static_cast<uint8_t>(ValueAt(r, theirDispl + i));
+    const int64_t theirDispl = PieceLayout::SendDispl(r, rank, scale);
+    for (int64_t i = 0; i < l.recvCounts[r]; ++i) {
+      want[l.rdispls[r] + i] = static_cast<uint8_t>(ValueAt(r, theirDispl + i));
     }
   }
   const uint64_t before = comm.Rounds();
-  comm.AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
-                 rdispls.data(), ACL_INT8);
+  comm.AllToAllV(in.data(), l.sendCounts.data(), l.sdispls.data(), out.data(), l.recvCounts.data(),
+                 l.rdispls.data(), ACL_INT8);
   const uint64_t rounds = comm.Rounds() - before;
   int64_t wrong = 0, first = -1;
-  for (int64_t i = 0; i < recvEnd; ++i) {
+  for (int64_t i = 0; i < l.recvEnd; ++i) {
     if (out.data()[i] != want[i] && wrong++ == 0) first = i;
   }
   EXPECT_EQ(wrong, 0) << "rank " << rank << " of " << size << ", scale " << scale << ", inputs "
