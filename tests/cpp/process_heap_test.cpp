@@ -110,7 +110,7 @@ std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int size, const std
   return comm;
 }
 
-int8_t ValueAt(int rank, int64_t i) { return static_cast<int8_t>((rank * 37 + i * 11) % 251); }
+uint8_t ValueAt(int rank, int64_t i) { return static_cast<uint8_t>((rank * 37 + i * 11) % 251); }
 
 /// Memory of `bytes` from the communicator's heap (shared) or the C++ heap, freed on scope exit.
 class Placed {
@@ -272,6 +272,56 @@ TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
               }
               EXPECT_EQ(wrong, 0) << "count " << count << " shared " << shared << " in place "
                                   << inPlace;
+            }
+          }
+        }
+      },
+      SmallSlots());
+}
+
+/// AllGatherV (uneven, gaps between the pieces) and Broadcast from every root, with the inputs
+/// of some ranks shared: the others read those in place. Pieces from below the whole-piece size
+/// to many slots long. Checks every byte, and that a large shared exchange takes two rounds.
+TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
+  const int size = GetParam();
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeLccl(rank, size, "heap-gather");
+        const unsigned all = (1u << size) - 1;
+        for (const int64_t scale : {int64_t{1}, int64_t{3000}, int64_t{40000}}) {
+          for (const unsigned shared : {0u, all, 1u, 2u & all}) {
+            const bool mine = (shared >> rank) & 1;
+            std::vector<int64_t> counts(size), displs(size);
+            int64_t end = 0;
+            for (int r = 0; r < size; ++r) {
+              counts[r] = PieceCount(r, (r + 1) % size, scale);
+              displs[r] = end + 3;
+              end = displs[r] + counts[r];
+            }
+            Placed in(*comm, counts[rank] + 1, mine);
+            for (int64_t i = 0; i < counts[rank]; ++i) in.data()[i] = ValueAt(rank, i);
+            std::vector<uint8_t> out(end, 0xee), want(end, 0xee);
+            for (int r = 0; r < size; ++r) {
+              for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = ValueAt(r, i);
+            }
+            const uint64_t before = comm->Rounds();
+            comm->AllGatherV(in.data(), counts[rank], out.data(), counts.data(), displs.data(),
+                             ACL_INT8);
+            EXPECT_EQ(out, want) << "AllGatherV scale " << scale << " shared " << shared;
+            if (scale == 40000 && shared == all) EXPECT_EQ(comm->Rounds() - before, 2u);
+
+            for (int root = 0; root < size; ++root) {
+              const int64_t n = 5 * scale + root;
+              Placed buf(*comm, n, mine);
+              for (int64_t i = 0; i < n; ++i) {
+                buf.data()[i] = rank == root ? ValueAt(root, i) : uint8_t{0xee};
+              }
+              comm->Broadcast(buf.data(), n, ACL_INT8, root);
+              int64_t wrong = 0;
+              for (int64_t i = 0; i < n; ++i) wrong += buf.data()[i] != ValueAt(root, i);
+              EXPECT_EQ(wrong, 0) << "Broadcast root " << root << " n " << n << " shared "
+                                  << shared;
             }
           }
         }

@@ -94,16 +94,31 @@ void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_
     CopyOut(out + offsetOf[rank_], in, std::min(myBytes, bytesOf[rank_]), outputBytes);
   };
   if (size_ == 1) return copyOwn();
+  // Shared buffers: a rank whose input is in its heap (and not small) stages nothing; the others
+  // copy it straight from there after the first round, and a second round keeps it in place
+  // until they have.
+  const bool shared = PublishInput(in, myBytes, kDirectWholeBytes) >= 0;
   const size_t half = segment_.HalfBytes();
-  const size_t most = *std::max_element(bytesOf.begin(), bytesOf.end());
-  const size_t rounds = std::max<size_t>(1, CeilDiv(most, half));
+  size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * half;
-    CopyBytes(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
+    if (!shared) CopyBytes(NextHalf(), in + lo, Clip(static_cast<int64_t>(myBytes), lo, half));
     Round();
-    if (k == 0) copyOwn();  // after the first round: the agreement check precedes any output
+    if (k == 0) {
+      copyOwn();  // after the first round: the agreement check precedes any output
+      const bool anyShared = FindSharedInputs([&](int r) { return bytesOf[r]; });
+      size_t most = 0;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && peerInput_[r] != nullptr) {
+          CopyOut(out + offsetOf[r], peerInput_[r], bytesOf[r], outputBytes);
+        } else if (!(r == rank_ && shared)) {
+          most = std::max(most, bytesOf[r]);
+        }
+      }
+      rounds = std::max<size_t>(anyShared ? 2 : 1, CeilDiv(most, half));
+    }
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
+      if (r == rank_ || peerInput_[r] != nullptr) continue;
       CopyOut(out + offsetOf[r] + lo, HalfOf(r, round_),
               Clip(static_cast<int64_t>(bytesOf[r]), lo, half), outputBytes);
     }
@@ -142,14 +157,25 @@ void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int
   const size_t bytes = count * ElementBytes(dtype, where);
   if (size_ == 1) return;
   auto* data = static_cast<uint8_t*>(buf);
+  // Shared buffers: a root whose buffer is in its heap stages nothing; the others copy it from
+  // there after the first round, and a second round keeps it in place until they have. Only the
+  // root publishes (the others publish nothing: 0 bytes).
+  const bool rootShared =
+      PublishInput(data, rank_ == root ? bytes : 0, rank_ == root ? kDirectWholeBytes : 1) >= 0;
   const size_t half = segment_.HalfBytes();
-  const size_t rounds = std::max<size_t>(1, CeilDiv(bytes, half));
+  size_t rounds = 1;
+  bool shared = false;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * half;
     const size_t n = Clip(static_cast<int64_t>(bytes), lo, half);
-    if (rank_ == root) CopyBytes(NextHalf(), data + lo, n);
+    if (rank_ == root && !rootShared) CopyBytes(NextHalf(), data + lo, n);
     Round();
-    if (rank_ != root) CopyOut(data + lo, HalfOf(root, round_), n, bytes);
+    if (k == 0) {
+      shared = FindSharedInputs([&](int) { return bytes; });
+      rounds = shared ? 2 : std::max<size_t>(1, CeilDiv(bytes, half));
+      if (shared && rank_ != root) CopyOut(data, peerInput_[root], bytes, bytes);
+    }
+    if (!shared && rank_ != root) CopyOut(data + lo, HalfOf(root, round_), n, bytes);
   }
 }
 
@@ -203,9 +229,8 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
   const size_t fullChunk = fullSlice * size_;
   // Shared buffers: a rank whose input lies in its heap stages nothing in round A; the others
   // read its slices there. Each rank publishes its input's heap offset with the first round.
-  const int64_t inAt = segment_.HasHeaps() ? heap_.OffsetOf(in, count * e) : -1;
-  segment_.Rank(rank_).value[(round_ + 1) & 1].store(inAt, std::memory_order_relaxed);
-  std::vector<const uint8_t*>& peerInput = peerInput_;
+  const int64_t inAt = PublishInput(in, count * e, 0);
+  const std::vector<const uint8_t*>& peerInput = peerInput_;
   std::vector<const void*> srcs(size_);
   size_t lo = 0;
   do {
@@ -220,7 +245,7 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
         CopyBytes(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
     }
     Round();
-    if (lo == 0) FindSharedInputs(count * e);
+    if (lo == 0) FindSharedInputs([&](int) { return count * e; });
     // Reduce the own slice over all ranks into the half of round B.
     const size_t mine = end(rank_) - begin(rank_);
     if (mine != 0) {
@@ -243,19 +268,31 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
   } while (lo < count);
 }
 
-void ProcessCommunicator::FindSharedInputs(size_t bytes) {
+int64_t ProcessCommunicator::PublishInput(const void* in, size_t bytes, size_t minBytes) {
+  const int64_t at =
+      segment_.HasHeaps() && bytes >= minBytes ? heap_.OffsetOf(in, bytes) : int64_t{-1};
+  segment_.Rank(rank_).value[(round_ + 1) & 1].store(at, std::memory_order_relaxed);
+  return at;
+}
+
+template <class BytesOf>
+bool ProcessCommunicator::FindSharedInputs(BytesOf&& bytesOf) {
   const uint64_t heapBytes = segment_.HasHeaps() ? segment_.HeapBytes() : 0;
+  bool any = false;
   peerInput_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
     const int64_t at = segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed);
-    if (r == rank_ || at < 0) continue;
+    if (at < 0) continue;
+    any = true;
+    const size_t bytes = bytesOf(r);
     if (static_cast<uint64_t>(at) > heapBytes || bytes > heapBytes - at) {
       Break(ERROR_COMM_FAIL, r,
             Concat(Where(), "rank ", r, " published heap range [", at, ", +", bytes,
                    ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
     }
-    peerInput_[r] = segment_.Heap(r) + at;
+    if (r != rank_) peerInput_[r] = segment_.Heap(r) + at;
   }
+  return any;
 }
 
 void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,

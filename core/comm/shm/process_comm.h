@@ -177,9 +177,14 @@ class ProcessCommunicator final : public Communicator {
   /// of a piece that is not whole went through that round's slots.
   void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
 
-  /// After the first round of an AllReduce: peerInput_[r] = rank r's input in its heap (the
-  /// value it published with that round), null where r staged it. `bytes`: the input's size.
-  void FindSharedInputs(size_t bytes);
+  /// Publishes with the next round the heap offset of this rank's input [in, +bytes): -1 when
+  /// it is not in the heap or smaller than `minBytes` (then it is staged). Returns it.
+  int64_t PublishInput(const void* in, size_t bytes, size_t minBytes);
+  /// After that round: peerInput_[r] = rank r's published input (bytesOf(r) bytes, checked
+  /// against its heap), null where r published none. True when any rank, this one included,
+  /// published one.
+  template <class BytesOf>
+  bool FindSharedInputs(BytesOf&& bytesOf);
 
   int rank_ = 0;
   int size_ = 0;
