@@ -329,6 +329,48 @@ TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
       SmallSlots());
 }
 
+/// ReduceScatterV (uneven pieces, gaps in the input) with the inputs of some ranks shared: their
+/// pieces of 8 KiB and more are reduced in place by their receivers. Every rank's result must be
+/// the rank-order sum, bit for bit; a fully shared exchange takes two rounds whatever its size.
+TEST_P(ProcessHeapTest, ReduceScatterVWithSharedInputsMatchesGolden) {
+  const int size = GetParam();
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeLccl(rank, size, "heap-rs");
+        const unsigned all = (1u << size) - 1;
+        for (const int64_t scale : {int64_t{1}, int64_t{1000}, int64_t{12000}}) {
+          for (const unsigned shared : {0u, all, 1u, 2u & all}) {
+            // sendCounts[r] = what every rank contributes to r: the same vector everywhere.
+            std::vector<int64_t> counts(size), displs(size);
+            int64_t end = 0;
+            for (int r = 0; r < size; ++r) {
+              counts[r] = (r % 3 + 1) * scale;  // 4 to 144000 bytes
+              displs[r] = end + 1;
+              end = displs[r] + counts[r];
+            }
+            Placed in(*comm, (end + 1) * sizeof(float), (shared >> rank) & 1);
+            auto* x = reinterpret_cast<float*>(in.data());
+            for (int64_t i = 0; i < end; ++i) x[i] = static_cast<float>((rank + 1) * (i % 89));
+            std::vector<float> out(counts[rank] + 1, -1.0f);
+            const uint64_t before = comm->Rounds();
+            comm->ReduceScatterV(x, counts.data(), displs.data(), out.data(), counts[rank],
+                                 ACL_FLOAT, ReduceOp::kSum);
+            int64_t wrong = 0;
+            for (int64_t i = 0; i < counts[rank]; ++i) {
+              const float want =
+                  static_cast<float>(size * (size + 1) / 2 * ((displs[rank] + i) % 89));
+              wrong += out[i] != want;
+            }
+            wrong += out[counts[rank]] != -1.0f;  // nothing written past the piece
+            EXPECT_EQ(wrong, 0) << "scale " << scale << " shared " << shared;
+            if (scale == 12000 && shared == all) EXPECT_EQ(comm->Rounds() - before, 2u);
+          }
+        }
+      },
+      SmallSlots());
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapTest, ::testing::Values(2, 3, 4));
 
 TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {

@@ -308,30 +308,86 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
     if (recvCount != 0) std::memmove(dst, src + sdispls[0] * e, recvCount * e);
     return;
   }
-  const size_t region = RegionBytes();
-  const size_t per = region / e;
+  const size_t per = RegionBytes() / e;
   const int64_t most = *std::max_element(sendCounts, sendCounts + size_);
-  const size_t rounds =
+  size_t rounds =
       std::max<size_t>(1, CeilDiv(static_cast<size_t>(std::max<int64_t>(most, 0)), per));
+  // Shared buffers: a rank whose input is in its heap publishes its DirectTable and stages none of
+  // its pieces of kDirectWholeBytes or more; their receivers reduce them in place. sendCounts is
+  // the same vector on every rank (the agreement check sees to that), so after the first round
+  // all agree on which pieces were staged, how many rounds those need, and that one more round
+  // keeps the shared inputs in place until every reduction reading them is done.
+  const bool heaps = segment_.HasHeaps();
+  if (heaps) PublishDirect(src, sendCounts, sdispls, nullptr, sendCounts, sdispls, e);
+  peerInput_.assign(size_, nullptr);
+  bool shared = false;      // some rank published a table
+  bool allInPlace = false;  // every peer's piece for this rank is read in place
   std::vector<const void*> srcs(size_);
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_) {
+      if (r != rank_ && !(heaps && direct_[r].send)) {
         CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
     }
     Round();
-    const size_t n = Clip(static_cast<int64_t>(recvCount), lo, per);
+    if (k == 0 && heaps) {
+      shared = FindSharedPieces(sendCounts, recvCount, e);
+      if (shared) rounds = StagedRounds(sendCounts, e, per);
+      allInPlace = shared;
+      for (int r = 0; r < size_; ++r) allInPlace = allInPlace && (r == rank_ || peerInput_[r]);
+    }
+    // With every piece in place the whole reduction runs now; else chunk by chunk.
+    const size_t n =
+        allInPlace ? (k == 0 ? recvCount : 0) : Clip(static_cast<int64_t>(recvCount), lo, per);
     if (n == 0) continue;
     for (int r = 0; r < size_; ++r) {
-      srcs[r] =
-          r == rank_ ? src + (sdispls[rank_] + lo) * e : HalfOf(r, round_) + RegionOffset(r, rank_);
+      srcs[r] = r == rank_                 ? src + (sdispls[rank_] + lo) * e
+                : peerInput_[r] != nullptr ? peerInput_[r] + lo * e
+                                           : HalfOf(r, round_) + RegionOffset(r, rank_);
     }
     ReduceArrays(dtype, op, srcs.data(), size_, dst + lo * e, n);
   }
+  if (shared) Round();
+}
+
+bool ProcessCommunicator::FindSharedPieces(const int64_t* sendCounts, size_t recvCount, size_t e) {
+  const int64_t bytes = static_cast<int64_t>(recvCount * e);
+  bool any = false;
+  peerInput_.assign(size_, nullptr);
+  for (int r = 0; r < size_; ++r) {
+    if ((segment_.Rank(r).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) == 0)
+      continue;
+    any = true;
+    if (r == rank_ || !SendsWhole(sendCounts[rank_], e)) continue;
+    const int64_t at = segment_.Direct(r, round_).from[rank_];
+    const uint64_t heapBytes = segment_.HeapBytes();
+    if (at < 0 || static_cast<uint64_t>(at) > heapBytes ||
+        static_cast<uint64_t>(bytes) > heapBytes - at) {
+      Break(ERROR_COMM_FAIL, r,
+            Concat(Where(), "rank ", r, " published heap range [", at, ", +", bytes,
+                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
+    }
+    peerInput_[r] = segment_.Heap(r) + at;
+  }
+  return any;
+}
+
+size_t ProcessCommunicator::StagedRounds(const int64_t* sendCounts, size_t e, size_t per) const {
+  // The piece from s to r was staged unless s published a table and the piece is whole.
+  size_t rounds = 1;
+  for (int r = 0; r < size_; ++r) {
+    bool staged = false;
+    for (int s = 0; s < size_ && !staged; ++s) {
+      const bool table =
+          (segment_.Rank(s).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) != 0;
+      staged = s != r && !(table && SendsWhole(sendCounts[r], e));
+    }
+    if (staged) rounds = std::max(rounds, CeilDiv(static_cast<size_t>(sendCounts[r]), per));
+  }
+  return rounds;
 }
 
 int32_t ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sendCounts,

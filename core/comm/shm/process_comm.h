@@ -169,10 +169,16 @@ class ProcessCommunicator final : public Communicator {
   size_t RegionOffset(int owner, int destination) const;
   /// Pieces that move directly between heaps (process_algorithms.cpp): publishes this rank's
   /// DirectTable for the next round (from[j]: heap offset of the piece for rank j in `in`; to[j]:
-  /// heap offset where rank j's piece lands in `out`) and its kDirect* flags, and marks in
-  /// direct_ the pieces it sends whole (not staged at all). Needs a heap.
+  /// heap offset where rank j's piece lands in `out`, -1 throughout when `out` is null) and its
+  /// kDirect* flags, and marks in direct_ the pieces it sends whole (not staged at all). Needs a
+  /// heap.
   int32_t PublishDirect(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
                         uint8_t* out, const int64_t* recvCounts, const int64_t* rdispls, size_t e);
+  /// ReduceScatterV, after the round that carried the tables: peerInput_[r] = rank r's piece for
+  /// this rank in r's heap where r sent it whole, else null. True when any rank published a table.
+  bool FindSharedPieces(const int64_t* sendCounts, size_t recvCount, size_t e);
+  /// ReduceScatterV: the rounds the staged pieces need (FindSharedPieces' round).
+  size_t StagedRounds(const int64_t* sendCounts, size_t e, size_t per) const;
   /// After the round that carried the tables: completes direct_ for every peer; `per` elements
   /// of a piece that is not whole went through that round's slots.
   void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
