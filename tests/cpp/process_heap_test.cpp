@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -245,38 +246,48 @@ TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
       options);
 }
 
+/// Runs check(comm, scale, shared) on every rank of a `size`-rank job with 64 KiB slots, for each
+/// scale and each set of ranks whose inputs are shared (bit r: rank r): none, all, rank 0 alone,
+/// rank 1 alone.
+void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64_t>& scales,
+                           const std::function<void(shm::ProcessCommunicator& comm, int64_t scale,
+                                                    unsigned shared)>& check) {
+  RunProcessRanks(
+      size,
+      [&](int rank) {
+        auto comm = MakeLccl(rank, size, domain);
+        const unsigned all = (1u << size) - 1;
+        for (const int64_t scale : scales) {
+          for (const unsigned shared : {0u, all, 1u, 2u & all}) check(*comm, scale, shared);
+        }
+      },
+      SmallSlots());
+}
+
 /// AllReduce (reduce-scatter + all-gather, several chunks with 64 KiB slots) where some ranks'
 /// inputs are shared and read in place by the others, in place or not: every rank gets the
 /// rank-order sum, bit for bit.
 TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
   const int size = GetParam();
-  RunProcessRanks(
-      size,
-      [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-allreduce");
-        const unsigned all = (1u << size) - 1;
-        for (const size_t count : {size_t{20000}, size_t{100003}}) {
-          for (const unsigned shared : {0u, all, 1u, 2u & all}) {
-            for (const bool inPlace : {false, true}) {
-              const bool mine = (shared >> rank) & 1;
-              Placed in(*comm, count * sizeof(float), mine);
-              Placed other(*comm, count * sizeof(float), false);
-              auto* x = reinterpret_cast<float*>(in.data());
-              auto* y = inPlace ? x : reinterpret_cast<float*>(other.data());
-              for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((rank + 1) * (i % 97));
-              comm->AllReduce(x, y, count, ACL_FLOAT, ReduceOp::kSum);
-              int64_t wrong = 0;
-              for (size_t i = 0; i < count; ++i) {
-                const float want = static_cast<float>(size * (size + 1) / 2 * (i % 97));
-                wrong += y[i] != want;
-              }
-              EXPECT_EQ(wrong, 0) << "count " << count << " shared " << shared << " in place "
-                                  << inPlace;
-            }
-          }
-        }
-      },
-      SmallSlots());
+  ForEachSharedInputSet(size, "heap-allreduce", {20000, 100003},
+                        [&](auto& comm, int64_t count, unsigned shared) {
+                          const int rank = comm.Rank();
+                          for (const bool inPlace : {false, true}) {
+                            Placed in(comm, count * sizeof(float), (shared >> rank) & 1);
+                            Placed other(comm, count * sizeof(float), false);
+                            auto* x = reinterpret_cast<float*>(in.data());
+                            auto* y = inPlace ? x : reinterpret_cast<float*>(other.data());
+                            for (int64_t i = 0; i < count; ++i)
+                              x[i] = static_cast<float>((rank + 1) * (i % 97));
+                            comm.AllReduce(x, y, count, ACL_FLOAT, ReduceOp::kSum);
+                            int64_t wrong = 0;
+                            for (int64_t i = 0; i < count; ++i) {
+                              wrong += y[i] != static_cast<float>(size * (size + 1) / 2 * (i % 97));
+                            }
+                            EXPECT_EQ(wrong, 0) << "count " << count << " shared " << shared
+                                                << " in place " << inPlace;
+                          }
+                        });
 }
 
 /// AllGatherV (uneven, gaps between the pieces) and Broadcast from every root, with the inputs
@@ -284,49 +295,39 @@ TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
 /// to many slots long. Checks every byte, and that a large shared exchange takes two rounds.
 TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
   const int size = GetParam();
-  RunProcessRanks(
-      size,
-      [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-gather");
-        const unsigned all = (1u << size) - 1;
-        for (const int64_t scale : {int64_t{1}, int64_t{3000}, int64_t{40000}}) {
-          for (const unsigned shared : {0u, all, 1u, 2u & all}) {
-            const bool mine = (shared >> rank) & 1;
-            std::vector<int64_t> counts(size), displs(size);
-            int64_t end = 0;
-            for (int r = 0; r < size; ++r) {
-              counts[r] = PieceCount(r, (r + 1) % size, scale);
-              displs[r] = end + 3;
-              end = displs[r] + counts[r];
-            }
-            Placed in(*comm, counts[rank] + 1, mine);
-            for (int64_t i = 0; i < counts[rank]; ++i) in.data()[i] = ValueAt(rank, i);
-            std::vector<uint8_t> out(end, 0xee), want(end, 0xee);
-            for (int r = 0; r < size; ++r) {
-              for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = ValueAt(r, i);
-            }
-            const uint64_t before = comm->Rounds();
-            comm->AllGatherV(in.data(), counts[rank], out.data(), counts.data(), displs.data(),
-                             ACL_INT8);
-            EXPECT_EQ(out, want) << "AllGatherV scale " << scale << " shared " << shared;
-            if (scale == 40000 && shared == all) EXPECT_EQ(comm->Rounds() - before, 2u);
-
-            for (int root = 0; root < size; ++root) {
-              const int64_t n = 5 * scale + root;
-              Placed buf(*comm, n, mine);
-              for (int64_t i = 0; i < n; ++i) {
-                buf.data()[i] = rank == root ? ValueAt(root, i) : uint8_t{0xee};
-              }
-              comm->Broadcast(buf.data(), n, ACL_INT8, root);
-              int64_t wrong = 0;
-              for (int64_t i = 0; i < n; ++i) wrong += buf.data()[i] != ValueAt(root, i);
-              EXPECT_EQ(wrong, 0) << "Broadcast root " << root << " n " << n << " shared "
-                                  << shared;
-            }
-          }
+  ForEachSharedInputSet(
+      size, "heap-gather", {1, 3000, 40000}, [&](auto& comm, int64_t scale, unsigned shared) {
+        const int rank = comm.Rank();
+        const bool mine = (shared >> rank) & 1;
+        std::vector<int64_t> counts(size), displs(size);
+        int64_t end = 0;
+        for (int r = 0; r < size; ++r) {
+          counts[r] = PieceCount(r, (r + 1) % size, scale);
+          displs[r] = end + 3;
+          end = displs[r] + counts[r];
         }
-      },
-      SmallSlots());
+        Placed in(comm, counts[rank] + 1, mine);
+        for (int64_t i = 0; i < counts[rank]; ++i) in.data()[i] = ValueAt(rank, i);
+        std::vector<uint8_t> out(end, 0xee), want(end, 0xee);
+        for (int r = 0; r < size; ++r) {
+          for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = ValueAt(r, i);
+        }
+        const uint64_t before = comm.Rounds();
+        comm.AllGatherV(in.data(), counts[rank], out.data(), counts.data(), displs.data(),
+                        ACL_INT8);
+        EXPECT_EQ(out, want) << "AllGatherV scale " << scale << " shared " << shared;
+        if (scale == 40000 && shared == (1u << size) - 1) EXPECT_EQ(comm.Rounds() - before, 2u);
+
+        for (int root = 0; root < size; ++root) {
+          const int64_t n = 5 * scale + root;
+          Placed buf(comm, n, mine);
+          for (int64_t i = 0; i < n; ++i) buf.data()[i] = rank == root ? ValueAt(root, i) : 0xee;
+          comm.Broadcast(buf.data(), n, ACL_INT8, root);
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < n; ++i) wrong += buf.data()[i] != ValueAt(root, i);
+          EXPECT_EQ(wrong, 0) << "Broadcast root " << root << " n " << n << " shared " << shared;
+        }
+      });
 }
 
 /// ReduceScatterV (uneven pieces, gaps in the input) with the inputs of some ranks shared: their
@@ -334,41 +335,32 @@ TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
 /// the rank-order sum, bit for bit; a fully shared exchange takes two rounds whatever its size.
 TEST_P(ProcessHeapTest, ReduceScatterVWithSharedInputsMatchesGolden) {
   const int size = GetParam();
-  RunProcessRanks(
-      size,
-      [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-rs");
-        const unsigned all = (1u << size) - 1;
-        for (const int64_t scale : {int64_t{1}, int64_t{1000}, int64_t{12000}}) {
-          for (const unsigned shared : {0u, all, 1u, 2u & all}) {
-            // sendCounts[r] = what every rank contributes to r: the same vector everywhere.
-            std::vector<int64_t> counts(size), displs(size);
-            int64_t end = 0;
-            for (int r = 0; r < size; ++r) {
-              counts[r] = (r % 3 + 1) * scale;  // 4 to 144000 bytes
-              displs[r] = end + 1;
-              end = displs[r] + counts[r];
-            }
-            Placed in(*comm, (end + 1) * sizeof(float), (shared >> rank) & 1);
-            auto* x = reinterpret_cast<float*>(in.data());
-            for (int64_t i = 0; i < end; ++i) x[i] = static_cast<float>((rank + 1) * (i % 89));
-            std::vector<float> out(counts[rank] + 1, -1.0f);
-            const uint64_t before = comm->Rounds();
-            comm->ReduceScatterV(x, counts.data(), displs.data(), out.data(), counts[rank],
-                                 ACL_FLOAT, ReduceOp::kSum);
-            int64_t wrong = 0;
-            for (int64_t i = 0; i < counts[rank]; ++i) {
-              const float want =
-                  static_cast<float>(size * (size + 1) / 2 * ((displs[rank] + i) % 89));
-              wrong += out[i] != want;
-            }
-            wrong += out[counts[rank]] != -1.0f;  // nothing written past the piece
-            EXPECT_EQ(wrong, 0) << "scale " << scale << " shared " << shared;
-            if (scale == 12000 && shared == all) EXPECT_EQ(comm->Rounds() - before, 2u);
-          }
+  ForEachSharedInputSet(
+      size, "heap-rs", {1, 1000, 12000}, [&](auto& comm, int64_t scale, unsigned shared) {
+        const int rank = comm.Rank();
+        // counts[r] = what every rank contributes to r: the same vector everywhere.
+        std::vector<int64_t> counts(size), displs(size);
+        int64_t end = 0;
+        for (int r = 0; r < size; ++r) {
+          counts[r] = (r % 3 + 1) * scale;  // 4 to 144000 bytes
+          displs[r] = end + 1;
+          end = displs[r] + counts[r];
         }
-      },
-      SmallSlots());
+        Placed in(comm, (end + 1) * sizeof(float), (shared >> rank) & 1);
+        auto* x = reinterpret_cast<float*>(in.data());
+        for (int64_t i = 0; i < end; ++i) x[i] = static_cast<float>((rank + 1) * (i % 89));
+        std::vector<float> out(counts[rank] + 1, -1.0f);
+        const uint64_t before = comm.Rounds();
+        comm.ReduceScatterV(x, counts.data(), displs.data(), out.data(), counts[rank], ACL_FLOAT,
+                            ReduceOp::kSum);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < counts[rank]; ++i) {
+          wrong += out[i] != static_cast<float>(size * (size + 1) / 2 * ((displs[rank] + i) % 89));
+        }
+        wrong += out[counts[rank]] != -1.0f;  // nothing written past the piece
+        EXPECT_EQ(wrong, 0) << "scale " << scale << " shared " << shared;
+        if (scale == 12000 && shared == (1u << size) - 1) EXPECT_EQ(comm.Rounds() - before, 2u);
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapTest, ::testing::Values(2, 3, 4));
