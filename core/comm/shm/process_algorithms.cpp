@@ -12,6 +12,12 @@
 //  - ReduceScatterV, AllToAllV: the half is cut into R-1 regions of RegionBytes(), one per other
 //    rank (a rank's own piece never goes through shared memory, so it gets no region: at R=2 the
 //    one destination has the whole half, half as many rounds as R regions gave).
+//  - Shared buffers (AllocateShared, process_heap.h): data whose buffer lies in its rank's heap
+//    is not staged; peers read (or, for AllToAllV outputs, write) it in place after the first
+//    round, which carries where it lies (RankControl::value or the DirectTable), and a later
+//    round keeps it in place until they are done. One copy instead of two; a rank decides alone
+//    what it stages and every peer learns that from the first round, so choosing the path costs
+//    no round: the only one added is the one that keeps shared data in place, where it is used.
 // Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
 // bit-identical results.
 #include <algorithm>
