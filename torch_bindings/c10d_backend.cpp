@@ -22,6 +22,7 @@
 // engine a group's backend runs on, e.g. "lccl" or "hccl(lccl+c10d)") through the module `_c10d`
 // that this library also exports (collops/_c10d_backend.py loads it and registers it with
 // torch.distributed.Backend.register_backend).
+#include <ATen/DLConvertor.h>
 #include <pybind11/pybind11.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -201,6 +202,23 @@ class CollopsBackend final : public c10d::Backend {
   std::string CommunicatorName() {
     std::lock_guard<std::mutex> lock(mu_);
     return comm_ ? comm_->BackendName() : "";
+  }
+
+  /// `bytes` bytes (uint8) that this group's communicator moves with one copy
+  /// (Communicator::AllocateShared: the lccl heap on one host), or ordinary memory where it has
+  /// none or its heap is full. Creates the communicator on first use, so it is collective then.
+  /// The tensor keeps the communicator alive.
+  at::Tensor EmptySharedBytes(int64_t bytes) {
+    Comm();
+    std::shared_ptr<Communicator> comm;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      comm = comm_;
+    }
+    const auto options = at::TensorOptions().dtype(at::kByte);
+    void* memory = comm->AllocateShared(static_cast<size_t>(bytes));
+    if (memory == nullptr) return at::empty({bytes}, options);
+    return at::from_blob(memory, {bytes}, [comm](void* p) { comm->FreeShared(p); }, options);
   }
 
   const std::string getBackendName() const override { return kBackendName; }
@@ -615,6 +633,30 @@ std::string CommunicatorName(const c10::intrusive_ptr<c10d::Backend>& backend) {
   return collops->CommunicatorName();
 }
 
+// EmptySharedBytes of a collops group's backend, handed to Python as a DLPack capsule
+// (torch.from_dlpack): a tensor return would need torch_python's pybind casters.
+pybind11::capsule EmptySharedBytes(const c10::intrusive_ptr<c10d::Backend>& backend,
+                                   int64_t bytes) {
+  auto* collops = dynamic_cast<CollopsBackend*>(backend.get());
+  TORCH_CHECK(collops != nullptr, "empty_shared: ", backend->getBackendName(),
+              " is not a collops backend");
+  TORCH_CHECK(bytes >= 0, "empty_shared: ", bytes, " bytes");
+  at::Tensor memory;
+  {
+    // Without the GIL, as communicator_name: creating the communicator may need it elsewhere.
+    pybind11::gil_scoped_release release;
+    memory = collops->EmptySharedBytes(bytes);
+  }
+  DLManagedTensor* managed = at::toDLPack(memory);
+  return pybind11::capsule(managed, "dltensor", [](PyObject* capsule) {
+    // Still named "dltensor" only when nobody consumed it (from_dlpack renames it).
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+      auto* unused = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+      if (unused->deleter != nullptr) unused->deleter(unused);
+    }
+  });
+}
+
 }  // namespace
 }  // namespace collops
 
@@ -630,4 +672,8 @@ PYBIND11_MODULE(_c10d, m) {
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "The engine a collops group's backend runs on: \"lccl\" on one host, "
         "\"hccl(lccl+c10d)\" across hosts, \"\" before its first collective.");
+  m.def(
+      "empty_shared_bytes", &collops::EmptySharedBytes, pybind11::arg("backend"),
+      pybind11::arg("bytes"),
+      "A DLPack capsule of `bytes` uint8 that the group's lccl communicator moves with one copy.");
 }

@@ -40,3 +40,23 @@ def communicator_name(group=None):
 
     group = group if group is not None else dist.group.WORLD
     return _factory.communicator_name(group._get_backend(torch.device("cpu")))
+
+
+def empty_shared(shape, dtype=None, group=None):
+    """An uninitialised CPU tensor that the "collops" group's collectives move with one copy
+    instead of two: memory from its lccl communicator's shared heap (Communicator::AllocateShared,
+    docs/backends.md "Shared buffers"). An ordinary tensor where the group has no such memory
+    (across hosts) or the heap (COLLOPS_SHM_HEAP_BYTES) is full. Every rank of the group must make
+    the first call, which creates the communicator as a first collective would. `group` defaults to
+    the default group; `dtype` to torch's default dtype."""
+    import math
+
+    import torch
+    from torch.utils.dlpack import from_dlpack
+
+    group = group if group is not None else dist.group.WORLD
+    dtype = dtype if dtype is not None else torch.get_default_dtype()
+    shape = tuple(shape) if isinstance(shape, (tuple, list, torch.Size)) else (shape,)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    raw = from_dlpack(_factory.empty_shared_bytes(group._get_backend(torch.device("cpu")), nbytes))
+    return raw.view(dtype).view(shape)

@@ -13,9 +13,11 @@ import torch
 import torch.distributed as dist
 
 from . import functional as F
+from ._c10d_backend import empty_shared
 
 __all__ = ["all_gather", "reduce_scatter", "all_gather_into_tensor_uneven",
-           "reduce_scatter_tensor_uneven", "pairwise_apply", "barrier", "broadcast", "gather"]
+           "reduce_scatter_tensor_uneven", "pairwise_apply", "barrier", "broadcast", "gather",
+           "empty_shared"]
 
 
 def _equal(sizes):

@@ -181,3 +181,49 @@ def _mixed(ctx):
 
 def test_c10d_backend_device_string():
     assert run_group_job(2, _mixed, backend="cpu:collops")[0] == "cpu:collops"
+
+
+def _in_lccl_segment(t):
+    """Whether tensor t's memory lies in a mapping of the lccl memfd segment."""
+    at = t.data_ptr()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= at < hi:
+                return len(fields) == 6 and "memfd:collops-lccl" in fields[5]
+    return False
+
+
+def _shared_buffers(ctx):
+    import collops.distributed as cdist
+
+    rank, world = ctx.rank, ctx.world_size
+    n = 100003  # beyond the whole-piece size: the direct paths run
+    x = cdist.empty_shared((n,), torch.float32)
+    assert x.shape == (n,) and x.dtype == torch.float32 and _in_lccl_segment(x)
+    x.copy_(torch.arange(n, dtype=torch.float32) % 89 * (rank + 1))
+    dist.all_reduce(x)
+    torch.testing.assert_close(x, torch.arange(n, dtype=torch.float32) % 89
+                               * (world * (world + 1) / 2), atol=0, rtol=0)
+
+    # all_to_all_single, uneven splits, int8 (the MoE dispatch pattern), shared input and output.
+    split = [(rank + j) % 3 * 20000 + 1 for j in range(world)]
+    recv = [(j + rank) % 3 * 20000 + 1 for j in range(world)]
+    src = cdist.empty_shared(sum(split), torch.int8)
+    src.copy_((torch.arange(sum(split)) % 101 + rank).to(torch.int8))
+    out = cdist.empty_shared(sum(recv), torch.int8)
+    dist.all_to_all_single(out, src, recv, split)
+    want = torch.cat([((torch.arange(sum((j + d) % 3 * 20000 + 1 for d in range(world))) % 101 + j)
+                       .to(torch.int8))[sum((j + d) % 3 * 20000 + 1 for d in range(rank)):][:recv[j]]
+                      for j in range(world)])
+    assert torch.equal(out, want)
+
+    # Other shapes and dtypes view the same kind of memory.
+    m = cdist.empty_shared((3, 4), torch.bfloat16)
+    assert m.shape == (3, 4) and m.dtype == torch.bfloat16 and _in_lccl_segment(m)
+    return True
+
+
+def test_c10d_backend_shared_buffers():
+    assert run_group_job(3, _shared_buffers) == [True] * 3
