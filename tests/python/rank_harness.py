@@ -168,3 +168,16 @@ def run_ranks(mode, world_size, fn, *args, **kwargs):
     if mode == "processes":
         return run_process_ranks(world_size, fn, *args, **kwargs)
     raise ValueError(f"unknown rank mode {mode!r}")
+
+
+def in_lccl_segment(t):
+    """Whether tensor t's memory lies in a mapping of the lccl memfd segment (its shared heap):
+    how the shared-buffer tests tell heap memory from ordinary memory."""
+    at = t.data_ptr()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= at < hi:
+                return len(fields) == 6 and "memfd:collops-lccl" in fields[5]
+    return False

@@ -4,6 +4,7 @@ import torch
 import torch.distributed as dist
 
 from c10d_ranks import run_group_job
+from rank_harness import in_lccl_segment
 
 WORLD = 3
 
@@ -183,25 +184,13 @@ def test_c10d_backend_device_string():
     assert run_group_job(2, _mixed, backend="cpu:collops")[0] == "cpu:collops"
 
 
-def _in_lccl_segment(t):
-    """Whether tensor t's memory lies in a mapping of the lccl memfd segment."""
-    at = t.data_ptr()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= at < hi:
-                return len(fields) == 6 and "memfd:collops-lccl" in fields[5]
-    return False
-
-
 def _shared_buffers(ctx):
     import collops.distributed as cdist
 
     rank, world = ctx.rank, ctx.world_size
     n = 100003  # beyond the whole-piece size: the direct paths run
     x = cdist.empty_shared((n,), torch.float32)
-    assert x.shape == (n,) and x.dtype == torch.float32 and _in_lccl_segment(x)
+    assert x.shape == (n,) and x.dtype == torch.float32 and in_lccl_segment(x)
     x.copy_(torch.arange(n, dtype=torch.float32) % 89 * (rank + 1))
     dist.all_reduce(x)
     torch.testing.assert_close(x, torch.arange(n, dtype=torch.float32) % 89
@@ -221,7 +210,7 @@ def _shared_buffers(ctx):
 
     # Other shapes and dtypes view the same kind of memory.
     m = cdist.empty_shared((3, 4), torch.bfloat16)
-    assert m.shape == (3, 4) and m.dtype == torch.bfloat16 and _in_lccl_segment(m)
+    assert m.shape == (3, 4) and m.dtype == torch.bfloat16 and in_lccl_segment(m)
     return True
 
 

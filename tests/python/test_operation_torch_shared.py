@@ -8,19 +8,7 @@ import torch
 
 import collops  # noqa: F401
 import golden_harness as golden
-from rank_harness import run_process_ranks, run_thread_ranks
-
-
-def in_lccl_segment(t):
-    """Whether tensor t's memory lies in a mapping of the lccl memfd segment."""
-    at = t.data_ptr()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= at < hi:
-                return len(fields) == 6 and "memfd:collops-lccl" in fields[5]
-    return False
+from rank_harness import in_lccl_segment, run_process_ranks, run_thread_ranks
 
 
 def piece(src, dst):
