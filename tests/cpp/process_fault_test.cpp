@@ -46,9 +46,16 @@ T* SharedArray(size_t n) {
   return static_cast<T*>(p);
 }
 
-/// Every rank loops on 1 MiB AllReduces; once all have done one, the parent SIGKILLs `victim`.
+/// What the ranks of KillMidCollective loop on.
+enum class Loop {
+  kAllReduce,        ///< 1 MiB AllReduces on ordinary memory (staged)
+  kSharedAllToAllV,  ///< 1 MiB-per-peer AllToAllVs on AllocateShared memory: peers read and write
+                     ///< the victim's heap directly when it dies
+};
+
+/// Every rank loops on `loop`; once all have done one call, the parent SIGKILLs `victim`.
 /// Survivors must report ERROR_PEER_LOST naming it, fast, and fail fast afterwards.
-void KillMidCollective(int size, int victim) {
+void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
   std::chrono::steady_clock::time_point killedAt;
@@ -70,10 +77,25 @@ void KillMidCollective(int size, int victim) {
         close(ready[0]);
         auto comm = MakeLcclComm(rank, size, "kill");
         std::vector<float> in(1 << 18, 1.0f), out(in.size());
-        comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+        const int64_t piece = 1 << 20;
+        std::vector<int64_t> counts(size, piece), displs(size);
+        for (int r = 0; r < size; ++r) displs[r] = r * piece;
+        const bool shared = loop == Loop::kSharedAllToAllV;
+        void* sharedIn = shared ? comm->AllocateShared(piece * size) : nullptr;
+        void* sharedOut = shared ? comm->AllocateShared(piece * size) : nullptr;
+        ASSERT_TRUE(!shared || (sharedIn != nullptr && sharedOut != nullptr));
+        const auto call = [&] {
+          if (!shared) {
+            comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+          } else {
+            comm->AllToAllV(sharedIn, counts.data(), displs.data(), sharedOut, counts.data(),
+                            displs.data(), ACL_INT8);
+          }
+        };
+        call();
         ASSERT_EQ(write(ready[1], "x", 1), 1);
         try {
-          for (;;) comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+          for (;;) call();
         } catch (const Error& e) {
           EXPECT_EQ(e.status(), ERROR_PEER_LOST) << e.what();
           EXPECT_TRUE(Contains(e.what(), Concat("rank ", victim, " (pid "))) << e.what();
@@ -111,6 +133,10 @@ TEST(ProcessFaultTest, SigkillDuringAllReduceGivesPeerLostFast) { KillMidCollect
 TEST(ProcessFaultTest, SigkillOfRankZeroGivesPeerLostFast) { KillMidCollective(2, 0); }
 
 TEST(ProcessFaultTest, OversubscribedSigkillGivesPeerLostFast) { KillMidCollective(7, 4); }
+
+TEST(ProcessFaultTest, SigkillDuringSharedBufferAllToAllVGivesPeerLostFast) {
+  KillMidCollective(3, 1, Loop::kSharedAllToAllV);
+}
 
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {
   ProcessRanksOptions options;

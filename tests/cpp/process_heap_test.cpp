@@ -397,6 +397,40 @@ TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
       options);
 }
 
+/// Counts that disagree are caught by the agreement check that rides with the first round, before
+/// any rank reads or writes a peer's heap: every rank gets ERROR_RANK_MISMATCH and its output is
+/// untouched, and the communicator stays usable.
+TEST(ProcessHeap, DisagreeingCountsOnSharedBuffersFailBeforeAnyCopy) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        auto comm = MakeLccl(rank, 2, "heap-mismatch");
+        VerifiedCommunicator verified(comm, "test");
+        const int64_t piece = 1 << 20;
+        Placed in(*comm, 2 * piece, true), out(*comm, 2 * piece, true);
+        std::memset(out.data(), 0xee, 2 * piece);
+        // Rank 1 expects half of what rank 0 sends it.
+        std::vector<int64_t> send = {piece, piece}, recv = {rank == 1 ? piece / 2 : piece, piece};
+        const std::vector<int64_t> displs = {0, piece};
+        try {
+          verified.AllToAllV(in.data(), send.data(), displs.data(), out.data(), recv.data(),
+                             displs.data(), ACL_INT8);
+          ADD_FAILURE() << "rank " << rank << ": disagreeing counts were accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH) << e.what();
+        }
+        int64_t touched = 0;
+        for (int64_t i = 0; i < 2 * piece; ++i) touched += out.data()[i] != 0xee;
+        EXPECT_EQ(touched, 0);
+        recv[0] = piece;
+        verified.AllToAllV(in.data(), send.data(), displs.data(), out.data(), recv.data(),
+                           displs.data(), ACL_INT8);
+      },
+      options);
+}
+
 TEST(ProcessHeap, BadHeapSizeIsRejectedByName) {
   for (const char* value : {"-1", "abc", "5X", "2048G"}) {
     ProcessRanksOptions options;
