@@ -316,7 +316,9 @@ TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
         comm.AllGatherV(in.data(), counts[rank], out.data(), counts.data(), displs.data(),
                         ACL_INT8);
         EXPECT_EQ(out, want) << "AllGatherV scale " << scale << " shared " << shared;
-        if (scale == 40000 && shared == (1u << size) - 1) EXPECT_EQ(comm.Rounds() - before, 2u);
+        if (scale == 40000 && shared == (1u << size) - 1) {
+          EXPECT_EQ(comm.Rounds() - before, 2u);
+        }
 
         for (int root = 0; root < size; ++root) {
           const int64_t n = 5 * scale + root;
@@ -359,7 +361,9 @@ TEST_P(ProcessHeapTest, ReduceScatterVWithSharedInputsMatchesGolden) {
         }
         wrong += out[counts[rank]] != -1.0f;  // nothing written past the piece
         EXPECT_EQ(wrong, 0) << "scale " << scale << " shared " << shared;
-        if (scale == 12000 && shared == (1u << size) - 1) EXPECT_EQ(comm.Rounds() - before, 2u);
+        if (scale == 12000 && shared == (1u << size) - 1) {
+          EXPECT_EQ(comm.Rounds() - before, 2u);
+        }
       });
 }
 

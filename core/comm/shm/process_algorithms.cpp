@@ -165,9 +165,9 @@ void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int
   auto* data = static_cast<uint8_t*>(buf);
   // Shared buffers: a root whose buffer is in its heap stages nothing; the others copy it from
   // there after the first round, and a second round keeps it in place until they have. Only the
-  // root publishes (the others publish nothing: 0 bytes).
+  // root publishes its buffer.
   const bool rootShared =
-      PublishInput(data, rank_ == root ? bytes : 0, rank_ == root ? kDirectWholeBytes : 1) >= 0;
+      PublishInput(rank_ == root ? data : nullptr, bytes, kDirectWholeBytes) >= 0;
   const size_t half = segment_.HalfBytes();
   size_t rounds = 1;
   bool shared = false;
@@ -236,7 +236,6 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
   // Shared buffers: a rank whose input lies in its heap stages nothing in round A; the others
   // read its slices there. Each rank publishes its input's heap offset with the first round.
   const int64_t inAt = PublishInput(in, count * e, 0);
-  const std::vector<const uint8_t*>& peerInput = peerInput_;
   std::vector<const void*> srcs(size_);
   size_t lo = 0;
   do {
@@ -257,9 +256,9 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
     if (mine != 0) {
       for (int r = 0; r < size_; ++r) {
         const size_t at = (lo + begin(rank_)) * e;
-        srcs[r] = r == rank_                ? in + at
-                  : peerInput[r] != nullptr ? peerInput[r] + at
-                                            : HalfOf(r, round_) + begin(rank_) * e;
+        srcs[r] = r == rank_                 ? in + at
+                  : peerInput_[r] != nullptr ? peerInput_[r] + at
+                                             : HalfOf(r, round_) + begin(rank_) * e;
       }
       ReduceArrays(dtype, op, srcs.data(), size_, NextHalf() + begin(rank_) * e, mine);
     }
@@ -274,6 +273,16 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
   } while (lo < count);
 }
 
+uint8_t* ProcessCommunicator::PeerHeap(int owner, int64_t offset, uint64_t bytes) {
+  const uint64_t heapBytes = segment_.HasHeaps() ? segment_.HeapBytes() : 0;
+  if (offset < 0 || static_cast<uint64_t>(offset) > heapBytes || bytes > heapBytes - offset) {
+    Break(ERROR_COMM_FAIL, owner,
+          Concat(Where(), "rank ", owner, " published heap range [", offset, ", +", bytes,
+                 ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
+  }
+  return segment_.Heap(owner) + offset;
+}
+
 int64_t ProcessCommunicator::PublishInput(const void* in, size_t bytes, size_t minBytes) {
   const int64_t at =
       segment_.HasHeaps() && bytes >= minBytes ? heap_.OffsetOf(in, bytes) : int64_t{-1};
@@ -283,20 +292,14 @@ int64_t ProcessCommunicator::PublishInput(const void* in, size_t bytes, size_t m
 
 template <class BytesOf>
 bool ProcessCommunicator::FindSharedInputs(BytesOf&& bytesOf) {
-  const uint64_t heapBytes = segment_.HasHeaps() ? segment_.HeapBytes() : 0;
   bool any = false;
   peerInput_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
     const int64_t at = segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed);
     if (at < 0) continue;
     any = true;
-    const size_t bytes = bytesOf(r);
-    if (static_cast<uint64_t>(at) > heapBytes || bytes > heapBytes - at) {
-      Break(ERROR_COMM_FAIL, r,
-            Concat(Where(), "rank ", r, " published heap range [", at, ", +", bytes,
-                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
-    }
-    if (r != rank_) peerInput_[r] = segment_.Heap(r) + at;
+    uint8_t* input = PeerHeap(r, at, bytesOf(r));
+    if (r != rank_) peerInput_[r] = input;
   }
   return any;
 }
@@ -324,7 +327,7 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
   // all agree on which pieces were staged, how many rounds those need, and that one more round
   // keeps the shared inputs in place until every reduction reading them is done.
   const bool heaps = segment_.HasHeaps();
-  if (heaps) PublishDirect(src, sendCounts, sdispls, nullptr, sendCounts, sdispls, e);
+  if (heaps) PublishDirect(src, sendCounts, sdispls, nullptr, nullptr, nullptr, e);
   peerInput_.assign(size_, nullptr);
   bool shared = false;      // some rank published a table
   bool allInPlace = false;  // every peer's piece for this rank is read in place
@@ -360,23 +363,13 @@ void ProcessCommunicator::ReduceScatterV(const void* in, const int64_t* sendCoun
 }
 
 bool ProcessCommunicator::FindSharedPieces(const int64_t* sendCounts, size_t recvCount, size_t e) {
-  const int64_t bytes = static_cast<int64_t>(recvCount * e);
   bool any = false;
   peerInput_.assign(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
-    if ((segment_.Rank(r).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) == 0)
-      continue;
+    if ((DirectFlags(r) & kDirectTable) == 0) continue;
     any = true;
     if (r == rank_ || !SendsWhole(sendCounts[rank_], e)) continue;
-    const int64_t at = segment_.Direct(r, round_).from[rank_];
-    const uint64_t heapBytes = segment_.HeapBytes();
-    if (at < 0 || static_cast<uint64_t>(at) > heapBytes ||
-        static_cast<uint64_t>(bytes) > heapBytes - at) {
-      Break(ERROR_COMM_FAIL, r,
-            Concat(Where(), "rank ", r, " published heap range [", at, ", +", bytes,
-                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
-    }
-    peerInput_[r] = segment_.Heap(r) + at;
+    peerInput_[r] = PeerHeap(r, segment_.Direct(r, round_).from[rank_], recvCount * e);
   }
   return any;
 }
@@ -387,8 +380,7 @@ size_t ProcessCommunicator::StagedRounds(const int64_t* sendCounts, size_t e, si
   for (int r = 0; r < size_; ++r) {
     bool staged = false;
     for (int s = 0; s < size_ && !staged; ++s) {
-      const bool table =
-          (segment_.Rank(s).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) != 0;
+      const bool table = (DirectFlags(s) & kDirectTable) != 0;
       staged = s != r && !(table && SendsWhole(sendCounts[r], e));
     }
     if (staged) rounds = std::max(rounds, CeilDiv(static_cast<size_t>(sendCounts[r]), per));
@@ -404,14 +396,16 @@ int32_t ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sen
   size_t inExtent = 0, outExtent = 0;
   bool displaced = true;  // negative displacements never reach here (operations check them)
   for (int r = 0; r < size_; ++r) {
-    displaced = displaced && sdispls[r] >= 0 && rdispls[r] >= 0;
+    displaced = displaced && sdispls[r] >= 0;
     inExtent = std::max(inExtent,
                         static_cast<size_t>(sdispls[r] + std::max<int64_t>(sendCounts[r], 0)) * e);
+    if (out == nullptr) continue;
+    displaced = displaced && rdispls[r] >= 0;
     outExtent = std::max(outExtent,
                          static_cast<size_t>(rdispls[r] + std::max<int64_t>(recvCounts[r], 0)) * e);
   }
   const int64_t inAt = displaced ? heap_.OffsetOf(in, inExtent) : -1;
-  const int64_t outAt = displaced ? heap_.OffsetOf(out, outExtent) : -1;
+  const int64_t outAt = displaced && out != nullptr ? heap_.OffsetOf(out, outExtent) : -1;
   int32_t flags = 0;
   for (int r = 0; r < size_; ++r) {
     direct_[r] = DirectPeer{};
@@ -434,23 +428,13 @@ int32_t ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sen
 
 void ProcessCommunicator::ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts,
                                          size_t e, size_t per) {
-  const uint64_t heapBytes = segment_.HeapBytes();
   // A table entry of `owner` for a piece of `bytes`: its address, or null when it has none.
   auto entry = [&](int owner, bool to, int peer, int64_t bytes) -> uint8_t* {
-    if ((segment_.Rank(owner).direct[round_ & 1].load(std::memory_order_relaxed) & kDirectTable) ==
-        0) {
-      return nullptr;
-    }
+    if ((DirectFlags(owner) & kDirectTable) == 0) return nullptr;
     const DirectTable table = segment_.Direct(owner, round_);
     const int64_t offset = to ? table.to[peer] : table.from[peer];
     if (offset < 0) return nullptr;
-    const uint64_t length = static_cast<uint64_t>(std::max<int64_t>(bytes, 0));
-    if (static_cast<uint64_t>(offset) > heapBytes || length > heapBytes - offset) {
-      Break(ERROR_COMM_FAIL, owner,
-            Concat(Where(), "rank ", owner, " published heap range [", offset, ", +", length,
-                   ") outside its ", heapBytes, "-byte heap (memory corruption?)"));
-    }
-    return segment_.Heap(owner) + offset;
+    return PeerHeap(owner, offset, static_cast<uint64_t>(std::max<int64_t>(bytes, 0)));
   };
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
@@ -502,15 +486,12 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   const bool heaps = segment_.HasHeaps();
   if (heaps) PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e);
   const size_t per = RegionBytes() / e;
-  const auto published = [&](auto&& fold, int64_t init, auto field) {
-    int64_t acc = init;
-    for (int r = 0; r < size_; ++r) acc = fold(acc, field(segment_.Rank(r)));
-    return acc;
-  };
+  // At least `floor` rounds, and enough for the largest piece any rank published.
   const auto roundsFor = [&](size_t floor) {
-    const int64_t most = published(
-        [](int64_t a, int64_t b) { return std::max(a, b); }, 0,
-        [&](RankControl& c) { return c.value[round_ & 1].load(std::memory_order_relaxed); });
+    int64_t most = 0;
+    for (int r = 0; r < size_; ++r) {
+      most = std::max(most, segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed));
+    }
     return std::max(floor, CeilDiv(static_cast<size_t>(most), per));
   };
   bool direct = false;
@@ -531,12 +512,8 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     if (k == 0) {
       copyOwn();  // after the first round: the agreement check precedes any output
       rounds = roundsFor(1);
-      const int64_t flags =
-          heaps ? published([](int64_t a, int64_t b) { return a | b; }, 0,
-                            [&](RankControl& c) {
-                              return int64_t{c.direct[round_ & 1].load(std::memory_order_relaxed)};
-                            })
-                : 0;
+      int32_t flags = 0;
+      for (int r = 0; r < size_ && heaps; ++r) flags |= DirectFlags(r);
       direct = (flags & kDirectTable) != 0 && (rounds > 1 || (flags & kDirectWhole) != 0);
       if (direct) {
         ClassifyDirect(sendCounts, recvCounts, e, per);

@@ -169,9 +169,9 @@ class ProcessCommunicator final : public Communicator {
   size_t RegionOffset(int owner, int destination) const;
   /// Pieces that move directly between heaps (process_algorithms.cpp): publishes this rank's
   /// DirectTable for the next round (from[j]: heap offset of the piece for rank j in `in`; to[j]:
-  /// heap offset where rank j's piece lands in `out`, -1 throughout when `out` is null) and its
-  /// kDirect* flags, and marks in direct_ the pieces it sends whole (not staged at all). Needs a
-  /// heap.
+  /// heap offset where rank j's piece lands in `out`, -1 throughout when `out` is null, and then
+  /// recvCounts and rdispls are not read) and its kDirect* flags, and marks in direct_ the pieces
+  /// it sends whole (not staged at all). Needs a heap.
   int32_t PublishDirect(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
                         uint8_t* out, const int64_t* recvCounts, const int64_t* rdispls, size_t e);
   /// ReduceScatterV, after the round that carried the tables: peerInput_[r] = rank r's piece for
@@ -183,6 +183,13 @@ class ProcessCommunicator final : public Communicator {
   /// of a piece that is not whole went through that round's slots.
   void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
 
+  /// The kDirect* flags `rank` published with the round just completed.
+  int32_t DirectFlags(int rank) const {
+    return segment_.Rank(rank).direct[round_ & 1].load(std::memory_order_relaxed);
+  }
+  /// `bytes` at `offset` in `owner`'s heap, as `owner` published it with the round just
+  /// completed; breaks the communicator (ERROR_COMM_FAIL) when the range is not inside that heap.
+  uint8_t* PeerHeap(int owner, int64_t offset, uint64_t bytes);
   /// Publishes with the next round the heap offset of this rank's input [in, +bytes): -1 when
   /// it is not in the heap or smaller than `minBytes` (then it is staged). Returns it.
   int64_t PublishInput(const void* in, size_t bytes, size_t minBytes);
