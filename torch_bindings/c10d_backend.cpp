@@ -47,6 +47,7 @@
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
 #include "process_group_comm.h"
+#include "shared_tensor.h"
 
 // The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
 // torch._C._distributed_c10d.Backend type torch registered.
@@ -215,10 +216,7 @@ class CollopsBackend final : public c10d::Backend {
       std::lock_guard<std::mutex> lock(mu_);
       comm = comm_;
     }
-    const auto options = at::TensorOptions().dtype(at::kByte);
-    void* memory = comm->AllocateShared(static_cast<size_t>(bytes));
-    if (memory == nullptr) return at::empty({bytes}, options);
-    return at::from_blob(memory, {bytes}, [comm](void* p) { comm->FreeShared(p); }, options);
+    return SharedOrEmpty({bytes}, at::kByte, std::move(comm));
   }
 
   const std::string getBackendName() const override { return kBackendName; }

@@ -25,6 +25,7 @@
 
 #include "collops/collops.h"
 #include "collops/operation_base.h"
+#include "shared_tensor.h"
 
 namespace collops {
 namespace {
@@ -250,7 +251,7 @@ class OperationTorch : public torch::CustomClassHolder {
                      Fail(ERROR_INVALID_TENSOR_DTYPE, "empty_shared: dtype ", c10::toString(dtype),
                           " is not one collops supports");
                    }
-                   t = SharedOrPlain(sizes, dtype, Communicators().Get(CommParamOf()));
+                   t = SharedOrEmpty(sizes, dtype, Communicators().Get(CommParamOf()));
                  }));
     return t;
   }
@@ -381,11 +382,10 @@ class OperationTorch : public torch::CustomClassHolder {
     Check(op_->InferShape(InputDescs(ins), outDescs));
     // Outputs in shared memory let peers write them directly (AllToAllV); only once the
     // communicator exists, since creating it is collective and belongs to Setup.
-    const std::shared_ptr<Communicator> comm =
-        CommParamOf().comm == nullptr ? Communicators().Find(CommParamOf()) : nullptr;
+    const std::shared_ptr<Communicator> comm = Communicators().Find(CommParamOf());
     std::vector<at::Tensor> outs;
     for (const auto& d : outDescs)
-      outs.push_back(SharedOrPlain(ShapeOf(d), ToScalarType(d.dtype), comm));
+      outs.push_back(SharedOrEmpty(ShapeOf(d), ToScalarType(d.dtype), comm));
     return outs;
   }
 
@@ -395,20 +395,6 @@ class OperationTorch : public torch::CustomClassHolder {
     const auto* base = dynamic_cast<const OperationBase*>(op_.get());
     if (base == nullptr) Fail(ERROR_INTERNAL_ERROR, opName_, " is not an OperationBase");
     return base->commParam();
-  }
-
-  /// From `comm`'s AllocateShared when it gives memory, else at::empty. The tensor keeps the
-  /// communicator (and so its heap) alive until it is freed.
-  static at::Tensor SharedOrPlain(const std::vector<int64_t>& sizes, c10::ScalarType dtype,
-                                  std::shared_ptr<Communicator> comm) {
-    const auto options = at::TensorOptions().dtype(dtype);
-    int64_t numel = 1;
-    for (const int64_t n : sizes) numel *= n;
-    void* memory = comm != nullptr
-                       ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
-                       : nullptr;
-    if (memory == nullptr) return at::empty(sizes, options);
-    return at::from_blob(memory, sizes, [comm](void* p) { comm->FreeShared(p); }, options);
   }
 
   // Setup then Execute with a workspace owned by this object (not the shared default context's,

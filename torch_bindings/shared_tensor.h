@@ -1,0 +1,33 @@
+// Tensors in memory a communicator's peers reach directly (Communicator::AllocateShared), for the
+// two torch entry points that hand them out: OperationTorch and the "collops" c10d backend.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "collops/communicator.h"
+
+namespace collops {
+
+/// An uninitialised tensor from `comm`'s AllocateShared when it gives memory, else at::empty (no
+/// communicator, a backend without such memory, a full heap). The tensor keeps the communicator,
+/// and so its heap, alive until it is freed.
+inline at::Tensor SharedOrEmpty(const std::vector<int64_t>& sizes, c10::ScalarType dtype,
+                                std::shared_ptr<Communicator> comm) {
+  const auto options = at::TensorOptions().dtype(dtype);
+  int64_t numel = 1;
+  for (const int64_t n : sizes) numel *= n;
+  void* memory =
+      comm != nullptr
+          ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
+          : nullptr;
+  if (memory == nullptr) return at::empty(sizes, options);
+  return at::from_blob(
+      memory, sizes, [comm = std::move(comm)](void* p) { comm->FreeShared(p); }, options);
+}
+
+}  // namespace collops
