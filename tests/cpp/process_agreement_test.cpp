@@ -23,14 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int rankSize,
-                                                   const std::string& domain) {
-  auto comm =
-      std::dynamic_pointer_cast<shm::ProcessCommunicator>(MakeLcclComm(rank, rankSize, domain));
-  if (comm == nullptr) Fail(ERROR_INTERNAL_ERROR, "lccl/process is not a ProcessCommunicator");
-  return comm;
-}
-
 CallSignature Signature(const std::string& op, int64_t count) {
   CallSignature s;
   s.opName = op;
@@ -46,7 +38,7 @@ class ProcessAgreementTest : public ::testing::TestWithParam<int> {};
 TEST_P(ProcessAgreementTest, CheckAddsNoRound) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeLccl(rank, size, "rounds");
+    auto comm = MakeProcessComm(rank, size, "rounds");
     std::vector<int32_t> in(size * 4, rank + 1), out(size * 4, -1);
     std::vector<int64_t> counts(size, 4), displs(size);
     for (int r = 0; r < size; ++r) displs[r] = 4 * r;
@@ -82,7 +74,7 @@ TEST_P(ProcessAgreementTest, DisagreementFailsEveryRankBeforeAnyOutput) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeLccl(rank, size, "disagree");
+    auto comm = MakeProcessComm(rank, size, "disagree");
     std::vector<int64_t> sendCounts(size, 3), recvCounts(size, 3), displs(size);
     for (int r = 0; r < size; ++r) displs[r] = 3 * r;
     if (rank == 1) recvCounts[0] = 2;
@@ -119,7 +111,7 @@ TEST_P(ProcessAgreementTest, UncheckedRankIsNamed) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeLccl(rank, size, "unchecked");
+    auto comm = MakeProcessComm(rank, size, "unchecked");
     int32_t in = rank, out = 0;
     if (rank != 1) {
       try {
@@ -143,7 +135,7 @@ TEST_P(ProcessAgreementTest, LocalFailureMeetsThePeersFirstRound) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
-    auto comm = MakeLccl(rank, size, "failed");
+    auto comm = MakeProcessComm(rank, size, "failed");
     std::vector<int32_t> in(8, rank), out(8, -7);
     CallSignature s = Signature("AllReduce", 8);
     if (rank == size - 1) s.failedStatus = ERROR_INVALID_PARAM;

@@ -105,12 +105,6 @@ TEST_F(HeapFixture, OffsetOfAcceptsOnlyRangesInside) {
   EXPECT_EQ(heap_.OffsetOf(a + kBytes, 1), -1);
 }
 
-std::shared_ptr<shm::ProcessCommunicator> MakeLccl(int rank, int size, const std::string& domain) {
-  auto comm = std::dynamic_pointer_cast<shm::ProcessCommunicator>(MakeLcclComm(rank, size, domain));
-  if (comm == nullptr) Fail(ERROR_INTERNAL_ERROR, "lccl/process is not a ProcessCommunicator");
-  return comm;
-}
-
 uint8_t ValueAt(int rank, int64_t i) { return static_cast<uint8_t>((rank * 37 + i * 11) % 251); }
 
 /// Memory of `bytes` from the communicator's heap (shared) or the C++ heap, freed on scope exit.
@@ -190,7 +184,7 @@ TEST_P(ProcessHeapTest, AllToAllVInEveryPlacementMatchesGolden) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-a2a");
+        auto comm = MakeProcessComm(rank, size, "heap-a2a");
         const unsigned all = (1u << size) - 1;
         const Placement placements[] = {
             {0, 0}, {all, 0}, {0, all}, {all, all}, {0b0101 & all, 0b0110 & all}, {1, 0}, {0, 2},
@@ -212,7 +206,7 @@ TEST_P(ProcessHeapTest, SharedBuffersTakeTwoRoundsWhateverTheSize) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-rounds");
+        auto comm = MakeProcessComm(rank, size, "heap-rounds");
         const unsigned all = (1u << size) - 1;
         EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);  // staged: a round per region
         EXPECT_EQ(CheckedAllToAllV(*comm, 40000, {0, all}), 2u);
@@ -233,7 +227,7 @@ TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLccl(rank, size, "heap-whole");
+        auto comm = MakeProcessComm(rank, size, "heap-whole");
         const unsigned all = (1u << size) - 1;
         const int64_t scale = 30000;  // pieces of 0 to 120000 bytes
         EXPECT_EQ(CheckedAllToAllV(*comm, scale, {0, 0}), 1u);
@@ -255,7 +249,7 @@ void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64
   RunProcessRanks(
       size,
       [&](int rank) {
-        auto comm = MakeLccl(rank, size, domain);
+        auto comm = MakeProcessComm(rank, size, domain);
         const unsigned all = (1u << size) - 1;
         for (const int64_t scale : scales) {
           for (const unsigned shared : {0u, all, 1u, 2u & all}) check(*comm, scale, shared);
@@ -375,7 +369,7 @@ TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
   RunProcessRanks(
       2,
       [](int rank) {
-        auto comm = MakeLccl(rank, 2, "heap-size");
+        auto comm = MakeProcessComm(rank, 2, "heap-size");
         void* half = comm->AllocateShared(512 << 10);
         ASSERT_NE(half, nullptr);
         EXPECT_EQ(comm->AllocateShared(1 << 20), nullptr);  // no room: null, not an error
@@ -392,7 +386,7 @@ TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
   RunProcessRanks(
       2,
       [](int rank) {
-        auto comm = MakeLccl(rank, 2, "heap-none");
+        auto comm = MakeProcessComm(rank, 2, "heap-none");
         EXPECT_EQ(comm->AllocateShared(4096), nullptr);
         std::vector<int32_t> in(4, rank), out(4, -1);
         comm->AllReduce(in.data(), out.data(), 4, ACL_INT32, ReduceOp::kSum);
@@ -410,7 +404,7 @@ TEST(ProcessHeap, DisagreeingCountsOnSharedBuffersFailBeforeAnyCopy) {
   RunProcessRanks(
       2,
       [](int rank) {
-        auto comm = MakeLccl(rank, 2, "heap-mismatch");
+        auto comm = MakeProcessComm(rank, 2, "heap-mismatch");
         VerifiedCommunicator verified(comm, "test");
         const int64_t piece = 1 << 20;
         Placed in(*comm, 2 * piece, true), out(*comm, 2 * piece, true);

@@ -24,6 +24,7 @@
 
 #include "collops/backend.h"
 #include "collops/status.h"
+#include "core/comm/shm/process_comm.h"
 
 namespace collops {
 namespace testing {
@@ -74,6 +75,16 @@ inline std::shared_ptr<Communicator> MakeLcclComm(int rank, int rankSize,
   param.commMode = COMM_MULTI_PROCESS;
   param.commDomain = domain;
   return CreateCommunicator(param);
+}
+
+/// MakeLcclComm as the ProcessCommunicator it is, for tests of its own interface (Rounds(),
+/// SharedBytes(), ...).
+inline std::shared_ptr<shm::ProcessCommunicator> MakeProcessComm(int rank, int rankSize,
+                                                                 const std::string& domain) {
+  auto comm =
+      std::dynamic_pointer_cast<shm::ProcessCommunicator>(MakeLcclComm(rank, rankSize, domain));
+  if (comm == nullptr) Fail(ERROR_INTERNAL_ERROR, "lccl/process is not a ProcessCommunicator");
+  return comm;
 }
 
 /// Number of failed gtest parts recorded so far in the current test.
