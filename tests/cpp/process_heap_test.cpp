@@ -431,21 +431,7 @@ TEST(ProcessHeap, DisagreeingCountsOnSharedBuffersFailBeforeAnyCopy) {
 
 TEST(ProcessHeap, BadHeapSizeIsRejectedByName) {
   for (const char* value : {"-1", "abc", "5X", "2048G"}) {
-    ProcessRanksOptions options;
-    options.env["COLLOPS_SHM_HEAP_BYTES"] = value;
-    RunProcessRanks(
-        1,
-        [&](int rank) {
-          try {
-            MakeLcclComm(rank, 1, "bad-heap");
-            ADD_FAILURE() << "COLLOPS_SHM_HEAP_BYTES=" << value << " was accepted";
-          } catch (const Error& e) {
-            EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
-            EXPECT_NE(std::string(e.what()).find("COLLOPS_SHM_HEAP_BYTES"), std::string::npos)
-                << e.what();
-          }
-        },
-        options);
+    ExpectEnvRejected("COLLOPS_SHM_HEAP_BYTES", value);
   }
 }
 

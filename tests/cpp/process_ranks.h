@@ -185,5 +185,24 @@ inline void RunProcessRanks(int rankSize, const std::function<void(int rank)>& b
   RunProcessRanks(rankSize, body, options);
 }
 
+/// Creating a one-rank lccl communicator with the environment variable `name` = `value` fails
+/// with ERROR_INVALID_PARAM naming `name`.
+inline void ExpectEnvRejected(const char* name, const char* value) {
+  ProcessRanksOptions options;
+  options.env[name] = value;
+  RunProcessRanks(
+      1,
+      [&](int rank) {
+        try {
+          MakeLcclComm(rank, 1, "bad-env");
+          ADD_FAILURE() << name << "=" << value << " was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+          EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+        }
+      },
+      options);
+}
+
 }  // namespace testing
 }  // namespace collops

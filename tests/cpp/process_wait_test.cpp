@@ -20,32 +20,16 @@ using testing::RunProcessRanks;
 
 using testing::MakeLcclComm;
 
-/// Creating a communicator with `name`=`value` fails with ERROR_INVALID_PARAM naming `name`.
-void ExpectRejected(const char* name, const char* value) {
-  ProcessRanksOptions options;
-  options.env[name] = value;
-  RunProcessRanks(
-      1,
-      [&](int rank) {
-        try {
-          MakeLcclComm(rank, 1, "bad-budget");
-          ADD_FAILURE() << name << "=" << value << " was accepted";
-        } catch (const Error& e) {
-          EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
-          EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-        }
-      },
-      options);
-}
-
 TEST(ProcessWait, RejectsBadBudgetsByName) {
   for (const char* name : {"COLLOPS_SHM_SPIN_US", "COLLOPS_SHM_YIELD_US", "COLLOPS_SHM_BIND"}) {
-    for (const char* value : {"-1", "abc", "5us", "10000001"}) ExpectRejected(name, value);
+    for (const char* value : {"-1", "abc", "5us", "10000001"})
+      testing::ExpectEnvRejected(name, value);
   }
 }
 
 TEST(ProcessWait, RejectsBadStreamThresholdByName) {
-  for (const char* value : {"-1", "abc", "2MiB"}) ExpectRejected("COLLOPS_SHM_STREAM_BYTES", value);
+  for (const char* value : {"-1", "abc", "2MiB"})
+    testing::ExpectEnvRejected("COLLOPS_SHM_STREAM_BYTES", value);
 }
 
 /// Ranks that arrive at different times, so waits run into each phase of the budget.
