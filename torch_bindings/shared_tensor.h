@@ -21,10 +21,9 @@ inline at::Tensor SharedOrEmpty(const std::vector<int64_t>& sizes, c10::ScalarTy
   const auto options = at::TensorOptions().dtype(dtype);
   int64_t numel = 1;
   for (const int64_t n : sizes) numel *= n;
-  void* memory =
-      comm != nullptr
-          ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
-          : nullptr;
+  void* memory = comm != nullptr
+                     ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
+                     : nullptr;
   if (memory == nullptr) return at::empty(sizes, options);
   return at::from_blob(
       memory, sizes, [comm = std::move(comm)](void* p) { comm->FreeShared(p); }, options);
