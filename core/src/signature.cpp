@@ -63,6 +63,18 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
   }
 }
 
+bool RecordHasCounts(const uint8_t* record) {
+  WireHeader h;
+  std::memcpy(&h, record, sizeof h);
+  return h.hasCounts != 0;
+}
+
+int64_t RecordedCount(const uint8_t* record, int rankSize, bool recv, int j) {
+  int64_t v;
+  std::memcpy(&v, record + sizeof(WireHeader) + ((recv ? rankSize : 0) + j) * sizeof v, sizeof v);
+  return v;
+}
+
 void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
                            const CallSignature& mine) {
   // Read in place (records need not be aligned): no allocation on the path of every call.
@@ -72,9 +84,7 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
     return h;
   };
   const auto counts = [&](int r, int which, int j) {
-    int64_t v;
-    std::memcpy(&v, records + r * stride + sizeof(WireHeader) + (which * size + j) * 8, 8);
-    return v;
+    return RecordedCount(records + r * stride, size, which != 0, j);
   };
   // Every rank scans the same records in the same order, so all report the same first
   // disagreement.
@@ -120,7 +130,7 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
   }
 }
 
-void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
+std::vector<uint8_t> ExchangeAgreement(Communicator& comm, const CallSignature& mine) {
   const int size = comm.Size();
   const size_t recordBytes = AgreementRecordBytes(size);
   std::vector<uint8_t> record(recordBytes);
@@ -128,6 +138,11 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
   std::vector<uint8_t> all(recordBytes * size);
   comm.AllGatherBytes(record.data(), all.data(), recordBytes);
   CheckAgreementRecords(all.data(), recordBytes, size, mine);
+  return all;
+}
+
+void VerifyAgreement(Communicator& comm, const CallSignature& mine) {
+  ExchangeAgreement(comm, mine);
 }
 
 void ShareLocalFailure(Communicator& comm, const std::string& opName, Status status) {

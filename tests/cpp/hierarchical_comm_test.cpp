@@ -22,6 +22,7 @@
 #include "collops/backend.h"
 #include "collops/context.h"
 #include "collops/hierarchical_communicator.h"
+#include "collops/signature.h"
 #include "collops/topology.h"
 #include "op_harness.h"
 #include "op_suite.h"
@@ -267,6 +268,131 @@ TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
       EXPECT_EQ(out, golden) << "rank " << rank << " scale " << scale;
     }
   });
+}
+
+/// The flat engine, counting the AllGatherBytes calls that reach it.
+class CountingEngine final : public Communicator {
+ public:
+  explicit CountingEngine(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  std::string BackendName() const override { return "counting(" + inner_->BackendName() + ")"; }
+  int Rank() const override { return inner_->Rank(); }
+  int Size() const override { return inner_->Size(); }
+  void AllGatherBytes(const void* in, void* out, size_t bytes) override {
+    ++gathers;
+    inner_->AllGatherBytes(in, out, bytes);
+  }
+  void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                 const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override {
+    inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+  }
+  int gathers = 0;
+
+ private:
+  std::shared_ptr<Communicator> inner_;
+};
+
+/// One uneven AllToAllV of int64 over `size` ranks: block (j -> i) has count(j, i) elements.
+struct ExchangeCase {
+  std::vector<int64_t> sendCounts, sdispls, recvCounts, rdispls, in, golden;
+
+  ExchangeCase(int rank, int size, const std::function<int64_t(int, int)>& count) {
+    sendCounts.resize(size);
+    sdispls.resize(size);
+    recvCounts.resize(size);
+    rdispls.resize(size);
+    for (int i = 0; i < size; ++i) {
+      sendCounts[i] = count(rank, i);
+      sdispls[i] = static_cast<int64_t>(in.size());
+      for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(Value(rank, i, k));
+    }
+    for (int j = 0; j < size; ++j) {
+      recvCounts[j] = count(j, rank);
+      rdispls[j] = static_cast<int64_t>(golden.size());
+      for (int64_t k = 0; k < recvCounts[j]; ++k) golden.push_back(Value(j, rank, k));
+    }
+  }
+  static int64_t Value(int from, int to, int64_t k) { return 1000000 * from + 1000 * to + k; }
+  CallSignature Signature() const {
+    CallSignature s;
+    s.opName = "AllToAllV";
+    s.dtype = ACL_INT64;
+    s.sendCounts = sendCounts;
+    s.recvCounts = recvCounts;
+    return s;
+  }
+  std::vector<int64_t> Run(Communicator& comm) const {
+    std::vector<int64_t> out(golden.size(), -1);
+    comm.AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
+                   rdispls.data(), ACL_INT64);
+    return out;
+  }
+};
+
+/// After Agree() the records hold every rank's counts: AllToAllV takes the matrix from them (no
+/// gather across the hosts), on both of its paths (aggregated at the leaders, and direct); a raw
+/// AllToAllV, and one after another primitive's Agree, gather it themselves.
+TEST(HierarchicalGoldenDirect, AllToAllVAfterAgreeReusesItsCounts) {
+  const HostLayout layout = Layout({0, 1, 0, 1, 1});
+  const int size = 5;
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(size, [&](int rank) {
+    std::shared_ptr<CountingEngine> engine;
+    auto comm = ThreadHierarchy(rank, layout, domain, [&](std::shared_ptr<Communicator> flat) {
+      engine = std::make_shared<CountingEngine>(std::move(flat));
+      return engine;
+    });
+    // Scale 1: small blocks (aggregated); 20000 int64: 160 KB blocks (direct).
+    for (int64_t scale : {1, 20000}) {
+      const ExchangeCase call(rank, size, [&](int j, int i) { return scale * ((j + 2 * i) % 3); });
+      int before = engine->gathers;
+      comm->Agree(call.Signature());
+      EXPECT_EQ(call.Run(*comm), call.golden) << "rank " << rank << " scale " << scale;
+      EXPECT_EQ(engine->gathers, before) << "rank " << rank << ": the counts were gathered again";
+
+      before = engine->gathers;
+      EXPECT_EQ(call.Run(*comm), call.golden) << "raw, rank " << rank << " scale " << scale;
+      EXPECT_EQ(engine->gathers, before + 1) << "rank " << rank << ": a raw call gathers them";
+
+      CallSignature other;
+      other.opName = "AllGatherV";
+      other.dtype = ACL_INT64;
+      other.sendCounts.assign(size, 1);
+      other.recvCounts.assign(size, 1);
+      comm->Agree(other);
+      const int64_t mine = rank;
+      std::vector<int64_t> all(size, -1), ones(size, 1), displs(size);
+      for (int r = 0; r < size; ++r) displs[r] = r;
+      comm->AllGatherV(&mine, 1, all.data(), ones.data(), displs.data(), ACL_INT64);
+      before = engine->gathers;
+      EXPECT_EQ(call.Run(*comm), call.golden) << "after AllGatherV, rank " << rank;
+      EXPECT_EQ(engine->gathers, before + 1) << "rank " << rank << ": stale records were used";
+    }
+  });
+}
+
+/// Agree() on one exchange then AllToAllV with other counts is a caller's bug: it fails on the
+/// spot (every rank here, since every rank makes it) rather than moving data by a wrong matrix.
+TEST(HierarchicalErrors, AllToAllVWithOtherCountsThanItsAgreeIsAnInternalError) {
+  const HostLayout layout = Layout({0, 0, 1, 1});
+  const int size = 4;
+  const std::string domain = UniqueDomain();
+  std::vector<std::string> errors(size);
+  RunThreadRanks(size, [&](int rank) {
+    auto comm = ThreadHierarchy(rank, layout, domain);
+    const ExchangeCase agreed(rank, size, [](int j, int i) { return 1 + (j + i) % 2; });
+    const ExchangeCase called(rank, size, [](int j, int i) { return 2 + (j + i) % 2; });
+    comm->Agree(agreed.Signature());
+    try {
+      called.Run(*comm);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_INTERNAL_ERROR);
+      errors[rank] = e.what();
+    }
+  });
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_THAT(errors[rank], HasSubstr("differ from those of the Agree() before it"))
+        << "rank " << rank;
+  }
 }
 
 TEST(HierarchicalErrors, CommunicatorsMustMatchTheLayout) {

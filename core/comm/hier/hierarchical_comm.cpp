@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "collops/hierarchical_communicator.h"
+#include "collops/signature.h"
 #include "collops/status.h"
 #include "core/comm/hier/wide_accumulation.h"
 
@@ -80,8 +81,40 @@ void HierarchicalCommunicator::AllGatherBytes(const void* in, void* out, size_t 
   AllGatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
 }
 
+void HierarchicalCommunicator::Agree(const CallSignature& mine) {
+  std::vector<uint8_t> records = ExchangeAgreement(*this, mine);
+  if (!mine.sendCounts.empty()) agreed_ = std::move(records);
+}
+
+bool HierarchicalCommunicator::TakeAgreedCounts(const int64_t* sendCounts,
+                                                const int64_t* recvCounts,
+                                                std::vector<int64_t>& counts) {
+  if (agreed_.empty()) return false;
+  const std::vector<uint8_t> records = std::move(agreed_);
+  agreed_.clear();
+  const size_t stride = AgreementRecordBytes(size_);
+  const uint8_t* own = records.data() + rank_ * stride;
+  for (int j = 0; j < size_; ++j) {
+    // The records passed the check, so they agree with each other; they must also be this very
+    // call's, or the matrix describes another exchange.
+    if (RecordedCount(own, size_, false, j) != sendCounts[j] ||
+        RecordedCount(own, size_, true, j) != recvCounts[j]) {
+      Fail(ERROR_INTERNAL_ERROR, "hierarchical AllToAllV (rank ", rank_,
+           "): the counts differ from those of the Agree() before it (at rank ", j, ")");
+    }
+  }
+  for (int j = 0; j < size_; ++j) {
+    for (int i = 0; i < size_; ++i) {
+      counts[static_cast<size_t>(j) * size_ + i] =
+          RecordedCount(records.data() + j * stride, size_, false, i);
+    }
+  }
+  return true;
+}
+
 void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                          ReduceOp op) {
+  agreed_.clear();
   if (count == 0) return;
   if (HostCount() > 1 && NeedsWideAccumulation(dtype, op)) {
     std::vector<float> wide(count);
@@ -103,6 +136,7 @@ void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count
 void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                           const int64_t* recvCounts, const int64_t* rdispls,
                                           DataType dtype) {
+  agreed_.clear();
   const size_t es = DataTypeSize(dtype);
   std::vector<int64_t> hostCounts(HostCount(), 0);
   for (int r = 0; r < size_; ++r) hostCounts[hostOf_[r]] += recvCounts[r];
@@ -138,6 +172,7 @@ void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void
 }
 
 void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
+  agreed_.clear();
   if (count == 0) return;
   const int rootHost = hostOf_[root];
   if (host_ == rootHost) intra_->Broadcast(buf, count, dtype, localOf_[root]);
@@ -154,6 +189,7 @@ void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype
 // for the receipt keeps the sender in the engine until its data is through; the receipt itself
 // is small enough to leave at once.
 void HierarchicalCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
+  agreed_.clear();
   if (hostOf_[peer] == host_) {
     intra_->Send(buf, count, dtype, localOf_[peer]);
     return;
@@ -164,6 +200,7 @@ void HierarchicalCommunicator::Send(const void* buf, size_t count, DataType dtyp
 }
 
 void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  agreed_.clear();
   if (hostOf_[peer] == host_) {
     intra_->Recv(buf, count, dtype, localOf_[peer]);
     return;
@@ -174,6 +211,7 @@ void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int
 }
 
 void HierarchicalCommunicator::Barrier() {
+  agreed_.clear();
   intra_->Barrier();
   if (HostCount() == 1) return;
   if (AcrossHosts()) inter_->Barrier();

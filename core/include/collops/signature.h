@@ -37,6 +37,11 @@ std::string ReducingOpName(const char* op, ReduceOp reduction);
 /// rank throws ERROR_RANK_MISMATCH naming the lowest such rank and its Status.
 void VerifyAgreement(Communicator& comm, const CallSignature& mine);
 
+/// VerifyAgreement that keeps what it gathered: rank r's record at r * AgreementRecordBytes(R).
+/// For a backend that needs every rank's counts right after the check (hierarchical AllToAllV):
+/// it reads them with RecordedCount instead of exchanging them a second time.
+std::vector<uint8_t> ExchangeAgreement(Communicator& comm, const CallSignature& mine);
+
 /// For a rank whose own checks failed: tells the peers (Communicator::Agree with failedStatus,
 /// which exchanges at once) so they fail fast, and swallows what the exchange reports; the caller
 /// then rethrows its own error.
@@ -54,5 +59,9 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record);
 /// that checks the same records reports the same first disagreement.
 void CheckAgreementRecords(const uint8_t* records, size_t stride, int rankSize,
                            const CallSignature& mine);
+/// Whether `record` (one rank's, as EncodeAgreement wrote it) carries count vectors.
+bool RecordHasCounts(const uint8_t* record);
+/// Entry j of the sendCounts (`recv` false) or recvCounts (`recv` true) that `record` carries.
+int64_t RecordedCount(const uint8_t* record, int rankSize, bool recv, int j);
 
 }  // namespace collops
