@@ -51,6 +51,8 @@ enum class Loop {
   kAllReduce,        ///< 1 MiB AllReduces on ordinary memory (staged)
   kSharedAllToAllV,  ///< 1 MiB-per-peer AllToAllVs on AllocateShared memory: peers read and write
                      ///< the victim's heap directly when it dies
+  kCrossMemoryAllToAllV,  ///< the same on ordinary memory: peers read the victim's process with
+                          ///< process_vm_readv (where the kernel allows it) when it dies
 };
 
 /// Every rank loops on `loop`; once all have done one call, the parent SIGKILLs `victim`.
@@ -81,11 +83,18 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
         std::vector<int64_t> counts(size, piece), displs(size);
         for (int r = 0; r < size; ++r) displs[r] = r * piece;
         const bool shared = loop == Loop::kSharedAllToAllV;
+        std::vector<uint8_t> ordinaryIn, ordinaryOut;
         void* sharedIn = shared ? comm->AllocateShared(piece * size) : nullptr;
         void* sharedOut = shared ? comm->AllocateShared(piece * size) : nullptr;
         ASSERT_TRUE(!shared || (sharedIn != nullptr && sharedOut != nullptr));
+        if (loop == Loop::kCrossMemoryAllToAllV) {
+          ordinaryIn.assign(piece * size, 1);
+          ordinaryOut.assign(piece * size, 0);
+          sharedIn = ordinaryIn.data();
+          sharedOut = ordinaryOut.data();
+        }
         const auto call = [&] {
-          if (!shared) {
+          if (loop == Loop::kAllReduce) {
             comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
           } else {
             comm->AllToAllV(sharedIn, counts.data(), displs.data(), sharedOut, counts.data(),
@@ -136,6 +145,10 @@ TEST(ProcessFaultTest, OversubscribedSigkillGivesPeerLostFast) { KillMidCollecti
 
 TEST(ProcessFaultTest, SigkillDuringSharedBufferAllToAllVGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kSharedAllToAllV);
+}
+
+TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllToAllVGivesPeerLostFast) {
+  KillMidCollective(3, 1, Loop::kCrossMemoryAllToAllV);
 }
 
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {

@@ -4,8 +4,11 @@
 // otherwise; process_algorithms.cpp). Golden values are rebuilt independently on each rank.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collops/backend.h"
@@ -170,17 +174,24 @@ uint64_t CheckedAllToAllV(shm::ProcessCommunicator& comm, int64_t scale, Placeme
   return rounds;
 }
 
-ProcessRanksOptions SmallSlots() {
+/// `crossMemory`: whether large pieces of ordinary memory may move by process_vm_readv; off where
+/// a test counts the rounds of staged pieces.
+ProcessRanksOptions SmallSlots(bool crossMemory = false) {
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_BYTES"] = "64K";  // many staged rounds for the larger pieces
   options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env["COLLOPS_SHM_CMA_BYTES"] = crossMemory ? "4096" : "0";
   return options;
 }
 
 class ProcessHeapTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(ProcessHeapTest, AllToAllVInEveryPlacementMatchesGolden) {
-  const int size = GetParam();
+/// Every placement with and without process_vm_readv for the pieces of ordinary memory (4 KiB and
+/// up with it on, so most pieces of the larger scales take it).
+class ProcessHeapPlacementTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(ProcessHeapPlacementTest, AllToAllVInEveryPlacementMatchesGolden) {
+  const auto [size, crossMemory] = GetParam();
   RunProcessRanks(
       size,
       [size](int rank) {
@@ -195,8 +206,15 @@ TEST_P(ProcessHeapTest, AllToAllVInEveryPlacementMatchesGolden) {
         }
         EXPECT_EQ(comm->SharedBytes(), 0u);
       },
-      SmallSlots());
+      SmallSlots(crossMemory));
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapPlacementTest,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return Concat("R", std::get<0>(info.param),
+                                         std::get<1>(info.param) ? "_cma" : "_staged");
+                         });
 
 /// With every output shared, a piece many slots long takes two rounds in all (the first carries
 /// the tables and the first region, the second keeps the buffers until every copy is done)
@@ -224,6 +242,7 @@ TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
   const int size = GetParam();
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env["COLLOPS_SHM_CMA_BYTES"] = "0";  // ordinary pieces stay staged
   RunProcessRanks(
       size,
       [size](int rank) {
@@ -446,6 +465,80 @@ TEST(ProcessHeap, ThreadModeHasNoHeap) {
   EXPECT_EQ(comm->AllocateShared(64), nullptr);
   int local = 0;
   EXPECT_FALSE(comm->FreeShared(&local));
+}
+
+// --- process_vm_readv (docs/backends.md, "Single copy") ---
+
+/// Large pieces of ordinary memory skip the slots: the receivers read them from the senders'
+/// memory after the first round, and a second round keeps the inputs until they have. So an
+/// exchange many regions long takes two rounds instead of one per region (every piece here of
+/// 4 KiB and more moves so; smaller ones fit a region), and matches golden (CheckedAllToAllV
+/// checks every byte, gaps included); with COLLOPS_SHM_CMA_BYTES=0 it is staged again.
+TEST_P(ProcessHeapTest, LargeOrdinaryPiecesMoveByProcessVmReadv) {
+  const int size = GetParam();
+  for (const bool on : {true, false}) {
+    const ProcessRanksOptions options = SmallSlots(on);
+    RunProcessRanks(
+        size,
+        [size, on](int rank) {
+          auto comm = MakeProcessComm(rank, size, "cma-rounds");
+          EXPECT_EQ(comm->CrossMemory(), on) << "rank " << rank;
+          const uint64_t large = CheckedAllToAllV(*comm, 40000, {0, 0});  // pieces up to 160 KB
+          if (on) {
+            EXPECT_EQ(large, 2u) << "rank " << rank;
+          } else {
+            EXPECT_GT(large, 2u) << "rank " << rank;
+          }
+          EXPECT_EQ(CheckedAllToAllV(*comm, 1000, {0, 0}), 1u);  // small pieces: one round
+        },
+        options);
+  }
+}
+
+/// Drops CAP_SYS_PTRACE (root has it), without which this process may read only the memory of
+/// dumpable processes of its user; `closed`: makes this process not dumpable.
+void RefuseCrossMemory(bool closed = true) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  ASSERT_EQ(syscall(SYS_capget, &header, data), 0);
+  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  ASSERT_EQ(syscall(SYS_capset, &header, data), 0);
+  if (closed) ASSERT_EQ(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 0);
+}
+
+/// Where the kernel refuses process_vm_readv, the probe at creation finds out on every rank and
+/// every piece is staged: the same results, no error.
+TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
+  const int size = GetParam();
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        RefuseCrossMemory();
+        auto comm = MakeProcessComm(rank, size, "cma-refused");
+        EXPECT_FALSE(comm->CrossMemory()) << "rank " << rank;
+        EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
+      },
+      SmallSlots(true));
+}
+
+/// Only the reads of rank 1's memory are refused (it is not dumpable, and no rank may override
+/// that): still every rank stages, since a piece must move the same way on both of its sides.
+TEST(ProcessHeap, OneRankRefusingProcessVmReadvTurnsItOffForAll) {
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        RefuseCrossMemory(/*closed=*/rank == 1);
+        auto comm = MakeProcessComm(rank, 3, "cma-one-refuses");
+        EXPECT_FALSE(comm->CrossMemory()) << "rank " << rank;
+        EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
+      },
+      SmallSlots(true));
+}
+
+TEST(ProcessHeap, RejectsBadCrossMemoryThresholdByName) {
+  for (const char* value : {"-1", "abc", "64KiB"}) {
+    ExpectEnvRejected("COLLOPS_SHM_CMA_BYTES", value);
+  }
 }
 
 }  // namespace

@@ -18,9 +18,17 @@
 //    round keeps it in place until they are done. One copy instead of two; a rank decides alone
 //    what it stages and every peer learns that from the first round, so choosing the path costs
 //    no round: the only one added is the one that keeps shared data in place, where it is used.
+//  - process_vm_readv (AllToAllV): a piece of at least SegmentHeader::crossMemoryMinBytes whose
+//    sender's input is ordinary memory is read by its receiver straight from the sender's process
+//    after the first round (which carries its address), when the creation probe found that every
+//    rank may read every peer; the second round keeps the input in place until then.
 // Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
 // bit-identical results.
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -60,6 +68,9 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 /// RankControl::direct flags: the rank published a DirectTable; it sends some piece whole.
 constexpr int32_t kDirectTable = 1;
 constexpr int32_t kDirectWhole = 2;
+/// ... its input is in its heap; it reads some AllToAllV piece's address in its DirectTable at[].
+constexpr int32_t kDirectInput = 4;
+constexpr int32_t kCrossMemory = 8;
 /// A piece from a sender whose input is in its heap is not staged at all from this size up: its
 /// receiver (or the sender, when the output is shared too) copies it whole after the first round,
 /// which then needs a second round before the buffers are released. Measured at R=2 (bound),
@@ -414,6 +425,7 @@ int32_t ProcessCommunicator::PublishDirect(const uint8_t* in, const int64_t* sen
       flags |= kDirectWhole;
     }
   }
+  if (inAt >= 0) flags |= kDirectInput;
   if (inAt >= 0 || outAt >= 0) {
     flags |= kDirectTable;
     const DirectTable table = segment_.Direct(rank_, next);
@@ -484,7 +496,23 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   // follow carry only the other pieces (their largest, republished with round 2, sets how many).
   // Round 2 is also what keeps every input and output in place until all direct copies are done.
   const bool heaps = segment_.HasHeaps();
-  if (heaps) PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e);
+  const int32_t flagsHere =
+      heaps ? PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e) : 0;
+  // process_vm_readv (docs/backends.md, "Single copy"): large pieces from ordinary memory are not
+  // staged; their receivers read them after the first round, and round 2 keeps the inputs in
+  // place until they have. Only senders count staged pieces into mostHere.
+  if (crossMemory_) {
+    PublishCrossMemory(src, sendCounts, sdispls, e, flagsHere);
+    const int64_t crossFrom = static_cast<int64_t>(segment_.Header().crossMemoryMinBytes);
+    mostHere = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      if (!crossSend_[r]) mostHere = std::max(mostHere, sendCounts[r]);
+      if (recvCounts[r] * static_cast<int64_t>(e) < crossFrom) {
+        mostHere = std::max(mostHere, recvCounts[r]);
+      }
+    }
+  }
   const size_t per = RegionBytes() / e;
   // At least `floor` rounds, and enough for the largest piece any rank published.
   const auto roundsFor = [&](size_t floor) {
@@ -494,13 +522,13 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     return std::max(floor, CeilDiv(static_cast<size_t>(most), per));
   };
-  bool direct = false;
+  bool direct = false, cross = false;
   size_t rounds = 1;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !(heaps && direct_[r].send)) {
+      if (r != rank_ && !(heaps && direct_[r].send) && !(crossMemory_ && crossSend_[r])) {
         CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
@@ -515,15 +543,28 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
       int32_t flags = 0;
       for (int r = 0; r < size_ && heaps; ++r) flags |= DirectFlags(r);
       direct = (flags & kDirectTable) != 0 && (rounds > 1 || (flags & kDirectWhole) != 0);
+      cross = crossMemory_ && FindCrossMemory(recvCounts, e);
       if (direct) {
         ClassifyDirect(sendCounts, recvCounts, e, per);
-        rounds = std::max<size_t>(rounds, 2);
+        // A piece that moves by process_vm_readv is neither pushed nor pulled between heaps.
+        for (int r = 0; r < size_ && cross; ++r) {
+          if (crossSend_[r]) direct_[r].send = true, direct_[r].pushTo = nullptr;
+          if (crossRecv_[r]) direct_[r].recv = true, direct_[r].pullFrom = nullptr;
+        }
+      }
+      if (direct || cross) rounds = std::max<size_t>(rounds, 2);
+      for (int r = 0; r < size_ && cross; ++r) {
+        if (crossRecv_[r]) {
+          PullCrossMemory(r, dst + rdispls[r] * e, segment_.Direct(r, round_).at[rank_],
+                          static_cast<size_t>(recvCounts[r]) * e);
+        }
       }
     } else if (k == 1 && direct) {
       rounds = roundsFor(2);
     }
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !(direct && direct_[r].recv && (k > 0 || direct_[r].recvStart == 0))) {
+      if (r != rank_ && !(direct && direct_[r].recv && (k > 0 || direct_[r].recvStart == 0)) &&
+          !(cross && crossRecv_[r])) {
         CopyOut(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
                 Clip(recvCounts[r], lo, per) * e, outputBytes);
       }
@@ -546,6 +587,67 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
       }
       segment_.Rank(rank_).value[(round_ + 1) & 1].store(stagedMost, std::memory_order_relaxed);
     }
+  }
+}
+
+void ProcessCommunicator::PublishCrossMemory(const uint8_t* in, const int64_t* sendCounts,
+                                             const int64_t* sdispls, size_t e, int32_t flags) {
+  const uint64_t next = round_ + 1;
+  const int64_t from = static_cast<int64_t>(segment_.Header().crossMemoryMinBytes);
+  crossSend_.assign(size_, false);
+  // Pieces of a heap input already move with one copy (PublishDirect).
+  if ((flags & kDirectInput) == 0) {
+    const DirectTable table = segment_.Direct(rank_, next);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || sendCounts[r] * static_cast<int64_t>(e) < from) continue;
+      crossSend_[r] = true;
+      table.at[r] = reinterpret_cast<uintptr_t>(in + sdispls[r] * e);
+      flags |= kCrossMemory;
+    }
+  }
+  segment_.Rank(rank_).direct[next & 1].store(flags, std::memory_order_relaxed);
+}
+
+bool ProcessCommunicator::FindCrossMemory(const int64_t* recvCounts, size_t e) {
+  // The sender's rule seen from the receiver: the counts agree (the first round checked them),
+  // and the sender's flag says its input is not in its heap.
+  const int64_t from = static_cast<int64_t>(segment_.Header().crossMemoryMinBytes);
+  crossRecv_.assign(size_, false);
+  bool any = false;
+  for (int r = 0; r < size_; ++r) {
+    const bool flagged = (DirectFlags(r) & kCrossMemory) != 0;
+    any = any || flagged;
+    crossRecv_[r] = r != rank_ && flagged && recvCounts[r] * static_cast<int64_t>(e) >= from;
+  }
+  return any;
+}
+
+void ProcessCommunicator::PullCrossMemory(int owner, uint8_t* dst, uint64_t address, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{dst + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(address + done)), bytes - done};
+    const ssize_t n = process_vm_readv(pids_[owner], &local, 1, &remote, 1, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    const int err = n == 0 ? EFAULT : errno;
+    if (err == EINTR) continue;
+    if (err == ESRCH) {  // exiting: its memory is gone before its pidfd reports the exit
+      Break(ERROR_PEER_LOST, owner,
+            Concat(Where(), "rank ", owner, " (pid ", pids_[owner], ") died"));
+    }
+    // A rank that failed in this call (a peer of its died) publishes that before it returns and
+    // may then free its input, and a dying owner's pages go before its exit shows: give either
+    // 200 ms to show, and report the failure that started it, as any wait would.
+    for (int i = 0; i < 20; ++i) {
+      CheckPeer(owner);
+      usleep(10'000);
+    }
+    Break(ERROR_COMM_FAIL, owner,
+          Concat(Where(), "process_vm_readv of ", bytes - done, " bytes from rank ", owner,
+                 " (pid ", pids_[owner], ") failed: ", std::strerror(err)));
   }
 }
 

@@ -75,6 +75,8 @@ class ProcessCommunicator final : public Communicator {
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
+  /// Whether AllToAllV moves large pieces by process_vm_readv (ProbeCrossMemory).
+  bool CrossMemory() const { return crossMemory_; }
   /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
   uint64_t Rounds() const { return round_; }
   /// Bytes of this rank's heap handed out by AllocateShared (tests).
@@ -153,6 +155,10 @@ class ProcessCommunicator final : public Communicator {
   /// "lccl AllReduce (rank 1 of 4): "
   std::string Where() const;
 
+  /// At creation (two rounds): whether every rank can read its peers' memory with
+  /// process_vm_readv and the policy allows it (SegmentHeader::crossMemoryMinBytes).
+  bool ProbeCrossMemory();
+
   // --- process_algorithms.cpp ---
   void AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   void AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
@@ -182,6 +188,18 @@ class ProcessCommunicator final : public Communicator {
   /// After the round that carried the tables: completes direct_ for every peer; `per` elements
   /// of a piece that is not whole went through that round's slots.
   void ClassifyDirect(const int64_t* sendCounts, const int64_t* recvCounts, size_t e, size_t per);
+
+  /// Which AllToAllV pieces of this call move by process_vm_readv: publishes, with the next
+  /// round, the address of every piece this rank sends that way (kCrossMemory flag, DirectTable
+  /// at[]) and sets crossSend_. `flags` are this rank's kDirect* flags for that round.
+  void PublishCrossMemory(const uint8_t* in, const int64_t* sendCounts, const int64_t* sdispls,
+                          size_t e, int32_t flags);
+  /// After that round: crossRecv_[j] for the pieces this rank reads from rank j's memory.
+  bool FindCrossMemory(const int64_t* recvCounts, size_t e);
+  /// Reads `bytes` at `address` in rank `owner`'s process into `dst` (process_vm_readv). When the
+  /// kernel refuses, breaks the communicator: with the failure another rank published, or
+  /// ERROR_PEER_LOST when the owner is gone, else ERROR_COMM_FAIL.
+  void PullCrossMemory(int owner, uint8_t* dst, uint64_t address, size_t bytes);
 
   /// The kDirect* flags `rank` published with the round just completed.
   int32_t DirectFlags(int rank) const {
@@ -218,6 +236,10 @@ class ProcessCommunicator final : public Communicator {
   };
   std::vector<DirectPeer> direct_;         ///< by peer rank (ClassifyDirect)
   std::vector<const uint8_t*> peerInput_;  ///< by peer rank (FindSharedInputs)
+  bool crossMemory_ = false;               ///< ProbeCrossMemory's verdict
+  uint64_t probeWord_ = 0;                 ///< what the peers read at creation
+  std::vector<bool> crossSend_;  ///< by peer: this call's piece for it moves by process_vm_readv
+  std::vector<bool> crossRecv_;  ///< by peer: this call's piece from it moves so
   UniqueFd claim_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;

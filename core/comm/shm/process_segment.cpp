@@ -76,9 +76,9 @@ SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes, uint64_t heap
         RoundUp(sizeof(uint64_t) + AgreementRecordBytes(rankSize), kControlStride);
   }
   layout.directOffset = layout.recordOffset + 2 * r * layout.recordStride;
-  if (rankSize <= kMaxCarriedAgreementRanks && heapBytes != 0) {
+  if (rankSize <= kMaxCarriedAgreementRanks) {
     layout.heapBytes = heapBytes;
-    layout.directStride = RoundUp(2 * r * sizeof(int64_t), kControlStride);
+    layout.directStride = RoundUp(3 * r * sizeof(int64_t), kControlStride);
   }
   layout.slotOffset = RoundUp(layout.directOffset + 2 * r * layout.directStride, kPage);
   layout.heapOffset = layout.slotOffset + r * slotBytes;

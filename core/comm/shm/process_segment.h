@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 5;
+constexpr uint32_t kSegmentVersion = 6;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -56,6 +56,10 @@ struct alignas(kControlStride) RankControl {
   /// The CPU this rank last ran on (at its posts and while it waits): a waiter that finds its
   /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
   std::atomic<int32_t> cpu{-1};
+  /// At creation: the address, in this rank's process, of a word holding CrossMemoryProbe(pid),
+  /// then whether this rank could read its next rank's word with process_vm_readv.
+  std::atomic<uint64_t> probeAddress{0};
+  std::atomic<int32_t> probeRead{0};
   WaitWord word;  ///< notified after every post
 };
 
@@ -94,6 +98,9 @@ struct alignas(kControlStride) SegmentHeader {
   int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
   int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
   int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
+  /// AllToAllV pieces of at least this many bytes from ordinary (not heap) memory move by
+  /// process_vm_readv when every rank may read its peers' memory; 0 = never.
+  uint64_t crossMemoryMinBytes = 0;
   uint64_t heapBytes = 0;  ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
@@ -127,7 +134,7 @@ struct SegmentLayout {
   uint64_t recordOffset = 0;
   uint64_t recordStride = 0;  ///< bytes per (rank, parity) record; 0: records are not carried
   uint64_t directOffset = 0;
-  uint64_t directStride = 0;  ///< bytes per (rank, parity) DirectTable; 0: no heap
+  uint64_t directStride = 0;  ///< bytes per (rank, parity) DirectTable; 0: none (R > 64)
   uint64_t slotOffset = 0;
   uint64_t heapBytes = 0;
   uint64_t heapOffset = 0;
@@ -143,10 +150,12 @@ struct SegmentLayout {
 /// Where a rank's pieces of one collective lie in its heap, published with the first round of
 /// the call: from[j] is the heap offset of the piece this rank sends to rank j (its input is in
 /// its heap), to[j] the heap offset where the piece from rank j lands (its output is in its
-/// heap); -1 where not. Followed in memory by from[R] and to[R].
+/// heap); -1 where not; at[j] the address, in this rank's process, of the piece for rank j when
+/// that piece moves by process_vm_readv. Followed in memory by from[R], to[R] and at[R].
 struct DirectTable {
   int64_t* from;
   int64_t* to;
+  uint64_t* at;
 };
 
 /// COLLOPS_SHM_BYTES rounded to the page size and raised to the minimum `rankSize` needs;
@@ -190,15 +199,17 @@ class Segment {
   }
   /// Bytes from one rank's record to the next rank's of the same parity.
   uint64_t RecordRankStride() const { return 2 * layout_.recordStride; }
-  /// Whether ranks have heaps (Heap() and Direct() exist).
+  /// Whether ranks have heaps (Heap() exists).
   bool HasHeaps() const { return layout_.heapBytes != 0; }
+  /// Whether Direct() exists: up to kMaxCarriedAgreementRanks ranks.
+  bool HasDirectTables() const { return layout_.directStride != 0; }
   uint8_t* Heap(int rank) const { return base_ + layout_.heapOffset + rank * layout_.heapBytes; }
   uint64_t HeapBytes() const { return layout_.heapBytes; }
   /// The table `rank` publishes with rounds of parity `parity`.
   DirectTable Direct(int rank, uint64_t parity) const {
     auto* at = reinterpret_cast<int64_t*>(base_ + layout_.directOffset +
                                           (2 * rank + (parity & 1)) * layout_.directStride);
-    return {at, at + layout_.rankSize};
+    return {at, at + layout_.rankSize, reinterpret_cast<uint64_t*>(at + 2 * layout_.rankSize)};
   }
   /// Half `parity` (0 or 1) of `rank`'s data slot.
   uint8_t* Half(int rank, uint64_t parity) const {
