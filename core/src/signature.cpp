@@ -63,12 +63,6 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
   }
 }
 
-bool RecordHasCounts(const uint8_t* record) {
-  WireHeader h;
-  std::memcpy(&h, record, sizeof h);
-  return h.hasCounts != 0;
-}
-
 int64_t RecordedCount(const uint8_t* record, int rankSize, bool recv, int j) {
   int64_t v;
   std::memcpy(&v, record + sizeof(WireHeader) + ((recv ? rankSize : 0) + j) * sizeof v, sizeof v);

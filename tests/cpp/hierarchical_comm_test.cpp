@@ -230,42 +230,67 @@ TEST(HierarchicalGoldenDirect, AllGatherVLeavesHolesUntouched) {
   });
 }
 
+/// One uneven AllToAllV of int64 over `size` ranks: block (j -> i) has count(j, i) elements.
+/// `reversed`: the received blocks lie in y from the highest rank down.
+struct ExchangeCase {
+  std::vector<int64_t> sendCounts, sdispls, recvCounts, rdispls, in, golden;
+
+  ExchangeCase(int rank, int size, const std::function<int64_t(int, int)>& count,
+               bool reversed = false)
+      : sendCounts(size), sdispls(size), recvCounts(size), rdispls(size) {
+    for (int i = 0; i < size; ++i) {
+      sendCounts[i] = count(rank, i);
+      sdispls[i] = static_cast<int64_t>(in.size());
+      for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(Value(rank, i, k));
+    }
+    int64_t total = 0;
+    for (int n = 0; n < size; ++n) {
+      const int j = reversed ? size - 1 - n : n;
+      recvCounts[j] = count(j, rank);
+      rdispls[j] = total;
+      total += recvCounts[j];
+    }
+    golden.assign(total, -1);
+    for (int j = 0; j < size; ++j) {
+      for (int64_t k = 0; k < recvCounts[j]; ++k) golden[rdispls[j] + k] = Value(j, rank, k);
+    }
+  }
+  static int64_t Value(int from, int to, int64_t k) { return 1000000 * from + 1000 * to + k; }
+  CallSignature Signature() const {
+    CallSignature s;
+    s.opName = "AllToAllV";
+    s.dtype = ACL_INT64;
+    s.sendCounts = sendCounts;
+    s.recvCounts = recvCounts;
+    return s;
+  }
+  std::vector<int64_t> Run(Communicator& comm) const {
+    std::vector<int64_t> out(golden.size(), -1);
+    comm.AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
+                   rdispls.data(), ACL_INT64);
+    return out;
+  }
+};
+
 /// Traffic in one direction only: host 0's ranks send nothing (so they skip gathering to their
 /// leader) but receive from everyone; blocks land at rdispls in reverse rank order. Repeated on
 /// one communicator at growing then shrinking sizes: its scratch buffers outlive a call. Scale
-/// 12000 makes blocks of up to 384 KB, which go directly between ranks instead of through the
-/// leaders (kDirectCrossBlockBytes = 256 KiB).
+/// 12000 makes messages between two hosts of ~1 MB, which go directly between ranks instead of
+/// through the leaders (kAggregateBelowBytes = 60 KiB); the other scales stay below it.
 TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
   const HostLayout layout = Layout({0, 1, 0, 1, 2});
   const int size = 5;
   const std::string domain = UniqueDomain();
-  auto count = [&](int j, int i, int64_t scale) -> int64_t {
-    return layout.hostOfRank[j] == 0 ? 0 : scale * ((j + 2 * i) % 4 + (i == 0 ? 1 : 0));
-  };
-  auto value = [](int j, int i, int64_t k) { return static_cast<int64_t>(1000 * j + 10 * i + k); };
   RunThreadRanks(size, [&](int rank) {
     auto comm = ThreadHierarchy(rank, layout, domain);
     for (int64_t scale : {1, 500, 12000, 3}) {
-      std::vector<int64_t> sendCounts(size), sdispls(size), recvCounts(size), rdispls(size);
-      std::vector<int64_t> in;
-      for (int i = 0; i < size; ++i) {
-        sendCounts[i] = count(rank, i, scale);
-        sdispls[i] = static_cast<int64_t>(in.size());
-        for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(value(rank, i, k));
-      }
-      int64_t total = 0;
-      for (int j = size - 1; j >= 0; --j) {
-        recvCounts[j] = count(j, rank, scale);
-        rdispls[j] = total;
-        total += recvCounts[j];
-      }
-      std::vector<int64_t> out(total, -1), golden(total, -1);
-      for (int j = 0; j < size; ++j) {
-        for (int64_t k = 0; k < recvCounts[j]; ++k) golden[rdispls[j] + k] = value(j, rank, k);
-      }
-      comm->AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
-                      rdispls.data(), ACL_INT64);
-      EXPECT_EQ(out, golden) << "rank " << rank << " scale " << scale;
+      const ExchangeCase call(
+          rank, size,
+          [&](int j, int i) -> int64_t {
+            return layout.hostOfRank[j] == 0 ? 0 : scale * ((j + 2 * i) % 4 + (i == 0 ? 1 : 0));
+          },
+          /*reversed=*/true);
+      EXPECT_EQ(call.Run(*comm), call.golden) << "rank " << rank << " scale " << scale;
     }
   });
 }
@@ -289,43 +314,6 @@ class CountingEngine final : public Communicator {
 
  private:
   std::shared_ptr<Communicator> inner_;
-};
-
-/// One uneven AllToAllV of int64 over `size` ranks: block (j -> i) has count(j, i) elements.
-struct ExchangeCase {
-  std::vector<int64_t> sendCounts, sdispls, recvCounts, rdispls, in, golden;
-
-  ExchangeCase(int rank, int size, const std::function<int64_t(int, int)>& count) {
-    sendCounts.resize(size);
-    sdispls.resize(size);
-    recvCounts.resize(size);
-    rdispls.resize(size);
-    for (int i = 0; i < size; ++i) {
-      sendCounts[i] = count(rank, i);
-      sdispls[i] = static_cast<int64_t>(in.size());
-      for (int64_t k = 0; k < sendCounts[i]; ++k) in.push_back(Value(rank, i, k));
-    }
-    for (int j = 0; j < size; ++j) {
-      recvCounts[j] = count(j, rank);
-      rdispls[j] = static_cast<int64_t>(golden.size());
-      for (int64_t k = 0; k < recvCounts[j]; ++k) golden.push_back(Value(j, rank, k));
-    }
-  }
-  static int64_t Value(int from, int to, int64_t k) { return 1000000 * from + 1000 * to + k; }
-  CallSignature Signature() const {
-    CallSignature s;
-    s.opName = "AllToAllV";
-    s.dtype = ACL_INT64;
-    s.sendCounts = sendCounts;
-    s.recvCounts = recvCounts;
-    return s;
-  }
-  std::vector<int64_t> Run(Communicator& comm) const {
-    std::vector<int64_t> out(golden.size(), -1);
-    comm.AllToAllV(in.data(), sendCounts.data(), sdispls.data(), out.data(), recvCounts.data(),
-                   rdispls.data(), ACL_INT64);
-    return out;
-  }
 };
 
 /// After Agree() the records hold every rank's counts: AllToAllV takes the matrix from them (no

@@ -503,7 +503,9 @@ void RefuseCrossMemory(bool closed = true) {
   ASSERT_EQ(syscall(SYS_capget, &header, data), 0);
   data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
   ASSERT_EQ(syscall(SYS_capset, &header, data), 0);
-  if (closed) ASSERT_EQ(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 0);
+  if (closed) {
+    ASSERT_EQ(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), 0);
+  }
 }
 
 /// Where the kernel refuses process_vm_readv, the probe at creation finds out on every rank and

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "collops/reduce.h"
@@ -68,8 +69,9 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 /// RankControl::direct flags: the rank published a DirectTable; it sends some piece whole.
 constexpr int32_t kDirectTable = 1;
 constexpr int32_t kDirectWhole = 2;
-/// ... its input is in its heap; it reads some AllToAllV piece's address in its DirectTable at[].
+/// ... its input is in its heap.
 constexpr int32_t kDirectInput = 4;
+/// ... some AllToAllV piece of its moves by process_vm_readv, from the address in its at[].
 constexpr int32_t kCrossMemory = 8;
 /// A piece from a sender whose input is in its heap is not staged at all from this size up: its
 /// receiver (or the sender, when the output is shared too) copies it whole after the first round,
@@ -476,12 +478,8 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   const size_t e = ElementBytes(dtype, where);
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
-  // Only the largest piece anywhere decides the number of rounds and no rank knows it alone, so
-  // each publishes its own largest with the first round.
-  int64_t mostHere = 0;
   size_t outputBytes = 0;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_) mostHere = std::max({mostHere, sendCounts[r], recvCounts[r]});
     outputBytes += static_cast<size_t>(std::max<int64_t>(recvCounts[r], 0)) * e;
   }
   const auto copyOwn = [&] {
@@ -500,17 +498,21 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
       heaps ? PublishDirect(src, sendCounts, sdispls, dst, recvCounts, rdispls, e) : 0;
   // process_vm_readv (docs/backends.md, "Single copy"): large pieces from ordinary memory are not
   // staged; their receivers read them after the first round, and round 2 keeps the inputs in
-  // place until they have. Only senders count staged pieces into mostHere.
-  if (crossMemory_) {
-    PublishCrossMemory(src, sendCounts, sdispls, e, flagsHere);
-    const int64_t crossFrom = static_cast<int64_t>(segment_.Header().crossMemoryMinBytes);
-    mostHere = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      if (!crossSend_[r]) mostHere = std::max(mostHere, sendCounts[r]);
-      if (recvCounts[r] * static_cast<int64_t>(e) < crossFrom) {
-        mostHere = std::max(mostHere, recvCounts[r]);
-      }
+  // place until they have.
+  if (crossMemory_) PublishCrossMemory(src, sendCounts, sdispls, e, flagsHere);
+  // Only the largest staged piece anywhere decides the number of rounds and no rank knows it
+  // alone, so each publishes its own largest with the first round. A receiver cannot tell yet
+  // whether a piece large enough for process_vm_readv moves that way, so it leaves it to the
+  // sender, which counts every piece it stages.
+  const int64_t crossFrom = crossMemory_
+                                ? static_cast<int64_t>(segment_.Header().crossMemoryMinBytes)
+                                : std::numeric_limits<int64_t>::max();
+  int64_t mostHere = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    if (!crossSend_[r]) mostHere = std::max(mostHere, sendCounts[r]);
+    if (recvCounts[r] * static_cast<int64_t>(e) < crossFrom) {
+      mostHere = std::max(mostHere, recvCounts[r]);
     }
   }
   const size_t per = RegionBytes() / e;
@@ -528,7 +530,7 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     const size_t lo = k * per;
     uint8_t* stage = NextHalf();
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && !(heaps && direct_[r].send) && !(crossMemory_ && crossSend_[r])) {
+      if (r != rank_ && !(heaps && direct_[r].send) && !crossSend_[r]) {
         CopyBytes(stage + RegionOffset(rank_, r), src + (sdispls[r] + lo) * e,
                   Clip(sendCounts[r], lo, per) * e);
       }
@@ -547,13 +549,19 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
       if (direct) {
         ClassifyDirect(sendCounts, recvCounts, e, per);
         // A piece that moves by process_vm_readv is neither pushed nor pulled between heaps.
-        for (int r = 0; r < size_ && cross; ++r) {
-          if (crossSend_[r]) direct_[r].send = true, direct_[r].pushTo = nullptr;
-          if (crossRecv_[r]) direct_[r].recv = true, direct_[r].pullFrom = nullptr;
+        for (int r = 0; r < size_; ++r) {
+          if (crossSend_[r]) {
+            direct_[r].send = true;
+            direct_[r].pushTo = nullptr;
+          }
+          if (crossRecv_[r]) {
+            direct_[r].recv = true;
+            direct_[r].pullFrom = nullptr;
+          }
         }
       }
       if (direct || cross) rounds = std::max<size_t>(rounds, 2);
-      for (int r = 0; r < size_ && cross; ++r) {
+      for (int r = 0; r < size_; ++r) {
         if (crossRecv_[r]) {
           PullCrossMemory(r, dst + rdispls[r] * e, segment_.Direct(r, round_).at[rank_],
                           static_cast<size_t>(recvCounts[r]) * e);
@@ -564,7 +572,7 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
     }
     for (int r = 0; r < size_; ++r) {
       if (r != rank_ && !(direct && direct_[r].recv && (k > 0 || direct_[r].recvStart == 0)) &&
-          !(cross && crossRecv_[r])) {
+          !crossRecv_[r]) {
         CopyOut(dst + (rdispls[r] + lo) * e, HalfOf(r, round_) + RegionOffset(r, rank_),
                 Clip(recvCounts[r], lo, per) * e, outputBytes);
       }

@@ -160,6 +160,8 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
                 layout.heapBytes);
   }
   direct_.assign(size_, DirectPeer{});
+  crossSend_.assign(size_, false);
+  crossRecv_.assign(size_, false);
   claim_ = std::move(joined.claim);
   pids_ = std::move(joined.pids);
   pidfds_.resize(size_);

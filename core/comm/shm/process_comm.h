@@ -238,8 +238,9 @@ class ProcessCommunicator final : public Communicator {
   std::vector<const uint8_t*> peerInput_;  ///< by peer rank (FindSharedInputs)
   bool crossMemory_ = false;               ///< ProbeCrossMemory's verdict
   uint64_t probeWord_ = 0;                 ///< what the peers read at creation
-  std::vector<bool> crossSend_;  ///< by peer: this call's piece for it moves by process_vm_readv
-  std::vector<bool> crossRecv_;  ///< by peer: this call's piece from it moves so
+  /// By peer: this AllToAllV's piece for it, and from it, moves by process_vm_readv. Never set
+  /// without crossMemory_ (PublishCrossMemory, FindCrossMemory).
+  std::vector<bool> crossSend_, crossRecv_;
   UniqueFd claim_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;

@@ -57,7 +57,7 @@ struct alignas(kControlStride) RankControl {
   /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
   std::atomic<int32_t> cpu{-1};
   /// At creation: the address, in this rank's process, of a word holding CrossMemoryProbe(pid),
-  /// then whether this rank could read its next rank's word with process_vm_readv.
+  /// then whether this rank could read every peer's word with process_vm_readv.
   std::atomic<uint64_t> probeAddress{0};
   std::atomic<int32_t> probeRead{0};
   WaitWord word;  ///< notified after every post

@@ -17,14 +17,14 @@
 // - ReduceScatterV: each rank packs its send blocks host by host; intra AllReduce of the packed
 //   vector; leaders ReduceScatterV it by host blocks; each leader scatters its host's block to its
 //   ranks (intra AllToAllV from the leader). Half types as AllReduce.
-// - AllToAllV: send counts are exchanged over `flat` (one small AllGatherBytes) so every rank
-//   knows the whole matrix; blocks between ranks of one host go intra directly (AllToAllV); blocks
-//   for other hosts are gathered to the leader (intra), exchanged as one message per host pair
-//   among leaders (inter AllToAllV), scattered by the receiving leader (intra) and unpacked to
-//   rdispls. Steps with nothing to move on this host (or anywhere) are skipped on every rank
-//   concerned alike. Once the largest block between hosts reaches 256 KiB, blocks for other hosts
-//   go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed): large
-//   blocks gain nothing from aggregation and lose two copies and the leader's bottleneck.
+// - AllToAllV: every rank knows the whole count matrix, from the records of the agreement check
+//   before the call (Agree) or, for a raw call, exchanged over `flat` (one small AllGatherBytes);
+//   blocks between ranks of one host go intra directly (AllToAllV); blocks for other hosts are
+//   gathered to the leader (intra), exchanged as one message per host pair among leaders (inter
+//   AllToAllV), scattered by the receiving leader (intra) and unpacked to rdispls. Steps with
+//   nothing to move on this host (or anywhere) are skipped on every rank concerned alike. Once the
+//   largest host-pair message reaches 60 KiB (near the engine's eager limit), blocks for other
+//   hosts go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed).
 // - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
 //   host; intra Broadcast from the leader on every other host.
 // - Send/Recv: intra when the peer is on this host, else over flat, where the receiver confirms

@@ -59,8 +59,6 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record);
 /// that checks the same records reports the same first disagreement.
 void CheckAgreementRecords(const uint8_t* records, size_t stride, int rankSize,
                            const CallSignature& mine);
-/// Whether `record` (one rank's, as EncodeAgreement wrote it) carries count vectors.
-bool RecordHasCounts(const uint8_t* record);
 /// Entry j of the sendCounts (`recv` false) or recvCounts (`recv` true) that `record` carries.
 int64_t RecordedCount(const uint8_t* record, int rankSize, bool recv, int j);
 
