@@ -19,15 +19,20 @@ scripts/format.sh --check
 step "release build"
 scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.log 2>&1 || { tail -50 build.log; exit 1; }
 step "ctest (release)"
-# gcc's temporaries (ccXXXXXX.s) come and go with any build running beside the suite; not ours.
-snapshot() { ls -A /dev/shm; echo ---; ls -A /tmp | { grep -Ev '^cc[[:alnum:]]{6}\.[a-z]+$' || true; }; echo ---; cat /proc/sysvipc/shm /proc/sysvipc/sem; }
+# Not ours: gcc's temporaries (ccXXXXXX.s) come and go with any build running beside the suite;
+# torch's compile cache and pytest's base temp directory are made once per machine and kept.
+snapshot() {
+  ls -A /dev/shm; echo ---
+  ls -A /tmp | { grep -Ev '^(cc[[:alnum:]]{6}\.[a-z]+|torchinductor_.*|pytest-of-.*)$' || true; }
+  echo ---; cat /proc/sysvipc/shm /proc/sysvipc/sem
+}
 snapshot >build/residue.before
 (cd build && ctest -j2 --output-on-failure --timeout 300)
-# DESIGN §8: no shared-memory or temp-file residue after the whole suite, SIGKILL tests included.
-snapshot >build/residue.after
-diff build/residue.before build/residue.after || { echo "test suite left residue (above)"; exit 1; }
 step "pytest"
 COLLOPS_BUILD_DIR="$PWD/build" python3 -m pytest tests/python -q
+# DESIGN §8: no shared-memory or temp-file residue after both suites, SIGKILL tests included.
+snapshot >build/residue.after
+diff build/residue.before build/residue.after || { echo "test suites left residue (above)"; exit 1; }
 
 step "ASan+UBSan build"
 COLLOPS_BUILD_TARGETS="collops_tests collops_mpi_tests collops_mpi_plugin_tests" scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \
