@@ -167,7 +167,7 @@ TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        for (const char* algo : {"auto", "oneshot", "rsag"}) {
+        for (const char* algo : {"auto", "oneshot", "rsag", "cma"}) {
           setenv("COLLOPS_ALGO_ALLREDUCE", algo, 1);
           auto comm = MakeLcclComm(rank, size, std::string("allreduce-") + algo);
           ASSERT_EQ(comm->BackendName(), "lccl");

@@ -48,7 +48,9 @@ T* SharedArray(size_t n) {
 
 /// What the ranks of KillMidCollective loop on.
 enum class Loop {
-  kAllReduce,        ///< 1 MiB AllReduces on ordinary memory (staged)
+  kAllReduce,             ///< 1 MiB AllReduces on ordinary memory, staged (COLLOPS_SHM_CMA_BYTES=0)
+  kCrossMemoryAllReduce,  ///< the same by process_vm_readv/writev: peers read the victim's input
+                          ///< and write its output when it dies
   kSharedAllToAllV,  ///< 1 MiB-per-peer AllToAllVs on AllocateShared memory: peers read and write
                      ///< the victim's heap directly when it dies
   kCrossMemoryAllToAllV,  ///< the same on ordinary memory: peers read the victim's process with
@@ -64,6 +66,7 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "60";
   options.deadlineSeconds = 50;
+  if (loop == Loop::kAllReduce) options.env["COLLOPS_SHM_CMA_BYTES"] = "0";
   options.afterFork = [&](const std::vector<pid_t>& pids) {
     close(ready[1]);
     char byte;
@@ -94,7 +97,7 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
           sharedOut = ordinaryOut.data();
         }
         const auto call = [&] {
-          if (loop == Loop::kAllReduce) {
+          if (loop == Loop::kAllReduce || loop == Loop::kCrossMemoryAllReduce) {
             comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
           } else {
             comm->AllToAllV(sharedIn, counts.data(), displs.data(), sharedOut, counts.data(),
@@ -149,6 +152,10 @@ TEST(ProcessFaultTest, SigkillDuringSharedBufferAllToAllVGivesPeerLostFast) {
 
 TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllToAllVGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kCrossMemoryAllToAllV);
+}
+
+TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllReduceGivesPeerLostFast) {
+  KillMidCollective(3, 1, Loop::kCrossMemoryAllReduce);
 }
 
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {

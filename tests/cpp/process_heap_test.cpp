@@ -264,7 +264,8 @@ TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
 /// rank 1 alone.
 void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64_t>& scales,
                            const std::function<void(shm::ProcessCommunicator& comm, int64_t scale,
-                                                    unsigned shared)>& check) {
+                                                    unsigned shared)>& check,
+                           bool crossMemory = false) {
   RunProcessRanks(
       size,
       [&](int rank) {
@@ -274,7 +275,29 @@ void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64
           for (const unsigned shared : {0u, all, 1u, 2u & all}) check(*comm, scale, shared);
         }
       },
-      SmallSlots());
+      SmallSlots(crossMemory));
+}
+
+/// AllReduce of `count` floats, from and into ordinary memory unless `sharedInput`: checks every
+/// element against the sum over ranks; returns the rounds it took.
+uint64_t CheckedAllReduce(shm::ProcessCommunicator& comm, int64_t count, bool inPlace,
+                          bool sharedInput = false) {
+  const int rank = comm.Rank(), size = comm.Size();
+  Placed in(comm, count * sizeof(float), sharedInput);
+  Placed other(comm, count * sizeof(float), false);
+  auto* x = reinterpret_cast<float*>(in.data());
+  auto* y = inPlace ? x : reinterpret_cast<float*>(other.data());
+  for (int64_t i = 0; i < count; ++i) x[i] = static_cast<float>((rank + 1) * (i % 97));
+  const uint64_t before = comm.Rounds();
+  comm.AllReduce(x, y, count, ACL_FLOAT, ReduceOp::kSum);
+  const uint64_t rounds = comm.Rounds() - before;
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    wrong += y[i] != static_cast<float>(size * (size + 1) / 2 * (i % 97));
+  }
+  EXPECT_EQ(wrong, 0) << "rank " << rank << ": count " << count << " shared " << sharedInput
+                      << " in place " << inPlace << " (" << rounds << " rounds)";
+  return rounds;
 }
 
 /// AllReduce (reduce-scatter + all-gather, several chunks with 64 KiB slots) where some ranks'
@@ -282,25 +305,17 @@ void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64
 /// rank-order sum, bit for bit.
 TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
   const int size = GetParam();
-  ForEachSharedInputSet(size, "heap-allreduce", {20000, 100003},
-                        [&](auto& comm, int64_t count, unsigned shared) {
-                          const int rank = comm.Rank();
-                          for (const bool inPlace : {false, true}) {
-                            Placed in(comm, count * sizeof(float), (shared >> rank) & 1);
-                            Placed other(comm, count * sizeof(float), false);
-                            auto* x = reinterpret_cast<float*>(in.data());
-                            auto* y = inPlace ? x : reinterpret_cast<float*>(other.data());
-                            for (int64_t i = 0; i < count; ++i)
-                              x[i] = static_cast<float>((rank + 1) * (i % 97));
-                            comm.AllReduce(x, y, count, ACL_FLOAT, ReduceOp::kSum);
-                            int64_t wrong = 0;
-                            for (int64_t i = 0; i < count; ++i) {
-                              wrong += y[i] != static_cast<float>(size * (size + 1) / 2 * (i % 97));
-                            }
-                            EXPECT_EQ(wrong, 0) << "count " << count << " shared " << shared
-                                                << " in place " << inPlace;
-                          }
-                        });
+  // With process_vm_readv on, the slices of 4 KiB and more move that way, shared inputs or not.
+  for (const bool crossMemory : {false, true}) {
+    ForEachSharedInputSet(
+        size, "heap-allreduce", {20000, 100003},
+        [&](auto& comm, int64_t count, unsigned shared) {
+          for (const bool inPlace : {false, true}) {
+            CheckedAllReduce(comm, count, inPlace, (shared >> comm.Rank()) & 1);
+          }
+        },
+        crossMemory);
+  }
 }
 
 /// AllGatherV (uneven, gaps between the pieces) and Broadcast from every root, with the inputs
@@ -495,6 +510,29 @@ TEST_P(ProcessHeapTest, LargeOrdinaryPiecesMoveByProcessVmReadv) {
   }
 }
 
+/// An AllReduce whose slices reach the threshold reads them from the peers' memory and writes the
+/// reduced slices into theirs: two rounds whatever the size (and in place too), where the staged
+/// reduce-scatter + all-gather takes two per half-slot chunk; golden either way.
+TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
+  const int size = GetParam();
+  for (const bool on : {true, false}) {
+    RunProcessRanks(
+        size,
+        [size, on](int rank) {
+          auto comm = MakeProcessComm(rank, size, "cma-allreduce");
+          for (const bool inPlace : {false, true}) {
+            const uint64_t rounds = CheckedAllReduce(*comm, 100003, inPlace);  // 400 KB
+            if (on) {
+              EXPECT_EQ(rounds, 2u) << "rank " << rank;
+            } else {
+              EXPECT_GT(rounds, 2u) << "rank " << rank;
+            }
+          }
+        },
+        SmallSlots(on));
+  }
+}
+
 /// Drops CAP_SYS_PTRACE (root has it), without which this process may read only the memory of
 /// dumpable processes of its user; `closed`: makes this process not dumpable.
 void RefuseCrossMemory(bool closed = true) {
@@ -519,6 +557,7 @@ TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
         auto comm = MakeProcessComm(rank, size, "cma-refused");
         EXPECT_FALSE(comm->CrossMemory()) << "rank " << rank;
         EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
+        EXPECT_GT(CheckedAllReduce(*comm, 100003, /*inPlace=*/false), 2u);
       },
       SmallSlots(true));
 }
@@ -533,6 +572,7 @@ TEST(ProcessHeap, OneRankRefusingProcessVmReadvTurnsItOffForAll) {
         auto comm = MakeProcessComm(rank, 3, "cma-one-refuses");
         EXPECT_FALSE(comm->CrossMemory()) << "rank " << rank;
         EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
+        EXPECT_GT(CheckedAllReduce(*comm, 100003, /*inPlace=*/true), 2u);
       },
       SmallSlots(true));
 }

@@ -75,7 +75,8 @@ class ProcessCommunicator final : public Communicator {
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
-  /// Whether AllToAllV moves large pieces by process_vm_readv (ProbeCrossMemory).
+  /// Whether AllToAllV and AllReduce move large pieces by process_vm_readv/writev
+  /// (ProbeCrossMemory).
   bool CrossMemory() const { return crossMemory_; }
   /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
   uint64_t Rounds() const { return round_; }
@@ -155,13 +156,15 @@ class ProcessCommunicator final : public Communicator {
   /// "lccl AllReduce (rank 1 of 4): "
   std::string Where() const;
 
-  /// At creation (two rounds): whether every rank can read its peers' memory with
-  /// process_vm_readv and the policy allows it (SegmentHeader::crossMemoryMinBytes).
+  /// At creation (two rounds): whether every rank can read and write its peers' memory with
+  /// process_vm_readv/writev and the policy allows it (SegmentHeader::crossMemoryMinBytes).
   bool ProbeCrossMemory();
 
   // --- process_algorithms.cpp ---
   void AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   void AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
+  void AllReduceCrossMemory(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,
+                            ReduceOp op);
   /// Every rank contributes myBytes (bytesOf[j] for rank j) and rank j's data lands at
   /// out + offsetOf[j]; rounds of at most one half each.
   void GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
@@ -196,10 +199,13 @@ class ProcessCommunicator final : public Communicator {
                           size_t e, int32_t flags);
   /// After that round: crossRecv_[j] for the pieces this rank reads from rank j's memory.
   bool FindCrossMemory(const int64_t* recvCounts, size_t e);
-  /// Reads `bytes` at `address` in rank `owner`'s process into `dst` (process_vm_readv). When the
-  /// kernel refuses, breaks the communicator: with the failure another rank published, or
+  enum class CrossMemoryDirection { kRead, kWrite };
+  /// Copies `bytes` between `local` and `address` in rank `owner`'s process: reads them into
+  /// `local` (process_vm_readv) or writes them from there (process_vm_writev). When the kernel
+  /// refuses, breaks the communicator: with the failure another rank published, or
   /// ERROR_PEER_LOST when the owner is gone, else ERROR_COMM_FAIL.
-  void PullCrossMemory(int owner, uint8_t* dst, uint64_t address, size_t bytes);
+  void CopyCrossMemory(CrossMemoryDirection direction, int owner, uint8_t* local, uint64_t address,
+                       size_t bytes);
 
   /// The kDirect* flags `rank` published with the round just completed.
   int32_t DirectFlags(int rank) const {
@@ -237,7 +243,7 @@ class ProcessCommunicator final : public Communicator {
   std::vector<DirectPeer> direct_;         ///< by peer rank (ClassifyDirect)
   std::vector<const uint8_t*> peerInput_;  ///< by peer rank (FindSharedInputs)
   bool crossMemory_ = false;               ///< ProbeCrossMemory's verdict
-  uint64_t probeWord_ = 0;                 ///< what the peers read at creation
+  std::vector<uint64_t> probeWords_;       ///< what the peers read and write at creation
   /// By peer: this AllToAllV's piece for it, and from it, moves by process_vm_readv. Never set
   /// without crossMemory_ (PublishCrossMemory, FindCrossMemory).
   std::vector<bool> crossSend_, crossRecv_;

@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 6;
+constexpr uint32_t kSegmentVersion = 7;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -46,7 +46,12 @@ constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
 constexpr uint64_t kDefaultHeapBytes = 1ULL << 30;
 
 /// Collectives whose algorithm COLLOPS_ALGO_<OP> may force.
-enum AlgoChoice : int32_t { kAlgoAuto = 0, kAlgoOneShot = 1, kAlgoReduceScatterAllGather = 2 };
+enum AlgoChoice : int32_t {
+  kAlgoAuto = 0,
+  kAlgoOneShot = 1,
+  kAlgoReduceScatterAllGather = 2,
+  kAlgoCrossMemory = 3,  ///< AllReduce by process_vm_readv/writev (rsag when refused)
+};
 
 struct alignas(kControlStride) RankControl {
   std::atomic<uint64_t> posted{0};  ///< rounds this rank has published (monotonic, never reused)
@@ -56,10 +61,11 @@ struct alignas(kControlStride) RankControl {
   /// The CPU this rank last ran on (at its posts and while it waits): a waiter that finds its
   /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
   std::atomic<int32_t> cpu{-1};
-  /// At creation: the address, in this rank's process, of a word holding CrossMemoryProbe(pid),
-  /// then whether this rank could read every peer's word with process_vm_readv.
+  /// At creation: the address, in this rank's process, of its probe words (a word holding
+  /// CrossMemoryProbe(pid), then one per rank for that rank to write), then whether this rank
+  /// could read and write every peer's with process_vm_readv/writev.
   std::atomic<uint64_t> probeAddress{0};
-  std::atomic<int32_t> probeRead{0};
+  std::atomic<int32_t> probeReached{0};
   WaitWord word;  ///< notified after every post
 };
 
@@ -98,9 +104,11 @@ struct alignas(kControlStride) SegmentHeader {
   int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
   int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
   int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
-  /// AllToAllV pieces of at least this many bytes from ordinary (not heap) memory move by
-  /// process_vm_readv when every rank may read its peers' memory; 0 = never.
+  /// AllToAllV pieces, and AllReduce slices, of at least this many bytes move by
+  /// process_vm_readv/writev when every rank may reach its peers' memory; 0 = never.
   uint64_t crossMemoryMinBytes = 0;
+  /// AllReduce moves by process_vm_readv/writev only while R times its bytes stay below this.
+  uint64_t crossMemoryAllReduceMaxBytes = 0;
   uint64_t heapBytes = 0;  ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
@@ -150,8 +158,9 @@ struct SegmentLayout {
 /// Where a rank's pieces of one collective lie in its heap, published with the first round of
 /// the call: from[j] is the heap offset of the piece this rank sends to rank j (its input is in
 /// its heap), to[j] the heap offset where the piece from rank j lands (its output is in its
-/// heap); -1 where not; at[j] the address, in this rank's process, of the piece for rank j when
-/// that piece moves by process_vm_readv. Followed in memory by from[R], to[R] and at[R].
+/// heap); -1 where not; at[] addresses in this rank's process that peers reach by
+/// process_vm_readv/writev: in an AllToAllV at[j] is the piece for rank j, in an AllReduce at[0]
+/// is the input and at[1] the output. Followed in memory by from[R], to[R] and at[R].
 struct DirectTable {
   int64_t* from;
   int64_t* to;
