@@ -217,37 +217,41 @@ TEST_P(ProcessCommTest, AllGatherBytesAndAllGatherV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLcclComm(rank, size, "gather");
-        for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
-          std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
-          for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
-          for (int r = 0; r < size; ++r) {
-            for (size_t i = 0; i < bytes; ++i)
-              want[r * bytes + i] = static_cast<uint8_t>(r * 31 + i);
+        for (const char* algo : {"auto", "staged", "cma"}) {
+          setenv("COLLOPS_ALGO_ALLGATHER", algo, 1);
+          auto comm = MakeLcclComm(rank, size, std::string("gather-") + algo);
+          for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
+            std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
+            for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
+            for (int r = 0; r < size; ++r) {
+              for (size_t i = 0; i < bytes; ++i)
+                want[r * bytes + i] = static_cast<uint8_t>(r * 31 + i);
+            }
+            comm->AllGatherBytes(in.data(), out.data(), bytes);
+            EXPECT_EQ(out, want) << algo << " AllGatherBytes of " << bytes << " bytes";
           }
-          comm->AllGatherBytes(in.data(), out.data(), bytes);
-          EXPECT_EQ(out, want) << "AllGatherBytes of " << bytes << " bytes";
-        }
-        for (DataType dtype : kDtypes) {
-          for (size_t scale : {size_t{1}, size_t{7001}}) {
-            // Uneven counts including 0, gaps between the received ranges.
-            std::vector<int64_t> counts(size), displs(size);
-            int64_t end = 0;
-            for (int r = 0; r < size; ++r) {
-              counts[r] = static_cast<int64_t>(((r * 5 + 3) % 4) * scale);
-              displs[r] = end + 2;
-              end = displs[r] + counts[r];
+          for (DataType dtype : kDtypes) {
+            for (size_t scale : {size_t{1}, size_t{7001}}) {
+              // Uneven counts including 0, gaps between the received ranges.
+              std::vector<int64_t> counts(size), displs(size);
+              int64_t end = 0;
+              for (int r = 0; r < size; ++r) {
+                counts[r] = static_cast<int64_t>(((r * 5 + 3) % 4) * scale);
+                displs[r] = end + 2;
+                end = displs[r] + counts[r];
+              }
+              Buffer in(dtype, counts[rank]), out(dtype, end + 1);
+              std::vector<double> want(end + 1, -1);
+              for (size_t i = 0; i < out.Count(); ++i) out.Set(i, -1);
+              for (int64_t i = 0; i < counts[rank]; ++i) in.Set(i, Value(rank, i, 3));
+              for (int r = 0; r < size; ++r) {
+                for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = Value(r, i, 3);
+              }
+              comm->AllGatherV(in.Data(), counts[rank], out.Data(), counts.data(), displs.data(),
+                               dtype);
+              EXPECT_BUFFER(out, want,
+                            Concat(algo, " AllGatherV ", DataTypeName(dtype), " scale ", scale));
             }
-            Buffer in(dtype, counts[rank]), out(dtype, end + 1);
-            std::vector<double> want(end + 1, -1);
-            for (size_t i = 0; i < out.Count(); ++i) out.Set(i, -1);
-            for (int64_t i = 0; i < counts[rank]; ++i) in.Set(i, Value(rank, i, 3));
-            for (int r = 0; r < size; ++r) {
-              for (int64_t i = 0; i < counts[r]; ++i) want[displs[r] + i] = Value(r, i, 3);
-            }
-            comm->AllGatherV(in.Data(), counts[rank], out.Data(), counts.data(), displs.data(),
-                             dtype);
-            EXPECT_BUFFER(out, want, Concat("AllGatherV ", DataTypeName(dtype), " scale ", scale));
           }
         }
       },
@@ -323,19 +327,23 @@ TEST_P(ProcessCommTest, BroadcastFromEveryRoot) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLcclComm(rank, size, "broadcast");
-        for (DataType dtype : kDtypes) {
-          for (size_t n : kSizes) {
-            for (int root = 0; root < size; ++root) {
-              Buffer buf(dtype, n);
-              std::vector<double> want(n);
-              for (size_t i = 0; i < n; ++i) {
-                buf.Set(i, Value(rank, i, 6));
-                want[i] = Value(root, i, 6);
+        for (const char* algo : {"auto", "staged", "cma"}) {
+          setenv("COLLOPS_ALGO_BROADCAST", algo, 1);
+          auto comm = MakeLcclComm(rank, size, std::string("broadcast-") + algo);
+          for (DataType dtype : kDtypes) {
+            for (size_t n : kSizes) {
+              for (int root = 0; root < size; ++root) {
+                Buffer buf(dtype, n);
+                std::vector<double> want(n);
+                for (size_t i = 0; i < n; ++i) {
+                  buf.Set(i, Value(rank, i, 6));
+                  want[i] = Value(root, i, 6);
+                }
+                comm->Broadcast(buf.Data(), n, dtype, root);
+                EXPECT_BUFFER(
+                    buf, want,
+                    Concat(algo, " Broadcast ", DataTypeName(dtype), " n=", n, " root ", root));
               }
-              comm->Broadcast(buf.Data(), n, dtype, root);
-              EXPECT_BUFFER(buf, want,
-                            Concat("Broadcast ", DataTypeName(dtype), " n=", n, " root ", root));
             }
           }
         }

@@ -533,6 +533,56 @@ TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
   }
 }
 
+/// AllGatherBytes of `bytes` per rank, then Broadcast of as many from every root, on ordinary
+/// memory: checks every byte; returns the most rounds any of the calls took.
+uint64_t CheckedGatherAndBroadcast(shm::ProcessCommunicator& comm, size_t bytes) {
+  const int rank = comm.Rank(), size = comm.Size();
+  std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
+  for (size_t i = 0; i < bytes; ++i) in[i] = ValueAt(rank, static_cast<int64_t>(i));
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < bytes; ++i) want[r * bytes + i] = ValueAt(r, static_cast<int64_t>(i));
+  }
+  uint64_t before = comm.Rounds();
+  comm.AllGatherBytes(in.data(), out.data(), bytes);
+  uint64_t most = comm.Rounds() - before;
+  EXPECT_TRUE(out == want) << "rank " << rank << ": AllGatherBytes of " << bytes;
+  for (int root = 0; root < size; ++root) {
+    std::vector<uint8_t> buf(bytes);
+    for (size_t i = 0; i < bytes; ++i) buf[i] = ValueAt(rank, static_cast<int64_t>(i));
+    before = comm.Rounds();
+    comm.Broadcast(buf.data(), bytes, ACL_UINT8, root);
+    most = std::max(most, comm.Rounds() - before);
+    EXPECT_TRUE(std::equal(buf.begin(), buf.end(), want.begin() + root * bytes))
+        << "rank " << rank << ": Broadcast of " << bytes << " from " << root;
+  }
+  return most;
+}
+
+/// AllGather and Broadcast (forced to process_vm_readv, as the automatic rule keeps them staged
+/// on an oversubscribed host): receivers read every input of 4 KiB and more from its rank's
+/// process, so a call many slots long takes two rounds; golden either way.
+TEST_P(ProcessHeapTest, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds) {
+  const int size = GetParam();
+  for (const bool on : {true, false}) {
+    ProcessRanksOptions options = SmallSlots(on);
+    options.env["COLLOPS_ALGO_ALLGATHER"] = "cma";
+    options.env["COLLOPS_ALGO_BROADCAST"] = "cma";
+    RunProcessRanks(
+        size,
+        [size, on](int rank) {
+          auto comm = MakeProcessComm(rank, size, "cma-gather");
+          const uint64_t rounds = CheckedGatherAndBroadcast(*comm, 100003);
+          if (on) {
+            EXPECT_EQ(rounds, 2u) << "rank " << rank;
+          } else {
+            EXPECT_GT(rounds, 2u) << "rank " << rank;
+          }
+          EXPECT_EQ(CheckedGatherAndBroadcast(*comm, 1000), 1u);  // below the threshold
+        },
+        options);
+  }
+}
+
 /// Drops CAP_SYS_PTRACE (root has it), without which this process may read only the memory of
 /// dumpable processes of its user; `closed`: makes this process not dumpable.
 void RefuseCrossMemory(bool closed = true) {
@@ -550,6 +600,10 @@ void RefuseCrossMemory(bool closed = true) {
 /// every piece is staged: the same results, no error.
 TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
   const int size = GetParam();
+  ProcessRanksOptions options = SmallSlots(true);
+  options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";
+  options.env["COLLOPS_ALGO_ALLGATHER"] = "cma";
+  options.env["COLLOPS_ALGO_BROADCAST"] = "cma";
   RunProcessRanks(
       size,
       [size](int rank) {
@@ -558,8 +612,9 @@ TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
         EXPECT_FALSE(comm->CrossMemory()) << "rank " << rank;
         EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
         EXPECT_GT(CheckedAllReduce(*comm, 100003, /*inPlace=*/false), 2u);
+        EXPECT_GT(CheckedGatherAndBroadcast(*comm, 100003), 2u);
       },
-      SmallSlots(true));
+      options);
 }
 
 /// Only the reads of rank 1's memory are refused (it is not dumpable, and no rank may override

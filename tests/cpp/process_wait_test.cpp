@@ -32,6 +32,15 @@ TEST(ProcessWait, RejectsBadStreamThresholdByName) {
     testing::ExpectEnvRejected("COLLOPS_SHM_STREAM_BYTES", value);
 }
 
+/// A name that is not an algorithm of that op (each op has its own list: `staged` is no AllReduce
+/// algorithm, `rsag` no AllGather one).
+TEST(ProcessWait, RejectsUnknownAlgorithmsByName) {
+  testing::ExpectEnvRejected("COLLOPS_ALGO_ALLREDUCE", "staged");
+  testing::ExpectEnvRejected("COLLOPS_ALGO_ALLREDUCE", "ring");
+  testing::ExpectEnvRejected("COLLOPS_ALGO_ALLGATHER", "rsag");
+  testing::ExpectEnvRejected("COLLOPS_ALGO_BROADCAST", "CMA");
+}
+
 /// Ranks that arrive at different times, so waits run into each phase of the budget.
 void StaggeredAllReduces(int rank, int size) {
   auto comm = MakeLcclComm(rank, size, "staggered");

@@ -38,12 +38,13 @@ constexpr uint64_t kStreamOutputBytes = 2 << 20;
 /// syscall's fixed cost). In the collective, R=2 AllToAllV of 64 KiB (pieces of 21-43 KiB):
 /// 7.9 us with 64 KiB here, 3.5 us with 16 KiB, 3.6-3.9 us with 8 KiB.
 constexpr int64_t kCrossMemoryMinBytes = 16 << 10;
-/// AllReduce by process_vm_readv/writev (each rank reduces its slice and writes it into every
-/// peer's output) until R times the bytes reach this; beyond it the ranks' buffers no longer fit
-/// the caches, and the staged rsag, whose copies out stream past them, is faster. Measured (ms,
-/// medians, rsag vs cma): R=2 16 MiB 2.83 vs 1.92, 32 MiB 5.87 vs 6.35, 64 MiB 12.9 vs 15.9;
-/// R=4 (2 cores) 4 MiB 1.48-1.66 vs 1.27, 8 MiB 2.98 vs 2.60, 16 MiB 6.05 vs 8.06-8.94.
-constexpr uint64_t kCrossMemoryAllReduceMaxBytes = 32 << 20;
+/// AllReduce, AllGather(V) and Broadcast by process_vm_readv/writev until R times the output bytes
+/// reach this; beyond it the ranks' buffers no longer fit the caches, and the staged copies, whose
+/// copies out stream past them, are faster. Measured (ms, medians, staged vs cma): AllReduce R=2
+/// 16 MiB 2.83 vs 1.92, 32 MiB 5.87 vs 6.35, 64 MiB 12.9 vs 15.9; R=4 (2 cores) 4 MiB 1.48-1.66
+/// vs 1.27, 8 MiB 2.98 vs 2.60, 16 MiB 6.05 vs 8.06-8.94; Broadcast R=2 16 MiB 1.55-1.66 vs 1.49,
+/// 64 MiB 6.9-7.1 vs 7.8-8.4.
+constexpr uint64_t kCrossMemoryMaxBytes = 32 << 20;
 /// Wait budget with a core per rank: spin (no syscall) up to this long, then yield after every
 /// check up to kYieldNanos more, then sleep (ProcessCommunicator::Spin says why; the measurements
 /// are in docs/backends.md).
@@ -76,28 +77,41 @@ int64_t EnvInt(const char* name, int64_t fallback, int64_t minimum, int64_t maxi
   return value;
 }
 
+struct AlgoName {
+  const char* name;
+  AlgoChoice algo;
+};
+
+/// COLLOPS_ALGO_<op>: one of `names` ("auto" or unset: kAlgoAuto).
+template <size_t N>
+int32_t AlgoFromEnv(const char* variable, const AlgoName (&names)[N]) {
+  const char* text = std::getenv(variable);
+  const std::string name = text == nullptr ? "" : text;
+  if (name.empty() || name == "auto") return kAlgoAuto;
+  std::string allowed = "auto";
+  for (const AlgoName& entry : names) {
+    if (name == entry.name) return entry.algo;
+    allowed += Concat(", ", entry.name);
+  }
+  Fail(ERROR_INVALID_PARAM, variable, "=\"", name, "\" is not one of ", allowed);
+}
+
 /// Rank 0's environment decides the protocol for every rank (written into the shared header).
 void WritePolicy(SegmentHeader& header, int rankSize) {
-  const char* algo = std::getenv("COLLOPS_ALGO_ALLREDUCE");
-  const std::string name = algo == nullptr ? "" : algo;
-  if (name.empty() || name == "auto") {
-    header.allReduceAlgo = kAlgoAuto;
-  } else if (name == "oneshot") {
-    header.allReduceAlgo = kAlgoOneShot;
-  } else if (name == "rsag") {
-    header.allReduceAlgo = kAlgoReduceScatterAllGather;
-  } else if (name == "cma") {
-    header.allReduceAlgo = kAlgoCrossMemory;
-  } else {
-    Fail(ERROR_INVALID_PARAM, "COLLOPS_ALGO_ALLREDUCE=\"", name,
-         "\" is not one of auto, oneshot, rsag, cma");
-  }
+  header.allReduceAlgo =
+      AlgoFromEnv("COLLOPS_ALGO_ALLREDUCE", {{"oneshot", kAlgoOneShot},
+                                             {"rsag", kAlgoReduceScatterAllGather},
+                                             {"cma", kAlgoCrossMemory}});
+  const AlgoName copies[] = {{"staged", kAlgoStaged}, {"cma", kAlgoCrossMemory}};
+  header.allGatherAlgo = AlgoFromEnv("COLLOPS_ALGO_ALLGATHER", copies);
+  header.broadcastAlgo = AlgoFromEnv("COLLOPS_ALGO_BROADCAST", copies);
   header.oneShotMaxBytes = kOneShotMaxBytes;
   header.chunkBytes =
       static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
   header.streamOutputBytes = static_cast<uint64_t>(
       EnvInt("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes, 0, int64_t{1} << 50));
   const bool oversubscribed = rankSize > CpusAvailable();
+  header.oversubscribed = oversubscribed ? 1 : 0;
   const int64_t spin = oversubscribed ? kOversubscribedSpinNanos : kSpinNanos;
   const int64_t yield = oversubscribed ? kOversubscribedYieldNanos : kYieldNanos;
   header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", spin / 1000, 0, 10'000'000) * 1000;
@@ -105,7 +119,7 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
   header.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
   header.crossMemoryMinBytes = static_cast<uint64_t>(
       EnvInt("COLLOPS_SHM_CMA_BYTES", kCrossMemoryMinBytes, 0, int64_t{1} << 50));
-  header.crossMemoryAllReduceMaxBytes = kCrossMemoryAllReduceMaxBytes;
+  header.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
 }
 
 /// COLLOPS_SHM_BIND=1: pins the calling thread to the rank-th CPU of its own affinity set, as

@@ -207,6 +207,14 @@ class ProcessCommunicator final : public Communicator {
   void CopyCrossMemory(CrossMemoryDirection direction, int owner, uint8_t* local, uint64_t address,
                        size_t bytes);
 
+  /// GatherRounds, Broadcast: publishes with the next round whether this rank's input `in`
+  /// (null: none) of `bytes`, for a call of `outputBytes` per rank, moves by process_vm_readv,
+  /// and then its address (DirectTable at[0]); `algo` is the op's COLLOPS_ALGO_* choice. Returns
+  /// that. Its receivers follow the flag.
+  bool PublishCrossInput(int32_t algo, const uint8_t* in, size_t bytes, size_t outputBytes);
+  /// After that round: whether `rank` published so.
+  bool CrossInput(int rank) const;
+
   /// The kDirect* flags `rank` published with the round just completed.
   int32_t DirectFlags(int rank) const {
     return segment_.Rank(rank).direct[round_ & 1].load(std::memory_order_relaxed);

@@ -50,7 +50,8 @@ enum AlgoChoice : int32_t {
   kAlgoAuto = 0,
   kAlgoOneShot = 1,
   kAlgoReduceScatterAllGather = 2,
-  kAlgoCrossMemory = 3,  ///< AllReduce by process_vm_readv/writev (rsag when refused)
+  kAlgoCrossMemory = 3,  ///< by process_vm_readv/writev (staged when refused)
+  kAlgoStaged = 4,       ///< AllGather(V), Broadcast: through the slots
 };
 
 struct alignas(kControlStride) RankControl {
@@ -96,6 +97,8 @@ struct alignas(kControlStride) SegmentHeader {
   /// Decided by rank 0 from its environment and shared, so ranks can never run different
   /// protocols because their environments differ.
   int32_t allReduceAlgo = kAlgoAuto;
+  int32_t allGatherAlgo = kAlgoAuto;  ///< AllGatherBytes and AllGatherV
+  int32_t broadcastAlgo = kAlgoAuto;
   uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
   uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
   /// Outputs of at least this many bytes are written with non-temporal stores (StreamBytes);
@@ -107,9 +110,11 @@ struct alignas(kControlStride) SegmentHeader {
   /// AllToAllV pieces, and AllReduce slices, of at least this many bytes move by
   /// process_vm_readv/writev when every rank may reach its peers' memory; 0 = never.
   uint64_t crossMemoryMinBytes = 0;
-  /// AllReduce moves by process_vm_readv/writev only while R times its bytes stay below this.
-  uint64_t crossMemoryAllReduceMaxBytes = 0;
-  uint64_t heapBytes = 0;  ///< per rank; 0: no heap
+  /// AllReduce, AllGather(V) and Broadcast move by process_vm_readv/writev only while R times
+  /// their output bytes stay within this.
+  uint64_t crossMemoryMaxBytes = 0;
+  int32_t oversubscribed = 0;  ///< 1: more ranks than CPUs to run them (rank 0's view)
+  uint64_t heapBytes = 0;      ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
 };
