@@ -356,34 +356,40 @@ TEST_P(ProcessCommTest, SendRecvEveryPair) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLcclComm(rank, size, "p2p");
-        for (DataType dtype : kDtypes) {
-          for (size_t n : kSizes) {
-            // Every ordered pair in one fixed order: synchronous sends cannot deadlock.
-            for (int from = 0; from < size; ++from) {
-              for (int to = 0; to < size; ++to) {
-                if (from == to) continue;
-                const int seed = from * 10 + to;
-                if (rank == from) {
-                  Buffer buf(dtype, n);
-                  for (size_t i = 0; i < n; ++i) buf.Set(i, Value(from, i, seed));
-                  comm->Send(buf.Data(), n, dtype, to);
-                } else if (rank == to) {
-                  Buffer buf(dtype, n);
-                  std::vector<double> want(n);
-                  for (size_t i = 0; i < n; ++i) want[i] = Value(from, i, seed);
-                  comm->Recv(buf.Data(), n, dtype, from);
-                  EXPECT_BUFFER(buf, want,
-                                Concat("Recv ", DataTypeName(dtype), " n=", n, " from ", from));
+        // Messages of 16 KiB and more move by process_vm_readv unless it is off (then they are
+        // pipelined through the 64 KiB slots); small and large ones alternate on every channel.
+        for (const char* crossFrom : {"16384", "0"}) {
+          setenv("COLLOPS_SHM_CMA_BYTES", crossFrom, 1);
+          auto comm = MakeLcclComm(rank, size, std::string("p2p-") + crossFrom);
+          for (DataType dtype : kDtypes) {
+            for (size_t n : kSizes) {
+              // Every ordered pair in one fixed order: synchronous sends cannot deadlock.
+              for (int from = 0; from < size; ++from) {
+                for (int to = 0; to < size; ++to) {
+                  if (from == to) continue;
+                  const int seed = from * 10 + to;
+                  if (rank == from) {
+                    Buffer buf(dtype, n);
+                    for (size_t i = 0; i < n; ++i) buf.Set(i, Value(from, i, seed));
+                    comm->Send(buf.Data(), n, dtype, to);
+                  } else if (rank == to) {
+                    Buffer buf(dtype, n);
+                    std::vector<double> want(n);
+                    for (size_t i = 0; i < n; ++i) want[i] = Value(from, i, seed);
+                    comm->Recv(buf.Data(), n, dtype, from);
+                    EXPECT_BUFFER(buf, want,
+                                  Concat("Recv ", DataTypeName(dtype), " n=", n, " from ", from,
+                                         " (COLLOPS_SHM_CMA_BYTES=", crossFrom, ")"));
+                  }
                 }
               }
             }
           }
+          // A collective after point-to-point traffic still sees consistent slots.
+          int32_t mine = rank + 1, sum = 0;
+          comm->AllReduce(&mine, &sum, 1, ACL_INT32, ReduceOp::kSum);
+          EXPECT_EQ(sum, size * (size + 1) / 2);
         }
-        // A collective after point-to-point traffic still sees consistent slots.
-        int32_t mine = rank + 1, sum = 0;
-        comm->AllReduce(&mine, &sum, 1, ACL_INT32, ReduceOp::kSum);
-        EXPECT_EQ(sum, size * (size + 1) / 2);
       },
       SmallBuffer());
 }

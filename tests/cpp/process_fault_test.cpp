@@ -51,6 +51,8 @@ enum class Loop {
   kAllReduce,             ///< 1 MiB AllReduces on ordinary memory, staged (COLLOPS_SHM_CMA_BYTES=0)
   kCrossMemoryAllReduce,  ///< the same by process_vm_readv/writev: peers read the victim's input
                           ///< and write its output when it dies
+  kCrossMemorySendRecv,   ///< 1 MiB Send/Recv between ranks 2k and 2k+1 (the receiver reads the
+                          ///< sender's buffer with process_vm_readv); R even
   kSharedAllToAllV,  ///< 1 MiB-per-peer AllToAllVs on AllocateShared memory: peers read and write
                      ///< the victim's heap directly when it dies
   kCrossMemoryAllToAllV,  ///< the same on ordinary memory: peers read the victim's process with
@@ -99,6 +101,15 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
         const auto call = [&] {
           if (loop == Loop::kAllReduce || loop == Loop::kCrossMemoryAllReduce) {
             comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
+          } else if (loop == Loop::kCrossMemorySendRecv) {
+            const int partner = rank ^ 1;
+            if (rank % 2 == 0) {
+              comm->Send(in.data(), in.size(), ACL_FLOAT, partner);
+              comm->Recv(out.data(), out.size(), ACL_FLOAT, partner);
+            } else {
+              comm->Recv(out.data(), out.size(), ACL_FLOAT, partner);
+              comm->Send(in.data(), in.size(), ACL_FLOAT, partner);
+            }
           } else {
             comm->AllToAllV(sharedIn, counts.data(), displs.data(), sharedOut, counts.data(),
                             displs.data(), ACL_INT8);
@@ -156,6 +167,11 @@ TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllToAllVGivesPeerLostFast) {
 
 TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllReduceGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kCrossMemoryAllReduce);
+}
+
+/// The survivor is waiting for the victim to read its buffer, or reading the victim's.
+TEST(ProcessFaultTest, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
+  KillMidCollective(2, 1, Loop::kCrossMemorySendRecv);
 }
 
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {

@@ -613,6 +613,15 @@ TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
         EXPECT_GT(CheckedAllToAllV(*comm, 40000, {0, 0}), 2u);
         EXPECT_GT(CheckedAllReduce(*comm, 100003, /*inPlace=*/false), 2u);
         EXPECT_GT(CheckedGatherAndBroadcast(*comm, 100003), 2u);
+        // Point to point is staged as well.
+        std::vector<uint8_t> message(100003);
+        for (size_t i = 0; i < message.size(); ++i) message[i] = ValueAt(0, i);
+        if (rank == 0) comm->Send(message.data(), message.size(), ACL_UINT8, 1);
+        if (rank == 1) {
+          std::vector<uint8_t> got(message.size());
+          comm->Recv(got.data(), got.size(), ACL_UINT8, 0);
+          EXPECT_TRUE(got == message);
+        }
       },
       options);
 }

@@ -5,8 +5,11 @@
 // the channel stays consistent (no data moved). Data then flows through the sender's slot half
 // that the *next* collective round will use — nobody reads it now, and the next round is written
 // only after this Send returned — split in two sub-buffers so the sender fills one while the
-// receiver drains the other. Send returns once the receiver has copied everything (synchronous
-// send, like MPI_Ssend).
+// receiver drains the other. A message of at least SegmentHeader::crossMemoryMinBytes, where the
+// creation probe found process_vm_readv allowed, is not staged: the sender announces its address
+// with (count, dtype), and the receiver reads it whole straight into its buffer, one copy instead
+// of two (both sides derive the choice from the count and dtype they just checked are equal).
+// Send returns once the receiver has copied everything (synchronous send, like MPI_Ssend).
 #include <algorithm>
 #include <cstring>
 
@@ -43,6 +46,9 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
   mine.count[slot] = static_cast<int64_t>(count);
   mine.dtype[slot] = dtype;
   mine.stagingHalf[slot] = static_cast<uint32_t>((round_ + 1) & 1);
+  const size_t bytes = count * e;
+  const bool cross = CrossMessage(bytes);
+  mine.address[slot] = cross ? reinterpret_cast<uintptr_t>(buf) : 0;
   mine.messages.store(message, std::memory_order_release);
   mine.word.Notify();
   Await(
@@ -56,9 +62,9 @@ void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, in
   const size_t sub = segment_.HalfBytes() / 2;
   uint8_t* staging = segment_.Half(rank_, mine.stagingHalf[slot]);
   const auto* data = static_cast<const uint8_t*>(buf);
-  const size_t bytes = count * e;
   uint64_t index = sendChunks_[peer];
-  for (size_t lo = 0; lo < bytes; lo += sub) {
+  if (cross) ++index;  // the receiver reads it all, then counts one chunk
+  for (size_t lo = 0; lo < bytes && !cross; lo += sub) {
     ++index;
     // The sub-buffer of chunk index-2 must have been drained.
     Await(
@@ -98,6 +104,13 @@ void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer
   auto* data = static_cast<uint8_t*>(buf);
   const size_t bytes = count * e;
   uint64_t index = recvChunks_[peer];
+  if (CrossMessage(bytes)) {
+    CopyCrossMemory(CrossMemoryDirection::kRead, peer, data, theirs.address[slot], bytes);
+    mine.chunks.store(++index, std::memory_order_release);
+    mine.word.Notify();
+    recvChunks_[peer] = index;
+    return;
+  }
   for (size_t lo = 0; lo < bytes; lo += sub) {
     ++index;
     Await(

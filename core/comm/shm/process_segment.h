@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 7;
+constexpr uint32_t kSegmentVersion = 8;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -80,7 +80,10 @@ struct alignas(kControlStride) PairSide {
   int64_t count[2] = {0, 0};          ///< elements of message m, at m%2
   int32_t dtype[2] = {-1, -1};        ///< its DataType
   uint32_t stagingHalf[2] = {0, 0};   ///< sender: which half of its slot holds the chunks
-  WaitWord word;                      ///< notified after every change
+  /// Sender: where message m lies in its process, when its receiver reads it whole with
+  /// process_vm_readv instead (then the one "chunk" is the whole message).
+  uint64_t address[2] = {0, 0};
+  WaitWord word;  ///< notified after every change
 };
 
 struct PairControl {
