@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collops/backend.h"
@@ -349,6 +350,37 @@ TEST_P(ThreadCommGolden, BarrierSeparatesPhases) {
       arrived[phase].fetch_add(1);
       comm->Barrier();
       ASSERT_EQ(arrived[phase].load(), size) << "phase " << phase;
+    }
+  });
+}
+
+// Late ranks in turn, so that waiters end in every phase of the wait (spin, yield, futex sleep:
+// WaitBudget), a Send waits for its Recv in each too, and every result is still right.
+TEST_P(ThreadCommGolden, StaggeredArrivalsEndEveryWaitPhase) {
+  const int size = GetParam();
+  const std::string domain = UniqueDomain();
+  const std::chrono::microseconds lateness[] = {
+      std::chrono::microseconds(0), std::chrono::microseconds(20), std::chrono::microseconds(400),
+      std::chrono::microseconds(3000)};
+  RunThreadRanks(size, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, size, domain);
+    for (int i = 0; i < 8; ++i) {
+      if (rank == i % size) std::this_thread::sleep_for(lateness[i % 4]);
+      std::vector<int32_t> in(1000 + i, rank + 1), out(in.size(), 0);
+      comm->AllReduce(in.data(), out.data(), in.size(), ACL_INT32, ReduceOp::kSum);
+      ASSERT_EQ(std::count(out.begin(), out.end(), size * (size + 1) / 2),
+                static_cast<int64_t>(out.size()))
+          << "call " << i;
+      if (size > 1 && rank < 2) {
+        int32_t message = i * 10 + rank;
+        if (rank == 0) comm->Send(&message, 1, ACL_INT32, 1);
+        if (rank == 1) {
+          std::this_thread::sleep_for(lateness[i % 4]);
+          comm->Recv(&message, 1, ACL_INT32, 0);
+          ASSERT_EQ(message, i * 10) << "call " << i;
+        }
+      }
+      comm->Barrier();
     }
   });
 }

@@ -45,18 +45,6 @@ constexpr int64_t kCrossMemoryMinBytes = 16 << 10;
 /// vs 1.27, 8 MiB 2.98 vs 2.60, 16 MiB 6.05 vs 8.06-8.94; Broadcast R=2 16 MiB 1.55-1.66 vs 1.49,
 /// 64 MiB 6.9-7.1 vs 7.8-8.4.
 constexpr uint64_t kCrossMemoryMaxBytes = 32 << 20;
-/// Wait budget with a core per rank: spin (no syscall) up to this long, then yield after every
-/// check up to kYieldNanos more, then sleep (ProcessCommunicator::Spin says why; the measurements
-/// are in docs/backends.md).
-constexpr int64_t kSpinNanos = 50'000;
-constexpr int64_t kYieldNanos = 1'000'000;
-/// With more ranks than CPUs a spinning waiter delays the very rank it waits for: yield at once,
-/// and sleep soon. On a busy host every yielding waiter still holds a share of the CPU that the
-/// rank everyone waits for needs: measured R=4 on 2 cores at load 11, 1000 us of yielding had
-/// runs whose median call took 30 ms; 20-100 us did not (AllReduce 4 KiB 41-45 us, 1 MiB 2.5-3.8
-/// ms, against 48-66 us and 6.7-8.0 ms with the old 20-pause budget).
-constexpr int64_t kOversubscribedSpinNanos = 0;
-constexpr int64_t kOversubscribedYieldNanos = 100'000;
 
 int CpusAvailable() {
   cpu_set_t set;
@@ -112,10 +100,10 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
       EnvInt("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes, 0, int64_t{1} << 50));
   const bool oversubscribed = rankSize > CpusAvailable();
   header.oversubscribed = oversubscribed ? 1 : 0;
-  const int64_t spin = oversubscribed ? kOversubscribedSpinNanos : kSpinNanos;
-  const int64_t yield = oversubscribed ? kOversubscribedYieldNanos : kYieldNanos;
-  header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", spin / 1000, 0, 10'000'000) * 1000;
-  header.yieldNanos = EnvInt("COLLOPS_SHM_YIELD_US", yield / 1000, 0, 10'000'000) * 1000;
+  const WaitBudget budget = WaitBudget::Default(oversubscribed);
+  header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", budget.spinNanos / 1000, 0, 10'000'000) * 1000;
+  header.yieldNanos =
+      EnvInt("COLLOPS_SHM_YIELD_US", budget.yieldNanos / 1000, 0, 10'000'000) * 1000;
   header.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
   header.crossMemoryMinBytes = static_cast<uint64_t>(
       EnvInt("COLLOPS_SHM_CMA_BYTES", kCrossMemoryMinBytes, 0, int64_t{1} << 50));
@@ -195,8 +183,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   recvMessages_.assign(size_, 0);
   sendChunks_.assign(size_, 0);
   recvChunks_.assign(size_, 0);
-  spinNanos_ = segment_.Header().spinNanos;
-  yieldNanos_ = segment_.Header().yieldNanos;
+  budget_ = WaitBudget{segment_.Header().spinNanos, segment_.Header().yieldNanos};
   if (segment_.Header().bindCpus != 0) BindToOwnCpu(rank_, size_);
   crossMemory_ = ProbeCrossMemory();
 }

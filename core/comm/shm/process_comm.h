@@ -104,38 +104,15 @@ class ProcessCommunicator final : public Communicator {
   }
   /// Checks the agreement records every rank published with the round just completed.
   void CheckCarriedAgreement();
-  /// Checks ready() for the wait budget, then returns false and the caller sleeps on the futex
-  /// (a futex wake costs ~30 us here, so sleeping early makes every round pay it). For the first
-  /// spinNanos_ it spins without giving up the CPU, unless `peer` last ran on this very CPU: then
-  /// the peer is queued behind us (the host is busy or the scheduler stacked the ranks) and only
-  /// sched_yield lets it run. Measured at R=2 on the shared 2-core VM with a pure spin of S us:
-  /// whenever the ranks shared a core every round took the whole S (16 KiB AllReduce 50 us at
-  /// S=20, 440 us at S=200). After spinNanos_ it yields between checks up to yieldNanos_ more.
+  /// SpinThenYield for the wait budget, with `peer` as the rank whose CPU it must not hold.
   template <class Ready>
   bool Spin(Ready& ready, int peer) const {
-    if (ready()) return true;
     const std::atomic<int32_t>& peerCpu = segment_.Rank(peer).cpu;
     std::atomic<int32_t>& myCpu = segment_.Rank(rank_).cpu;
-    const int64_t start = NowNanos();
-    for (int64_t now = start; now - start < spinNanos_ + yieldNanos_; now = NowNanos()) {
-      const int cpu = sched_getcpu();
+    return SpinThenYield(ready, budget_, [&](int cpu) {
       myCpu.store(cpu, std::memory_order_relaxed);
-      if (now - start < spinNanos_ && peerCpu.load(std::memory_order_relaxed) != cpu) {
-        for (int i = 0; i < 32; ++i) {
-          if (ready()) return true;
-          CpuRelax();
-        }
-      } else {
-        sched_yield();
-        if (ready()) return true;
-      }
-    }
-    return ready();
-  }
-  static int64_t NowNanos() {
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+      return peerCpu.load(std::memory_order_relaxed) == cpu;
+    });
   }
   /// Waits on `word` until ready(); `peer` is the rank whose progress it needs.
   template <class Ready>
@@ -271,8 +248,7 @@ class ProcessCommunicator final : public Communicator {
   uint64_t round_ = 0;
   std::vector<uint64_t> sendMessages_, recvMessages_, sendChunks_, recvChunks_;
   double timeoutSeconds_ = 300;
-  int64_t spinNanos_ = 0;   ///< SegmentHeader::spinNanos
-  int64_t yieldNanos_ = 0;  ///< SegmentHeader::yieldNanos
+  WaitBudget budget_;  ///< SegmentHeader::spinNanos and yieldNanos
   const char* op_ = "";
   bool agreementPending_ = false;  ///< Agree() wrote a record that the next Round() carries
   CallSignature agreement_;        ///< its names, for the messages

@@ -288,7 +288,8 @@ void ThreadCommunicator::Send(const void* buf, size_t count, DataType dtype, int
   group_->slot(peer).word.Notify();
 
   const double timedOut = group_->WaitFor(
-      group_->slot(rank_).word, [&] { return channel.taken.load(std::memory_order_acquire) >= k; });
+      group_->slot(rank_).word, [&] { return channel.taken.load(std::memory_order_acquire) >= k; },
+      rank_);
   if (timedOut != 0) {
     group_->BreakAndThrow(ERROR_TIMEOUT,
                           Concat(group_->Describe(), ": Send from rank ", rank_, " to rank ", peer,
@@ -307,9 +308,9 @@ void ThreadCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer)
   const size_t es = CheckedElementSize("Recv", dtype, false);
   shm::Channel& channel = group_->channel(peer, rank_);
   const uint64_t k = ++received_[peer];
-  const double timedOut = group_->WaitFor(group_->slot(rank_).word, [&] {
-    return channel.posted.load(std::memory_order_acquire) >= k;
-  });
+  const double timedOut = group_->WaitFor(
+      group_->slot(rank_).word, [&] { return channel.posted.load(std::memory_order_acquire) >= k; },
+      rank_);
   if (timedOut != 0) {
     group_->BreakAndThrow(ERROR_TIMEOUT,
                           Concat(group_->Describe(), ": Recv on rank ", rank_, " from rank ", peer,

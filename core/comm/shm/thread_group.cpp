@@ -24,10 +24,6 @@ Registry& TheRegistry() {
   return *registry;
 }
 
-// Spin budgets of WaitWord::Wait, in pause instructions (~40-140 cycles each).
-constexpr int kSpinIterations = 4000;
-constexpr int kOversubscribedSpinIterations = 200;
-
 int UsableCpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -53,7 +49,7 @@ std::string FormatSeconds(double seconds) { return Concat(seconds, " s"); }
 ThreadGroup::ThreadGroup(std::string domain, int size)
     : domain_(std::move(domain)),
       size_(size),
-      spinIterations_(size <= UsableCpus() ? kSpinIterations : kOversubscribedSpinIterations),
+      budget_(WaitBudget::Default(size > UsableCpus())),
       slots_(size),
       channels_(static_cast<size_t>(size) * size),
       claimed_(size, false) {}
@@ -96,7 +92,8 @@ std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
   }
 
   const double timedOut = group->WaitFor(
-      group->joinWord_, [&] { return group->joined_.load(std::memory_order_acquire) == size; });
+      group->joinWord_, [&] { return group->joined_.load(std::memory_order_acquire) == size; },
+      rank);
   if (timedOut == 0) return group;
 
   std::vector<int> missing;
@@ -128,7 +125,7 @@ void ThreadGroup::Sync(int rank, const char* what) {
     return;
   }
   const double timedOut =
-      WaitFor(syncWord_, [&] { return generation_.load(std::memory_order_acquire) >= k; });
+      WaitFor(syncWord_, [&] { return generation_.load(std::memory_order_acquire) >= k; }, rank);
   if (timedOut == 0) return;
 
   std::vector<int> missing;

@@ -46,6 +46,9 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<uint64_t> syncs{0};
   /// This rank sleeps here while it waits for one peer (Send/Recv), so wakes are targeted.
   WaitWord word;
+  /// The CPU this rank last waited on: a waiter that finds another rank there yields instead of
+  /// spinning (SpinThenYield).
+  std::atomic<int32_t> cpu{-1};
 };
 
 /// One direction (src -> dst) of a point-to-point pair. The sender posts message k by filling the
@@ -86,15 +89,26 @@ class ThreadGroup {
   /// throws the error that broke it (the first one wins).
   [[noreturn]] void BreakAndThrow(Status status, const std::string& message);
 
-  /// Waits on `word` until ready() or the group breaks. Returns 0 once ready(), or the timeout in
-  /// seconds (COLLOPS_TIMEOUT, read now) when it passed first, for the caller's message. Throws
-  /// the broken error when the group breaks while waiting.
+  /// Waits, as rank `rank`, on `word` until ready() or the group breaks: spins, then yields
+  /// (WaitBudget::Default), then sleeps. Returns 0 once ready(), or the timeout in seconds
+  /// (COLLOPS_TIMEOUT, read now) when it passed first, for the caller's message. Throws the broken
+  /// error when the group breaks while waiting.
   template <class Ready>
-  double WaitFor(WaitWord& word, Ready&& ready) {
+  double WaitFor(WaitWord& word, Ready&& ready, int rank) {
     if (ready()) return 0;  // the common case pays for neither the clock nor getenv
     auto done = [&] { return ready() || Broken(); };
-    const double timeout = CommTimeoutSeconds();
-    const bool ok = word.Wait(done, Deadline::After(timeout), [] {}, spinIterations_);
+    bool ok = SpinThenYield(done, budget_, [&](int cpu) {
+      slots_[rank].cpu.store(cpu, std::memory_order_relaxed);
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank && slots_[r].cpu.load(std::memory_order_relaxed) == cpu) return true;
+      }
+      return false;
+    });
+    double timeout = 0;
+    if (!ok) {
+      timeout = CommTimeoutSeconds();
+      ok = word.Wait(done, Deadline::After(timeout), [] {}, /*spinIterations=*/0);
+    }
     ThrowIfBroken();
     return ok ? 0 : timeout;
   }
@@ -108,8 +122,8 @@ class ThreadGroup {
   const std::string domain_;
   const int size_;
   /// Spinning only helps while the awaited peer can run on another CPU: with more ranks than
-  /// usable CPUs a spinner mostly delays the very peer it waits for, so it goes to sleep sooner.
-  const int spinIterations_;
+  /// usable CPUs a spinner mostly delays the very peer it waits for, so it yields at once.
+  const WaitBudget budget_;
   std::vector<RankSlot> slots_;
   std::vector<Channel> channels_;
 
