@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -531,6 +532,34 @@ TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
         },
         SmallSlots(on));
   }
+}
+
+/// A raw AllReduce (no agreement check before it) whose counts differ across ranks would write past
+/// the smaller outputs of the peers: every rank fails with ERROR_RANK_MISMATCH before moving any
+/// data (the outputs keep their poison), and the next, agreeing call works.
+TEST_P(ProcessHeapTest, RawProcessVmWritevAllReduceWithDisagreeingCountsFailsBeforeWriting) {
+  const int size = GetParam();
+  ProcessRanksOptions options = SmallSlots(true);
+  options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeProcessComm(rank, size, "cma-mismatch");
+        const size_t count = rank == 1 ? 30000 : 20000;
+        std::vector<float> in(count, 1.0f), out(count, -7.0f);
+        try {
+          comm->AllReduce(in.data(), out.data(), count, ACL_FLOAT, ReduceOp::kSum);
+          ADD_FAILURE() << "rank " << rank << ": disagreeing counts were accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH) << e.what();
+          EXPECT_NE(std::string(e.what()).find("no data moved"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(std::count(out.begin(), out.end(), -7.0f), static_cast<int64_t>(count))
+            << "rank " << rank << ": output written";
+        EXPECT_FALSE(comm->Broken());
+        CheckedAllReduce(*comm, 20000, /*inPlace=*/false);
+      },
+      options);
 }
 
 /// AllGatherBytes of `bytes` per rank, then Broadcast of as many from every root, on ordinary

@@ -354,11 +354,28 @@ void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, 
   const size_t slice = CeilDiv(CeilDiv(count, size_), align) * align;
   const size_t first = std::min(count, rank_ * slice);
   const size_t last = std::min(count, first + slice);
-  // The first round carries every rank's input and output address (and the agreement check).
+  // The first round carries every rank's input and output address (and the agreement check),
+  // and its byte count: the writes below land in the peers' outputs, so a raw call (no agreement
+  // check) whose counts differ across ranks must fail here, not write past a peer's buffer. The
+  // count is mixed with the round, so a value left from an earlier round never matches.
+  const uint64_t bytes = count * e;
+  const auto callKey = [&](uint64_t round) {
+    return static_cast<int64_t>((bytes * 0x9E3779B97F4A7C15ULL) ^ round);
+  };
   const DirectTable table = segment_.Direct(rank_, round_ + 1);
   table.at[0] = reinterpret_cast<uintptr_t>(in);
   table.at[1] = reinterpret_cast<uintptr_t>(out);
+  segment_.Rank(rank_).value[(round_ + 1) & 1].store(callKey(round_ + 1),
+                                                     std::memory_order_relaxed);
   Round();
+  for (int r = 0; r < size_; ++r) {
+    if (segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed) != callKey(round_)) {
+      Fail(ERROR_RANK_MISMATCH, Where(), "rank ", r, " (pid ", pids_[r],
+           ") is not in an AllReduce of ", bytes,
+           " bytes by process_vm_writev like this rank "
+           "(different counts or dtypes across ranks); no data moved");
+    }
+  }
   // Each rank reduces its own slice: it reads the peers' parts of it into its next half (free:
   // every peer has finished reading the half of two rounds ago), folds them in rank order into
   // its output and writes the result into every peer's output. Only the owner of a slice reads
