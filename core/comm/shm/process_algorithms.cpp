@@ -3,7 +3,8 @@
 // Algorithms (docs/backends.md has the table and the measurements behind the size rule):
 //  - AllReduce "oneshot": copy the input into the own half, one round, then every rank reduces
 //    all R halves in rank order 0..R-1 into its output. One synchronisation; each rank reads
-//    R times the data. Default up to SegmentHeader::oneShotMaxBytes.
+//    R times the data. Default up to SegmentHeader::oneShotMaxBytes where "cma" (below) does
+//    not apply.
 //  - AllReduce "rsag": per chunk, each rank copies the R-1 slices the others reduce into its half
 //    (round A), reduces its own slice over all ranks into the next half (round B), then copies
 //    every rank's reduced slice out. Each rank reads ~3x the data regardless of R, and the chunk
@@ -18,10 +19,14 @@
 //    round keeps it in place until they are done. One copy instead of two; a rank decides alone
 //    what it stages and every peer learns that from the first round, so choosing the path costs
 //    no round: the only one added is the one that keeps shared data in place, where it is used.
-//  - process_vm_readv (AllToAllV): a piece of at least SegmentHeader::crossMemoryMinBytes whose
-//    sender's input is ordinary memory is read by its receiver straight from the sender's process
-//    after the first round (which carries its address), when the creation probe found that every
-//    rank may read every peer; the second round keeps the input in place until then.
+//  - process_vm_readv/writev ("cma"; only when the creation probe found that every rank may reach
+//    every peer; SegmentHeader::crossMemoryMinBytes and crossMemoryMaxBytes bound the sizes):
+//    AllToAllV: a piece whose sender's input is ordinary memory is read by its receiver straight
+//    from the sender's process after the first round (which carries its address); the second
+//    round keeps the input in place until then. AllGather(V), Broadcast: likewise for a whole
+//    input, while every rank has a CPU of its own. AllReduce: each rank reads the peers' parts of
+//    its own slice, reduces them in rank order and writes the result into every peer's output:
+//    two rounds whatever the size. Send/Recv (process_p2p.cpp): the receiver reads the message.
 // Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
 // bit-identical results.
 #include <sys/uio.h>
