@@ -513,10 +513,14 @@ TEST_P(ProcessHeapTest, LargeOrdinaryPiecesMoveByProcessVmReadv) {
 
 /// An AllReduce whose slices reach the threshold reads them from the peers' memory and writes the
 /// reduced slices into theirs: two rounds whatever the size (and in place too), where the staged
-/// reduce-scatter + all-gather takes two per half-slot chunk; golden either way.
+/// reduce-scatter + all-gather takes two per half-slot chunk; golden either way. R=2 by the
+/// automatic rule (it takes this path on any number of CPUs); R>2 forced, since with more than two
+/// ranks per CPU the rule keeps the staged path.
 TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
   const int size = GetParam();
   for (const bool on : {true, false}) {
+    ProcessRanksOptions options = SmallSlots(on);
+    if (size > 2) options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";
     RunProcessRanks(
         size,
         [size, on](int rank) {
@@ -530,7 +534,7 @@ TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
             }
           }
         },
-        SmallSlots(on));
+        options);
   }
 }
 

@@ -271,8 +271,16 @@ void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, Dat
   const SegmentHeader& header = segment_.Header();
   int32_t algo = header.allReduceAlgo;
   if (algo == kAlgoAuto) {
-    const bool cross = crossMemory_ && CeilDiv(count, size_) * e >= header.crossMemoryMinBytes &&
-                       size_ * count * e <= header.crossMemoryMaxBytes;
+    // With more ranks than CPUs the 2(R-1) system calls per slice part run in turn with everyone
+    // else's: cma pays only for twice the slice, and not at all past two ranks per CPU (us, 2
+    // CPUs, rsag vs cma: R=3 64 KiB 14.7-15.9 vs 17.6-24.5, 128 KiB 32.8-36.6 vs 25.9-26.5; R=4
+    // 64 KiB 18.6-24.7 vs 26.6-27.7, 128 KiB 39-51 vs 36.5-38; R=7 128 KiB 73-75 vs 106-108,
+    // 1 MiB 696-720 vs 815-860).
+    const bool oversubscribed = header.oversubscribed != 0;
+    const uint64_t sliceFrom = header.crossMemoryMinBytes * (oversubscribed ? 2 : 1);
+    const bool cross = crossMemory_ && CeilDiv(count, size_) * e >= sliceFrom &&
+                       size_ * count * e <= header.crossMemoryMaxBytes &&
+                       (!oversubscribed || size_ <= 2 * header.cpus);
     algo = cross                                 ? kAlgoCrossMemory
            : count * e <= header.oneShotMaxBytes ? kAlgoOneShot
                                                  : kAlgoReduceScatterAllGather;

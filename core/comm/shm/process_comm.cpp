@@ -20,8 +20,13 @@ namespace shm {
 namespace {
 
 /// AllReduce auto rule: up to this many bytes one round (copy in, everyone reduces everything)
-/// beats reduce-scatter + all-gather, whose second round costs more than it saves.
+/// beats reduce-scatter + all-gather, whose second round costs more than it saves. With more
+/// ranks than CPUs everyone's reductions of everything run in turn, and rsag wins from 16 KiB
+/// (R=4 on 2 CPUs, us, oneshot vs rsag: 4 KiB 5.0-7.1 vs 7.4-11, 8 KiB 10.5-12.2 vs 9.4-12.7,
+/// 16 KiB 13.4-14.8 vs 9.9-13.9, 32 KiB 22-24 vs 13-19; R=7: 4 KiB 9.8-12 vs 14.6-15.4, 16 KiB
+/// 20-26 vs 18.6-19.3, 64 KiB 52-57 vs 34-35; R=3 16 KiB 9.5-10.3 vs 8.8-9.2).
 constexpr uint64_t kOneShotMaxBytes = 64 << 10;
+constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
 /// Reduce-scatter + all-gather chunk, capped at half a slot. Measured on the shared 2-core VM:
 /// every extra round costs a scheduling delay whenever the host is busy (1 MiB at R=2: 960 us with
 /// 256 KiB chunks, 190 us with 2 MiB), while on an idle host the cache locality that smaller
@@ -93,13 +98,14 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
   const AlgoName copies[] = {{"staged", kAlgoStaged}, {"cma", kAlgoCrossMemory}};
   header.allGatherAlgo = AlgoFromEnv("COLLOPS_ALGO_ALLGATHER", copies);
   header.broadcastAlgo = AlgoFromEnv("COLLOPS_ALGO_BROADCAST", copies);
-  header.oneShotMaxBytes = kOneShotMaxBytes;
+  const bool oversubscribed = rankSize > CpusAvailable();
+  header.oversubscribed = oversubscribed ? 1 : 0;
+  header.cpus = CpusAvailable();
+  header.oneShotMaxBytes = oversubscribed ? kOversubscribedOneShotMaxBytes : kOneShotMaxBytes;
   header.chunkBytes =
       static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
   header.streamOutputBytes = static_cast<uint64_t>(
       EnvInt("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes, 0, int64_t{1} << 50));
-  const bool oversubscribed = rankSize > CpusAvailable();
-  header.oversubscribed = oversubscribed ? 1 : 0;
   const WaitBudget budget = WaitBudget::Default(oversubscribed);
   header.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", budget.spinNanos / 1000, 0, 10'000'000) * 1000;
   header.yieldNanos =

@@ -117,6 +117,7 @@ struct alignas(kControlStride) SegmentHeader {
   /// their output bytes stay within this.
   uint64_t crossMemoryMaxBytes = 0;
   int32_t oversubscribed = 0;  ///< 1: more ranks than CPUs to run them (rank 0's view)
+  int32_t cpus = 0;            ///< CPUs rank 0 may run on
   uint64_t heapBytes = 0;      ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
