@@ -401,16 +401,23 @@ void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, 
   std::vector<const void*> srcs(size_);
   for (size_t lo = first; lo < last; lo += chunk) {
     const size_t n = std::min(chunk, last - lo);
+    // The first peer's part is read straight into the output, which the reduction then
+    // overwrites in place (ReduceArrays allows dst to be one of the sources): one buffer less in
+    // the caches (R=2 1 MiB 83-85 -> 72-74 us, 4 MiB 425-445 -> 406-424 us). Not when in place:
+    // there the output is this rank's own part.
+    bool intoOutput = in != out;
     uint8_t* part = scratch;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) {
         srcs[r] = in + lo * e;
         continue;
       }
-      CopyCrossMemory(CrossMemoryDirection::kRead, r, part,
-                      segment_.Direct(r, round_).at[0] + lo * e, n * e);
-      srcs[r] = part;
-      part += chunk * e;
+      uint8_t* to = intoOutput ? out + lo * e : part;
+      CopyCrossMemory(CrossMemoryDirection::kRead, r, to, segment_.Direct(r, round_).at[0] + lo * e,
+                      n * e);
+      srcs[r] = to;
+      if (!intoOutput) part += chunk * e;
+      intoOutput = false;
     }
     ReduceArrays(dtype, op, srcs.data(), size_, out + lo * e, n);
     for (int r = 0; r < size_; ++r) {
