@@ -119,7 +119,7 @@ class ProcessCommunicator final : public Communicator {
   void Await(WaitWord& word, Ready&& ready, int peer) {
     if (Spin(ready, peer)) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); }, /*spinIterations=*/0)) {
+    if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); })) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));

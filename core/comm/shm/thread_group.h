@@ -107,7 +107,7 @@ class ThreadGroup {
     double timeout = 0;
     if (!ok) {
       timeout = CommTimeoutSeconds();
-      ok = word.Wait(done, Deadline::After(timeout), [] {}, /*spinIterations=*/0);
+      ok = word.Wait(done, Deadline::After(timeout), [] {});
     }
     ThrowIfBroken();
     return ok ? 0 : timeout;

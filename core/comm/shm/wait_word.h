@@ -115,15 +115,12 @@ struct WaitWord {
     }
   }
 
-  /// Waits until ready() is true; false when `deadline` passes first. Between sleeps (at most
-  /// `sliceNanos` each) it calls onSlice(), which may throw (e.g. ERROR_PEER_LOST).
+  /// Sleeps until ready() is true (callers spin first: SpinThenYield); false when `deadline`
+  /// passes first. Between sleeps (at most `sliceNanos` each) it calls onSlice(), which may throw
+  /// (e.g. ERROR_PEER_LOST).
   template <class Ready, class OnSlice>
-  bool Wait(Ready&& ready, const Deadline& deadline, OnSlice&& onSlice, int spinIterations = 4000,
+  bool Wait(Ready&& ready, const Deadline& deadline, OnSlice&& onSlice,
             int64_t sliceNanos = 20'000'000) {
-    for (int i = 0; i < spinIterations; ++i) {
-      if (ready()) return true;
-      CpuRelax();
-    }
     for (;;) {
       sleepers.fetch_add(1, std::memory_order_seq_cst);
       const uint32_t seen = sequence.load(std::memory_order_seq_cst);
@@ -143,11 +140,6 @@ struct WaitWord {
       if (deadline.Passed()) return false;
       onSlice();
     }
-  }
-
-  template <class Ready>
-  bool Wait(Ready&& ready, const Deadline& deadline) {
-    return Wait(ready, deadline, [] {});
   }
 };
 
