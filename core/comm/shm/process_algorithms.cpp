@@ -180,7 +180,7 @@ bool ProcessCommunicator::PublishCrossInput(int32_t algo, const uint8_t* in, siz
   const bool cross =
       in != nullptr && algo != kAlgoStaged && bytes >= header.crossMemoryMinBytes &&
       (algo == kAlgoCrossMemory ||
-       (header.oversubscribed == 0 && size_ * outputBytes <= header.crossMemoryMaxBytes));
+       (!header.Oversubscribed() && size_ * outputBytes <= header.crossMemoryMaxBytes));
   if (cross) segment_.Direct(rank_, next).at[0] = reinterpret_cast<uintptr_t>(in);
   segment_.Rank(rank_).direct[next & 1].store(cross ? kCrossMemory : 0, std::memory_order_relaxed);
   return cross;
@@ -276,7 +276,7 @@ void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, Dat
     // CPUs, rsag vs cma: R=3 64 KiB 14.7-15.9 vs 17.6-24.5, 128 KiB 32.8-36.6 vs 25.9-26.5; R=4
     // 64 KiB 18.6-24.7 vs 26.6-27.7, 128 KiB 39-51 vs 36.5-38; R=7 128 KiB 73-75 vs 106-108,
     // 1 MiB 696-720 vs 815-860).
-    const bool oversubscribed = header.oversubscribed != 0;
+    const bool oversubscribed = header.Oversubscribed();
     const uint64_t sliceFrom = header.crossMemoryMinBytes * (oversubscribed ? 2 : 1);
     const bool cross = crossMemory_ && CeilDiv(count, size_) * e >= sliceFrom &&
                        size_ * count * e <= header.crossMemoryMaxBytes &&

@@ -90,7 +90,7 @@ int32_t AlgoFromEnv(const char* variable, const AlgoName (&names)[N]) {
 }
 
 /// Rank 0's environment decides the protocol for every rank (written into the shared header).
-void WritePolicy(SegmentHeader& header, int rankSize) {
+void WritePolicy(SegmentHeader& header) {
   header.allReduceAlgo =
       AlgoFromEnv("COLLOPS_ALGO_ALLREDUCE", {{"oneshot", kAlgoOneShot},
                                              {"rsag", kAlgoReduceScatterAllGather},
@@ -98,9 +98,8 @@ void WritePolicy(SegmentHeader& header, int rankSize) {
   const AlgoName copies[] = {{"staged", kAlgoStaged}, {"cma", kAlgoCrossMemory}};
   header.allGatherAlgo = AlgoFromEnv("COLLOPS_ALGO_ALLGATHER", copies);
   header.broadcastAlgo = AlgoFromEnv("COLLOPS_ALGO_BROADCAST", copies);
-  const bool oversubscribed = rankSize > CpusAvailable();
-  header.oversubscribed = oversubscribed ? 1 : 0;
   header.cpus = CpusAvailable();
+  const bool oversubscribed = header.Oversubscribed();
   header.oneShotMaxBytes = oversubscribed ? kOversubscribedOneShotMaxBytes : kOneShotMaxBytes;
   header.chunkBytes =
       static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
@@ -165,7 +164,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
     UniqueFd fd;
     Segment created = Segment::Create(
         SegmentLayout::For(size_, SlotBytesFromEnv(size_), HeapBytesFromEnv()), &fd);
-    WritePolicy(created.Header(), size_);
+    WritePolicy(created.Header());
     segment_ = std::move(created);
     return fd;
   });

@@ -199,7 +199,7 @@ class ProcessCommunicator final : public Communicator {
   bool CrossMessage(size_t bytes) const {
     const SegmentHeader& header = segment_.Header();
     return crossMemory_ && bytes != 0 && bytes >= header.crossMemoryMinBytes &&
-           (header.oversubscribed != 0 || bytes <= header.crossMemoryMaxBytes);
+           (header.Oversubscribed() || bytes <= header.crossMemoryMaxBytes);
   }
 
   /// The kDirect* flags `rank` published with the round just completed.

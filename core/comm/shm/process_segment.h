@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 8;
+constexpr uint32_t kSegmentVersion = 9;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -110,17 +110,20 @@ struct alignas(kControlStride) SegmentHeader {
   int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
   int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
   int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
-  /// AllToAllV pieces, and AllReduce slices, of at least this many bytes move by
-  /// process_vm_readv/writev when every rank may reach its peers' memory; 0 = never.
+  /// AllToAllV pieces, AllReduce slices, AllGather and Broadcast inputs and Send/Recv messages of
+  /// at least this many bytes move by process_vm_readv/writev when every rank may reach its
+  /// peers' memory; 0 = never.
   uint64_t crossMemoryMinBytes = 0;
   /// AllReduce, AllGather(V) and Broadcast move by process_vm_readv/writev only while R times
   /// their output bytes stay within this.
   uint64_t crossMemoryMaxBytes = 0;
-  int32_t oversubscribed = 0;  ///< 1: more ranks than CPUs to run them (rank 0's view)
-  int32_t cpus = 0;            ///< CPUs rank 0 may run on
-  uint64_t heapBytes = 0;      ///< per rank; 0: no heap
+  int32_t cpus = 0;        ///< CPUs rank 0 may run on
+  uint64_t heapBytes = 0;  ///< per rank; 0: no heap
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
+
+  /// More ranks than CPUs to run them (rank 0's view).
+  bool Oversubscribed() const { return rankSize > cpus; }
 };
 
 /// Abort record: the rank that failed, the rank that noticed, and the Status it raised.
