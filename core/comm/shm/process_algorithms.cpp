@@ -767,7 +767,7 @@ bool ProcessCommunicator::FindCrossMemory(const int64_t* recvCounts, size_t e) {
   crossRecv_.assign(size_, false);
   bool any = false;
   for (int r = 0; r < size_; ++r) {
-    const bool flagged = (DirectFlags(r) & kCrossMemory) != 0;
+    const bool flagged = CrossInput(r);
     any = any || flagged;
     crossRecv_[r] = r != rank_ && flagged && recvCounts[r] * static_cast<int64_t>(e) >= from;
   }

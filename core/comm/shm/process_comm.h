@@ -75,8 +75,7 @@ class ProcessCommunicator final : public Communicator {
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
-  /// Whether AllToAllV and AllReduce move large pieces by process_vm_readv/writev
-  /// (ProbeCrossMemory).
+  /// Whether large pieces may move by process_vm_readv/writev (ProbeCrossMemory).
   bool CrossMemory() const { return crossMemory_; }
   /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
   uint64_t Rounds() const { return round_; }
@@ -189,7 +188,8 @@ class ProcessCommunicator final : public Communicator {
   /// and then its address (DirectTable at[0]); `algo` is the op's COLLOPS_ALGO_* choice. Returns
   /// that. Its receivers follow the flag.
   bool PublishCrossInput(int32_t algo, const uint8_t* in, size_t bytes, size_t outputBytes);
-  /// After that round: whether `rank` published so.
+  /// After that round: whether `rank` flagged kCrossMemory (any op that moves something of its
+  /// by process_vm_readv).
   bool CrossInput(int rank) const;
 
   /// Send/Recv: whether a message of `bytes` moves by process_vm_readv (the same on both sides).
