@@ -27,6 +27,7 @@ void Communicator::AllToAllV(const void*, const int64_t*, const int64_t*, void*,
 void Communicator::Broadcast(void*, size_t, DataType, int) { Unsupported("Broadcast"); }
 void Communicator::Send(const void*, size_t, DataType, int) { Unsupported("Send"); }
 void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
+void Communicator::Exchange(const std::vector<PointToPoint>&) { Unsupported("Exchange"); }
 void Communicator::Barrier() { Unsupported("Barrier"); }
 std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
 void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, mine); }

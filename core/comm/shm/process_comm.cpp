@@ -313,7 +313,10 @@ void ProcessCommunicator::Break(Status status, int culprit, const std::string& m
   uint64_t expected = 0;
   segment_.Header().abort.compare_exchange_strong(expected, PackAbort({culprit, rank_, status}),
                                                   std::memory_order_acq_rel);
-  for (int r = 0; r < size_; ++r) segment_.Rank(r).word.Notify();
+  for (int r = 0; r < size_; ++r) {
+    segment_.Rank(r).word.Notify();
+    segment_.Rank(r).bell.Notify();
+  }
   throw Error(status, message);
 }
 

@@ -65,6 +65,7 @@ class ProcessCommunicator final : public Communicator {
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   void Agree(const CallSignature& mine) override;
   bool Broken() const override { return failureStatus_ != NO_ERROR; }
@@ -135,6 +136,19 @@ class ProcessCommunicator final : public Communicator {
   /// At creation (two rounds): whether every rank can read and write its peers' memory with
   /// process_vm_readv/writev and the policy allows it (SegmentHeader::crossMemoryMinBytes).
   bool ProbeCrossMemory();
+
+  // --- process_p2p.cpp ---
+  struct Transfer;
+  /// Runs `ops` as one group (Send and Recv are groups of one); `op` names the call.
+  void RunGroup(const char* op, const std::vector<PointToPoint>& ops);
+  /// Announces transfer t on its channel.
+  void Announce(Transfer& t);
+  /// Takes every step of t that needs no waiting; true when it took any. A mismatch with the
+  /// peer's announcement ends t and, when it is the group's first, is described in `mismatch`.
+  bool Advance(Transfer& t, const std::vector<Transfer>& group, std::string& mismatch);
+  /// Whether t's peer has done what t waits for (its next step would not wait).
+  bool Ready(const Transfer& t) const;
+  void Ring(int peer) { segment_.Rank(peer).bell.Notify(); }
 
   // --- process_algorithms.cpp ---
   void AllReduceOneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);

@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 9;
+constexpr uint32_t kSegmentVersion = 10;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -68,22 +68,29 @@ struct alignas(kControlStride) RankControl {
   std::atomic<uint64_t> probeAddress{0};
   std::atomic<int32_t> probeReached{0};
   WaitWord word;  ///< notified after every post
+  /// Rung by a peer after each of its point-to-point posts toward this rank: a group of sends and
+  /// receives (Exchange) waits on it for whichever of its channels moves first.
+  WaitWord bell;
 };
 
 /// One side of a point-to-point channel; written only by its owner. The announcement of message
 /// m lives in entry m%2: a side can run at most one message ahead of the other side's reading
 /// (it must have seen the other's announcement of m before it announces m+1), so two entries
-/// never let a later message overwrite one that is still being read.
+/// never let a later message overwrite one that is still being read. Changes ring the other
+/// side's RankControl::bell.
 struct alignas(kControlStride) PairSide {
   std::atomic<uint64_t> messages{0};  ///< messages announced on this channel
   std::atomic<uint64_t> chunks{0};    ///< sender: chunks written; receiver: chunks consumed
   int64_t count[2] = {0, 0};          ///< elements of message m, at m%2
   int32_t dtype[2] = {-1, -1};        ///< its DataType
   uint32_t stagingHalf[2] = {0, 0};   ///< sender: which half of its slot holds the chunks
+  /// Sender: where in that half its region for this message starts, and the bytes of each of
+  /// the region's two chunk buffers (a group of sends splits the half among its destinations).
+  uint64_t stagingOffset[2] = {0, 0};
+  uint64_t chunkBytes[2] = {0, 0};
   /// Sender: where message m lies in its process, when its receiver reads it whole with
   /// process_vm_readv instead (then the one "chunk" is the whole message).
   uint64_t address[2] = {0, 0};
-  WaitWord word;  ///< notified after every change
 };
 
 struct PairControl {

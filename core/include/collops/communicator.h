@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collops/reduce.h"
 #include "collops/tensor.h"
@@ -24,6 +25,23 @@
 namespace collops {
 
 struct CallSignature;  // signature.h
+
+/// One send or receive of a group run by Communicator::Exchange.
+struct PointToPoint {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  void* buf = nullptr;  ///< read by a send, written by a receive
+  size_t count = 0;
+  DataType dtype = ACL_FLOAT;
+  int peer = -1;
+
+  static PointToPoint Send(const void* buf, size_t count, DataType dtype, int peer) {
+    return {Kind::kSend, const_cast<void*>(buf), count, dtype, peer};
+  }
+  static PointToPoint Recv(void* buf, size_t count, DataType dtype, int peer) {
+    return {Kind::kRecv, buf, count, dtype, peer};
+  }
+};
 
 class Communicator {
  public:
@@ -62,6 +80,13 @@ class Communicator {
   /// differ both sides throw ERROR_RANK_MISMATCH naming both ranks and values.
   virtual void Send(const void* buf, size_t count, DataType dtype, int peer);
   virtual void Recv(void* buf, size_t count, DataType dtype, int peer);
+  /// Sends and receives run as one group (a NCCL group of send/recv; MPI_Isend/Irecv + Waitall):
+  /// returns when all are done, and no order of them deadlocks whatever groups the peers run (a
+  /// ring in which every rank sends right and receives left is one group per rank). Each op
+  /// meets a Send, Recv or op of a peer's group as Send/Recv would, mismatches included; messages
+  /// between one ordered pair of ranks match in the order they are issued. When some op
+  /// mismatches, the others still complete and then the first mismatch is thrown.
+  virtual void Exchange(const std::vector<PointToPoint>& ops);
 
   /// Returns once every rank has entered.
   virtual void Barrier();
