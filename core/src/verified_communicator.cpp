@@ -93,6 +93,8 @@ void VerifiedCommunicator::Recv(void* buf, size_t count, DataType dtype, int pee
   inner_->Recv(buf, count, dtype, peer);
 }
 
+void VerifiedCommunicator::Exchange(const std::vector<PointToPoint>& ops) { inner_->Exchange(ops); }
+
 void VerifiedCommunicator::Barrier() {
   CallSignature s;
   s.opName = Name("Barrier");

@@ -210,8 +210,8 @@ TEST(ThreadCommFaults, SendRecvMismatchFailsOnBothSidesAndKeepsTheOrder) {
         },
         &message);
     EXPECT_EQ(count, ERROR_RANK_MISMATCH);
-    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, but rank 1 "
-                                   "receives 4 elements of int32"));
+    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, which "
+                                   "expects 4 elements of int32 from rank 0"));
     // Dtype: int32 against float.
     const Status dtype = CaughtStatus(
         [&] {
@@ -220,8 +220,8 @@ TEST(ThreadCommFaults, SendRecvMismatchFailsOnBothSidesAndKeepsTheOrder) {
         },
         &message);
     EXPECT_EQ(dtype, ERROR_RANK_MISMATCH);
-    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, but rank 1 "
-                                   "receives 5 elements of float"));
+    EXPECT_THAT(message, HasSubstr("rank 0 sends 5 elements of int32 to rank 1, which "
+                                   "expects 5 elements of float32 from rank 0"));
     // Both messages were consumed: the next pair matches and carries the data.
     EXPECT_FALSE(comm->Broken());
     if (rank == 0) {

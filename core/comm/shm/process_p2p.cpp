@@ -47,9 +47,9 @@ struct ProcessCommunicator::Transfer {
   PointToPoint op;
   bool send = false;
   size_t bytes = 0;
-  bool cross = false;         ///< moves by process_vm_readv
-  int previous = -1;          ///< the transfer before this one on its channel, in the group
-  PairSide* mine = nullptr;   ///< this rank's side of the channel
+  bool cross = false;        ///< moves by process_vm_readv
+  int previous = -1;         ///< the transfer before this one on its channel, in the group
+  PairSide* mine = nullptr;  ///< this rank's side of the channel
   PairSide* theirs = nullptr;
   uint64_t message = 0;
   int slot = 0;
@@ -96,7 +96,8 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
         break;
       }
     }
-    if (t.send && !t.cross && t.bytes != 0 && regionOf[t.op.peer] < 0) regionOf[t.op.peer] = regions++;
+    if (t.send && !t.cross && t.bytes != 0 && regionOf[t.op.peer] < 0)
+      regionOf[t.op.peer] = regions++;
   }
   const size_t regionBytes = regions == 0 ? 0 : segment_.HalfBytes() / regions / 128 * 128;
   for (Transfer& t : group) {
@@ -202,8 +203,8 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
     }
     t.index = t.send ? sendChunks_[peer] : recvChunks_[peer];
     if (!t.send) {
-      t.staging = segment_.Half(peer, t.theirs->stagingHalf[t.slot]) +
-                  t.theirs->stagingOffset[t.slot];
+      t.staging =
+          segment_.Half(peer, t.theirs->stagingHalf[t.slot]) + t.theirs->stagingOffset[t.slot];
       t.chunkBytes = t.theirs->chunkBytes[t.slot];
     }
     if (t.cross) {

@@ -1,5 +1,6 @@
 #include "core/comm/shm/thread_comm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -268,67 +269,117 @@ void ThreadCommunicator::CheckPeer(const char* what, int peer) const {
   }
 }
 
-std::string ThreadCommunicator::P2pMismatch(int src, int dst, size_t sendCount, DataType sendDtype,
-                                            size_t recvCount, DataType recvDtype) const {
-  return Concat("lccl Send/Recv: rank ", src, " sends ", sendCount, " elements of ",
-                DataTypeName(sendDtype), " to rank ", dst, ", but rank ", dst, " receives ",
-                recvCount, " elements of ", DataTypeName(recvDtype));
-}
-
 void ThreadCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
-  group_->ThrowIfBroken();
-  CheckPeer("Send", peer);
-  CheckedElementSize("Send", dtype, false);
-  shm::Channel& channel = group_->channel(rank_, peer);
-  const uint64_t k = ++sent_[peer];
-  channel.buf = buf;
-  channel.count = count;
-  channel.dtype = dtype;
-  channel.posted.store(k, std::memory_order_release);
-  group_->slot(peer).word.Notify();
-
-  const double timedOut = group_->WaitFor(
-      group_->slot(rank_).word, [&] { return channel.taken.load(std::memory_order_acquire) >= k; },
-      rank_);
-  if (timedOut != 0) {
-    group_->BreakAndThrow(ERROR_TIMEOUT,
-                          Concat(group_->Describe(), ": Send from rank ", rank_, " to rank ", peer,
-                                 " timed out after ", shm::FormatSeconds(timedOut), ": rank ", peer,
-                                 " did not arrive at the matching Recv"));
-  }
-  if (channel.recvCount != count || channel.recvDtype != dtype) {
-    Fail(ERROR_RANK_MISMATCH,
-         P2pMismatch(rank_, peer, count, dtype, channel.recvCount, channel.recvDtype));
-  }
+  Exchange({PointToPoint::Send(buf, count, dtype, peer)});
 }
 
 void ThreadCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  Exchange({PointToPoint::Recv(buf, count, dtype, peer)});
+}
+
+// A send posts its buffer on the channel and is done once the receiver took it; a receive copies
+// straight from the posted buffer. The group takes every step any of its ops can take without
+// waiting and sleeps on this rank's word (peers notify it after each post toward it) only when
+// none can; ops on one channel run in the order given (a channel holds one message at a time).
+void ThreadCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   group_->ThrowIfBroken();
-  CheckPeer("Recv", peer);
-  const size_t es = CheckedElementSize("Recv", dtype, false);
-  shm::Channel& channel = group_->channel(peer, rank_);
-  const uint64_t k = ++received_[peer];
-  const double timedOut = group_->WaitFor(
-      group_->slot(rank_).word, [&] { return channel.posted.load(std::memory_order_acquire) >= k; },
-      rank_);
-  if (timedOut != 0) {
-    group_->BreakAndThrow(ERROR_TIMEOUT,
-                          Concat(group_->Describe(), ": Recv on rank ", rank_, " from rank ", peer,
-                                 " timed out after ", shm::FormatSeconds(timedOut), ": rank ", peer,
-                                 " did not arrive at the matching Send"));
+  struct Op {
+    PointToPoint p2p;
+    bool send;
+    size_t es;
+    shm::Channel* channel;
+    int previous = -1;  ///< the op before this one on its channel
+    uint64_t k = 0;     ///< its message number on the channel, once started
+    bool done = false;
+  };
+  std::vector<Op> group;
+  for (const PointToPoint& p : ops) {
+    const bool send = p.kind == PointToPoint::Kind::kSend;
+    CheckPeer(send ? "Send" : "Recv", p.peer);
+    Op op{p, send, CheckedElementSize(send ? "Send" : "Recv", p.dtype, false),
+          send ? &group_->channel(rank_, p.peer) : &group_->channel(p.peer, rank_)};
+    for (size_t j = group.size(); j-- > 0;) {
+      if (group[j].send == send && group[j].p2p.peer == p.peer) {
+        op.previous = static_cast<int>(j);
+        break;
+      }
+    }
+    group.push_back(op);
   }
-  // Read the message before releasing it: the sender may post the next one right after.
-  const size_t sendCount = channel.count;
-  const DataType sendDtype = channel.dtype;
-  const bool match = sendCount == count && sendDtype == dtype;
-  if (match) CopyPeer(buf, channel.buf, count * es);
-  channel.recvCount = count;
-  channel.recvDtype = dtype;
-  channel.taken.store(k, std::memory_order_release);
-  group_->slot(peer).word.Notify();
-  if (!match) {
-    Fail(ERROR_RANK_MISMATCH, P2pMismatch(peer, rank_, sendCount, sendDtype, count, dtype));
+  std::string mismatch;
+  auto ready = [&](const Op& op) {
+    if (op.done) return false;
+    if (op.k == 0) return false;  // waits for an op of this group
+    return op.send ? op.channel->taken.load(std::memory_order_acquire) >= op.k
+                   : op.channel->posted.load(std::memory_order_acquire) >= op.k;
+  };
+  // One step of `op` that needs no waiting; true when it took one.
+  auto advance = [&](Op& op) {
+    shm::Channel& channel = *op.channel;
+    const int peer = op.p2p.peer;
+    if (op.k == 0) {
+      if (op.previous >= 0 && !group[op.previous].done) return false;
+      if (!op.send) {
+        op.k = ++received_[peer];
+        return true;
+      }
+      op.k = ++sent_[peer];
+      channel.buf = op.p2p.buf;
+      channel.count = op.p2p.count;
+      channel.dtype = op.p2p.dtype;
+      channel.posted.store(op.k, std::memory_order_release);
+      group_->slot(peer).word.Notify();
+      return true;
+    }
+    if (!ready(op)) return false;
+    if (op.send) {
+      if ((channel.recvCount != op.p2p.count || channel.recvDtype != op.p2p.dtype) &&
+          mismatch.empty()) {
+        mismatch = SendRecvMismatchMessage(
+            "lccl", rank_, static_cast<int64_t>(op.p2p.count), op.p2p.dtype, peer,
+            static_cast<int64_t>(channel.recvCount), channel.recvDtype);
+      }
+    } else {
+      // Read the message before releasing it: the sender may post the next one right after.
+      const size_t sendCount = channel.count;
+      const DataType sendDtype = channel.dtype;
+      const bool match = sendCount == op.p2p.count && sendDtype == op.p2p.dtype;
+      if (match) CopyPeer(op.p2p.buf, channel.buf, op.p2p.count * op.es);
+      channel.recvCount = op.p2p.count;
+      channel.recvDtype = op.p2p.dtype;
+      channel.taken.store(op.k, std::memory_order_release);
+      group_->slot(peer).word.Notify();
+      if (!match && mismatch.empty()) {
+        mismatch = SendRecvMismatchMessage("lccl", peer, static_cast<int64_t>(sendCount), sendDtype,
+                                           rank_, static_cast<int64_t>(op.p2p.count), op.p2p.dtype);
+      }
+    }
+    op.done = true;
+    return true;
+  };
+  for (;;) {
+    bool progressed = false;
+    Op* waiting = nullptr;
+    for (Op& op : group) {
+      while (!op.done && advance(op)) progressed = true;
+      if (!op.done && waiting == nullptr) waiting = &op;
+    }
+    if (waiting == nullptr) break;
+    if (progressed) continue;
+    const double timedOut = group_->WaitFor(
+        group_->slot(rank_).word, [&] { return std::any_of(group.begin(), group.end(), ready); },
+        rank_);
+    if (timedOut != 0) {
+      const int peer = waiting->p2p.peer;
+      group_->BreakAndThrow(
+          ERROR_TIMEOUT,
+          Concat(group_->Describe(), ": ", waiting->send ? "Send from" : "Recv on", " rank ", rank_,
+                 waiting->send ? " to rank " : " from rank ", peer, " timed out after ",
+                 shm::FormatSeconds(timedOut), ": rank ", peer, " did not arrive at the matching ",
+                 waiting->send ? "Recv" : "Send"));
+    }
   }
+  if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 
 void ThreadCommunicator::Barrier() { group_->Sync(rank_, "Barrier"); }

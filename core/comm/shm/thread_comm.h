@@ -51,6 +51,7 @@ class ThreadCommunicator final : public Communicator {
   /// Messages between the same pair are delivered in the order they were sent.
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   bool Broken() const override { return group_->Broken(); }
 
@@ -64,8 +65,6 @@ class ThreadCommunicator final : public Communicator {
   std::string CheckUniform(const char* what, bool checkOp, const char* opField) const;
   size_t CheckedElementSize(const char* what, DataType dtype, bool reduction) const;
   void CheckPeer(const char* what, int peer) const;
-  std::string P2pMismatch(int src, int dst, size_t sendCount, DataType sendDtype, size_t recvCount,
-                          DataType recvDtype) const;
 
   std::shared_ptr<shm::ThreadGroup> group_;
   const int rank_;

@@ -36,6 +36,7 @@ class VerifiedCommunicator final : public Communicator {
   /// Point to point is checked pairwise by the wrapped communicator itself.
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
 
  private:
