@@ -4,7 +4,9 @@
 //
 // Every collective is synchronous on CPU (the Communicator contract), so each call returns a Work
 // that is already complete and whose future already holds the outputs; DDP's comm hooks only need
-// getFuture() to work.
+// getFuture() to work. send/recv are the exception: they are queued and run together, as one
+// Communicator::Exchange, when waited on or before the next call (deferred_p2p.h), so isend/irecv
+// rings and batch_isend_irecv behave as on gloo.
 //
 // Group identity: torch hands each group's backend a Store prefixed with the group's name. Rank 0
 // of the group writes a random token there and every rank reads it, so the lccl commDomain is
@@ -46,6 +48,7 @@
 #include "collops/tensor.h"
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
+#include "deferred_p2p.h"
 #include "process_group_comm.h"
 #include "shared_tensor.h"
 
@@ -196,7 +199,11 @@ class CollopsBackend final : public c10d::Backend {
       domain_.assign(v.begin(), v.end());
     }
     layout_ = ExchangeHostLayout(*store, rank, size);
+    p2p_ = std::make_shared<DeferredP2P>(
+        [this](const std::vector<PointToPoint>& ops) { return RunP2P(ops); });
   }
+
+  ~CollopsBackend() override { p2p_->Close(); }
 
   /// The engine this group runs on: "lccl", or "hccl(lccl+c10d)" across hosts ("" before the
   /// first collective created it).
@@ -410,25 +417,21 @@ class CollopsBackend final : public c10d::Backend {
     return Run(c10d::OpType::BARRIER, {}, [&] { Comm().Barrier(); });
   }
 
+  // Deferred until waited on or until the next call of any other kind (deferred_p2p.h).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int /*tag*/) override {
-    return Run(c10d::OpType::SEND, tensors, [&] {
-      for (auto& t : tensors) {
-        CheckCpu(t, "send");
-        at::Tensor c = t.contiguous();
-        Comm().Send(c.data_ptr(), NumBytes(c), ACL_INT8, dst);
-      }
-    });
+    TORCH_CHECK(tensors.size() == 1, "collops backend: send takes one tensor, got ",
+                tensors.size());
+    CheckCpu(tensors[0], "send");
+    return p2p_->Send(tensors[0], dst, getRank());
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
                                       int /*tag*/) override {
-    return Run(c10d::OpType::RECV, tensors, [&] {
-      for (auto& t : tensors) {
-        InPlace(t, "recv",
-                [&](at::Tensor& c) { Comm().Recv(c.data_ptr(), NumBytes(c), ACL_INT8, src); });
-      }
-    });
+    TORCH_CHECK(tensors.size() == 1, "collops backend: recv takes one tensor, got ",
+                tensors.size());
+    CheckCpu(tensors[0], "recv");
+    return p2p_->Recv(tensors[0], src, getRank());
   }
 
  private:
@@ -499,13 +502,36 @@ class CollopsBackend final : public c10d::Backend {
   template <class Body>
   c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs,
                                      Body body) {
+    p2p_->Flush();  // queued sends and receives come first, as the program issued them
     try {
       body();
     } catch (const Error& e) {
-      TORCH_CHECK(false, "collops backend (rank ", getRank(), " of ", getSize(), ", domain ",
-                  domain_, "): ", StatusName(e.status()), ": ", e.what());
+      TORCH_CHECK(false, Describe(e));
     }
     return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
+  }
+
+  std::string Describe(const Error& e) const {
+    return Concat("collops backend (rank ", getRank(), " of ", getSize(), ", domain ", domain_,
+                  "): ", StatusName(e.status()), ": ", e.what());
+  }
+
+  // One group of queued sends and receives; a lone one runs as Send or Recv, which every
+  // communicator has.
+  std::string RunP2P(const std::vector<PointToPoint>& ops) {
+    try {
+      Communicator& comm = Comm();
+      if (ops.size() != 1) {
+        comm.Exchange(ops);
+      } else if (ops[0].kind == PointToPoint::Kind::kSend) {
+        comm.Send(ops[0].buf, ops[0].count, ops[0].dtype, ops[0].peer);
+      } else {
+        comm.Recv(ops[0].buf, ops[0].count, ops[0].dtype, ops[0].peer);
+      }
+      return "";
+    } catch (const Error& e) {
+      return Describe(e);
+    }
   }
 
   static std::vector<at::Tensor> Flatten(const std::vector<std::vector<at::Tensor>>& lists) {
@@ -614,6 +640,7 @@ class CollopsBackend final : public c10d::Backend {
   HostLayout layout_;
   int generation_ = 0;  // hierarchical communicators created so far
   std::mutex mu_;
+  std::shared_ptr<DeferredP2P> p2p_;
   std::shared_ptr<Communicator> comm_;
 };
 
