@@ -7,8 +7,7 @@ namespace collops {
 DeferredWork::DeferredWork(std::shared_ptr<DeferredP2P> queue, int rank, c10d::OpType type,
                            std::vector<at::Tensor> outputs)
     : Work(rank, type), queue_(std::move(queue)), outputs_(std::move(outputs)) {
-  future_ =
-      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
 bool DeferredWork::isCompleted() { return done_; }
@@ -87,8 +86,9 @@ void DeferredP2P::Close() {
     dropped.swap(pending_);
   }
   for (Pending& p : dropped) {
-    p.work->Finish("collops backend: the process group was destroyed before this send/recv was "
-                   "waited on");
+    p.work->Finish(
+        "collops backend: the process group was destroyed before this send/recv was "
+        "waited on");
   }
 }
 

@@ -14,7 +14,8 @@
 //   reduce_scatter gets allreduce + slice instead.
 // - AllToAllV: one all_to_all_single with byte splits; blocks packed in rank order first (and
 //   unpacked to rdispls after) only when the displacements are not already packed.
-// - Send/Recv: a (count, dtype) header each way, then the payload, on tags of their own.
+// - Send/Recv/Exchange: a (count, dtype) header each way, then the payload, on tags of their own;
+//   a group posts every op before it waits on any.
 // - Split: AllGatherBytes of (color, key), then a gloo group per color over a PrefixStore.
 #include "process_group_comm.h"
 
@@ -457,50 +458,104 @@ void ProcessGroupCommunicator::Broadcast(void* buf, size_t count, DataType dtype
   });
 }
 
-void ProcessGroupCommunicator::ExchangeHeader(bool sender, size_t count, DataType dtype, int peer) {
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    Fail(ERROR_INVALID_PARAM, "backend c10d: ", sender ? "Send to" : "Recv from", " rank ", peer,
-         ", which is not another rank of ", size_);
+// A send announces (count, dtype) and posts its payload at once, then learns from the receiver's
+// reply whether they matched; a receive waits for the announcement, takes the payload (into
+// scratch, dropped, when it does not match) and replies with what it expected, so a mismatch
+// fails on both sides and writes nothing. A group posts every send before it waits on anything,
+// and waits on its receives in order: backends' send/recv Works (gloo's) complete only inside
+// wait(), so a group cannot poll them, and since every send of every group is posted when the
+// group starts, a receive waits only for its peer to have started the matching group.
+void ProcessGroupCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
+  for (const PointToPoint& op : ops) {
+    if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
+      Fail(ERROR_INVALID_PARAM,
+           "backend c10d: ", op.kind == PointToPoint::Kind::kSend ? "Send to" : "Recv from",
+           " rank ", op.peer, ", which is not another rank of ", size_);
+    }
   }
   auto backend = BackendFor(CurrentTensorDevice());
-  const int64_t mineValues[2] = {static_cast<int64_t>(count), static_cast<int64_t>(dtype)};
-  std::vector<at::Tensor> mine{
-      at::from_blob(const_cast<int64_t*>(mineValues), {2}, at::kLong).to(CurrentTensorDevice())};
-  std::vector<at::Tensor> theirs{at::empty({2}, OptionsOf(at::kLong))};
-  if (sender) {
-    Wait(backend->send(mine, peer, kAnnounceTag));
-    Wait(backend->recv(theirs, peer, kReplyTag));
-  } else {
-    Wait(backend->recv(theirs, peer, kAnnounceTag));
-    Wait(backend->send(mine, peer, kReplyTag));
+  const size_t n = ops.size();
+  std::vector<int64_t> mineValues(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    mineValues[2 * i] = static_cast<int64_t>(ops[i].count);
+    mineValues[2 * i + 1] = static_cast<int64_t>(ops[i].dtype);
   }
-  const at::Tensor got = theirs[0].cpu();
-  const int64_t theirCount = got[0].item<int64_t>();
-  const int64_t theirType = got[1].item<int64_t>();
-  if (theirCount == mineValues[0] && theirType == mineValues[1]) return;
-  Fail(ERROR_RANK_MISMATCH,
-       sender ? SendRecvMismatchMessage("c10d", rank_, mineValues[0], mineValues[1], peer,
-                                        theirCount, theirType)
-              : SendRecvMismatchMessage("c10d", peer, theirCount, theirType, rank_, mineValues[0],
-                                        mineValues[1]));
+  const at::Tensor mineAll =
+      at::from_blob(mineValues.data(), {static_cast<int64_t>(2 * n)}, at::kLong)
+          .to(CurrentTensorDevice());
+  const at::Tensor theirsAll = at::empty({static_cast<int64_t>(2 * n)}, OptionsOf(at::kLong));
+  auto mineOf = [&](size_t i) { return std::vector<at::Tensor>{mineAll.narrow(0, 2 * i, 2)}; };
+  auto theirsOf = [&](size_t i) { return std::vector<at::Tensor>{theirsAll.narrow(0, 2 * i, 2)}; };
+  auto payloadOf = [](void* data, int64_t bytes) {
+    return std::vector<at::Tensor>{Bytes(data, bytes)};
+  };
+  std::vector<c10::intrusive_ptr<c10d::Work>> works(n), replies;
+  for (size_t i = 0; i < n; ++i) {
+    const PointToPoint& op = ops[i];
+    if (op.kind != PointToPoint::Kind::kSend) continue;
+    auto announce = mineOf(i);
+    replies.push_back(backend->send(announce, op.peer, kAnnounceTag));
+    if (op.count != 0) {
+      auto payload = payloadOf(op.buf, static_cast<int64_t>(op.count * DataTypeSize(op.dtype)));
+      replies.push_back(backend->send(payload, op.peer, kDataTag));
+    }
+    auto reply = theirsOf(i);
+    works[i] = backend->recv(reply, op.peer, kReplyTag);
+  }
+  std::string mismatch;
+  auto noteMismatch = [&](size_t i, const int64_t* t) {
+    if (!mismatch.empty()) return;
+    const PointToPoint& op = ops[i];
+    const int64_t* m = &mineValues[2 * i];
+    mismatch = op.kind == PointToPoint::Kind::kSend
+                   ? SendRecvMismatchMessage("c10d", rank_, m[0], m[1], op.peer, t[0], t[1])
+                   : SendRecvMismatchMessage("c10d", op.peer, t[0], t[1], rank_, m[0], m[1]);
+  };
+  auto theirValues = [&](size_t i, int64_t* t) {
+    const at::Tensor got = theirsAll.narrow(0, 2 * i, 2).cpu();
+    t[0] = got[0].item<int64_t>();
+    t[1] = got[1].item<int64_t>();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const PointToPoint& op = ops[i];
+    if (op.kind != PointToPoint::Kind::kRecv) continue;
+    auto announce = theirsOf(i);
+    Wait(backend->recv(announce, op.peer, kAnnounceTag));
+    int64_t t[2];
+    theirValues(i, t);
+    const bool match = t[0] == mineValues[2 * i] && t[1] == mineValues[2 * i + 1];
+    const int64_t bytes = t[0] * static_cast<int64_t>(DataTypeSize(static_cast<DataType>(t[1])));
+    if (bytes > 0) {
+      at::Tensor drop;
+      if (!match) drop = at::empty({bytes}, OptionsOf(at::kByte));
+      auto payload = payloadOf(match ? op.buf : drop.data_ptr(), bytes);
+      Wait(backend->recv(payload, op.peer, kDataTag));
+    }
+    if (!match) noteMismatch(i, t);
+    auto reply = mineOf(i);
+    Wait(backend->send(reply, op.peer, kReplyTag));
+  }
+  for (const auto& work : replies) Wait(work);
+  for (size_t i = 0; i < n; ++i) {
+    if (ops[i].kind != PointToPoint::Kind::kSend) continue;
+    Wait(works[i]);
+    int64_t t[2];
+    theirValues(i, t);
+    if (t[0] != mineValues[2 * i] || t[1] != mineValues[2 * i + 1]) noteMismatch(i, t);
+  }
+  if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 
 void ProcessGroupCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
-  Guard("Send", [&] {
-    ExchangeHeader(/*sender=*/true, count, dtype, peer);
-    if (count == 0) return;
-    std::vector<at::Tensor> tensors{Bytes(buf, static_cast<int64_t>(count * DataTypeSize(dtype)))};
-    Wait(BackendFor(CurrentTensorDevice())->send(tensors, peer, kDataTag));
-  });
+  Guard("Send", [&] { RunGroup({PointToPoint::Send(buf, count, dtype, peer)}); });
 }
 
 void ProcessGroupCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
-  Guard("Recv", [&] {
-    ExchangeHeader(/*sender=*/false, count, dtype, peer);
-    if (count == 0) return;
-    std::vector<at::Tensor> tensors{Bytes(buf, static_cast<int64_t>(count * DataTypeSize(dtype)))};
-    Wait(BackendFor(CurrentTensorDevice())->recv(tensors, peer, kDataTag));
-  });
+  Guard("Recv", [&] { RunGroup({PointToPoint::Recv(buf, count, dtype, peer)}); });
+}
+
+void ProcessGroupCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
+  Guard("Exchange", [&] { RunGroup(ops); });
 }
 
 void ProcessGroupCommunicator::Barrier() {

@@ -69,6 +69,7 @@ class ProcessGroupCommunicator final : public Communicator {
   /// ERROR_RANK_MISMATCH before any payload moves.
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   /// A new gloo group per color over a PrefixStore of this group's store (CPU tensors only,
   /// whatever this group's backend is).
@@ -83,7 +84,8 @@ class ProcessGroupCommunicator final : public Communicator {
   template <class Body>
   void Guard(const char* primitive, Body body);
   void ReduceScatterPadded(at::Tensor& packed, at::Tensor& result, ReduceOp op);
-  void ExchangeHeader(bool sender, size_t count, DataType dtype, int peer);
+  /// The ops of one group (Send and Recv are groups of one).
+  void RunGroup(const std::vector<PointToPoint>& ops);
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;  // null for a collops-made backend
   c10::intrusive_ptr<c10d::Backend> backend_;     // null for an adopted group

@@ -24,6 +24,7 @@
 #include "collops/hierarchical_communicator.h"
 #include "collops/signature.h"
 #include "collops/topology.h"
+#include "exchange_cases.h"
 #include "op_harness.h"
 #include "op_suite.h"
 #include "process_ranks.h"
@@ -125,6 +126,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalGolden, ::testing::ValuesIn(Grid()
                            return Concat(LayoutCases()[std::get<0>(info.param)].name, "_",
                                          DtypeTestName(std::get<1>(info.param)));
                          });
+
+/// Groups of sends and receives (exchange_cases.h) on every layout: ops with peers on the same
+/// host and on others in one group, rings where every rank sends first.
+TEST(HierarchicalGoldenDirect, ExchangeOnEveryLayout) {
+  for (const LayoutCase& layoutCase : LayoutCases()) {
+    SCOPED_TRACE(layoutCase.name);
+    const HostLayout layout = Layout(layoutCase.hostOfRank);
+    const int size = static_cast<int>(layout.hostOfRank.size());
+    const std::string domain = UniqueDomain();
+    RunThreadRanks(size, [&](int rank) {
+      std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
+      ExchangeEveryCase(*comm, rank, size);
+    });
+  }
+}
 
 /// Float sums whose order matters: every rank must still hold the very same bits, in place.
 TEST(HierarchicalGoldenDirect, InPlaceAllReduceIsBitIdenticalOnEveryRank) {
@@ -564,107 +580,6 @@ TEST(HcclAuto, BadTableFailsTheOperation) {
   EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs), &context), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(),
               AllOf(HasSubstr("duplicate_rank_id.json"), HasSubstr("rank_id 1 appears twice")));
-}
-
-// ---- an engine with weak progress ----
-
-/// An engine like OpenMPI's ob1 over TCP: a large Send may return before its data has left, and
-/// that data then moves only while the sending rank is inside another call of the engine. A rank
-/// that waits in lccl instead can starve a peer's Recv — the hang seen across network namespaces
-/// (a leader in MPI_Recv of the Send/Recv ring, the sender already waiting in an intra Barrier).
-class WeakProgressEngine final : public Communicator {
- public:
-  /// Sends of more bytes than this are left pending; smaller ones go at once.
-  static constexpr size_t kEagerBytes = 64;
-
-  explicit WeakProgressEngine(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  std::string BackendName() const override { return "weak(" + inner_->BackendName() + ")"; }
-  int Rank() const override { return inner_->Rank(); }
-  int Size() const override { return inner_->Size(); }
-  bool Broken() const override { return inner_->Broken(); }
-  void AllGatherBytes(const void* in, void* out, size_t bytes) override {
-    Progress();
-    inner_->AllGatherBytes(in, out, bytes);
-  }
-  void Barrier() override {
-    Progress();
-    inner_->Barrier();
-  }
-  void Send(const void* buf, size_t count, DataType dtype, int peer) override {
-    Progress();
-    const size_t bytes = count * DataTypeSize(dtype);
-    if (bytes <= kEagerBytes) {
-      inner_->Send(buf, count, dtype, peer);
-      return;
-    }
-    const auto* data = static_cast<const uint8_t*>(buf);
-    pending_ = Pending{std::vector<uint8_t>(data, data + bytes), count, dtype, peer};
-  }
-  void Recv(void* buf, size_t count, DataType dtype, int peer) override {
-    Progress();
-    inner_->Recv(buf, count, dtype, peer);
-  }
-
- private:
-  struct Pending {
-    std::vector<uint8_t> data;
-    size_t count = 0;
-    DataType dtype = ACL_UINT8;
-    int peer = -1;
-  };
-  /// Delivers the pending send (the inner Send returns once the peer has it).
-  void Progress() {
-    if (pending_.peer < 0) return;
-    Pending send = std::move(pending_);
-    pending_ = Pending();
-    inner_->Send(send.data.data(), send.count, send.dtype, send.peer);
-  }
-
-  std::shared_ptr<Communicator> inner_;
-  Pending pending_;
-};
-
-/// The suite's Send/Recv ring then Barrier, across 2 hosts x 2 ranks on a weak-progress engine:
-/// a cross-host Send must not return before its receiver has the data, or rank 3 waits in its
-/// host's Barrier for rank 2, rank 2 in a Recv from rank 1, rank 1 in the Barrier for rank 0, and
-/// rank 0 in a Recv whose data rank 3 never pushes.
-TEST(HierarchicalGoldenDirect, SendRecvRingThenBarrierOnAWeakProgressEngine) {
-  // Without the receipt the ranks deadlock: fail in seconds instead of the default 300 s.
-  ScopedEnv timeout("COLLOPS_TIMEOUT", "5");
-  const HostLayout layout = Layout({0, 0, 1, 1});
-  const std::string domain = UniqueDomain();
-  const int R = 4;
-  const int64_t n = 1000;
-  std::vector<std::string> errors(R);
-  std::vector<std::vector<int32_t>> received(R);
-  RunThreadRanks(R, [&](int rank) {
-    try {
-      auto comm = ThreadHierarchy(rank, layout, domain, [](std::shared_ptr<Communicator> flat) {
-        return std::make_shared<WeakProgressEngine>(std::move(flat));
-      });
-      const int next = (rank + 1) % R, prev = (rank + R - 1) % R;
-      std::vector<int32_t> mine(n);
-      for (int64_t i = 0; i < n; ++i) mine[i] = static_cast<int32_t>(rank * n + i);
-      received[rank].assign(n, -1);
-      if (rank % 2 == 0) {
-        comm->Send(mine.data(), n, ACL_INT32, next);
-        comm->Recv(received[rank].data(), n, ACL_INT32, prev);
-      } else {
-        comm->Recv(received[rank].data(), n, ACL_INT32, prev);
-        comm->Send(mine.data(), n, ACL_INT32, next);
-      }
-      comm->Barrier();
-    } catch (const Error& e) {
-      errors[rank] = e.what();
-    }
-  });
-  for (int rank = 0; rank < R; ++rank) {
-    EXPECT_EQ(errors[rank], "") << "rank " << rank;
-    const int prev = (rank + R - 1) % R;
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(received[rank][i], prev * n + i) << "rank " << rank << " element " << i;
-    }
-  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "collops/collops.h"
 #include "core/comm/mpi/mpi_runtime.h"
 #include "core/comm/mpi/mpi_types.h"
+#include "exchange_cases.h"
 #include "mpi_job.h"
 #include "op_harness.h"
 
@@ -139,6 +140,17 @@ TEST(MpiSendRecv, MismatchFailsOnBothSides) {
   EXPECT_EQ(transfer(5, 5, ACL_INT32), NO_ERROR) << LastErrorMessage();
   EXPECT_EQ(buf[4], 7);
   EXPECT_EQ(buf[5], WorldRank() == 0 ? 7 : 0);
+}
+
+/// Groups of sends and receives (exchange_cases.h): rings where every rank sends first, every
+/// pair twice in one group, a group against blocking Send/Recv, a mismatch inside a group.
+TEST(MpiExchange, GroupsNeverDeadlockAndMismatchesFailOnBothSides) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Status status;
+  std::string message;
+  auto comm = TryCreate(MpiParam("exchange", WorldRank(), WorldSize()), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  ExchangeEveryCase(*comm, WorldRank(), WorldSize());
 }
 
 /// The movement primitives on the 1-byte types the suite does not cover (bool, uint8, int8).

@@ -6,7 +6,8 @@
       namespace inode.
   rank_probe.py collops <rank> <world> <master_addr> <port>
       the "collops" torch.distributed backend (TCP store at master_addr:port): every collective
-      of tests/python/test_c10d_backend.py's golden job, then the engine the group ran on
+      of tests/python/test_c10d_backend.py's golden job and the isend/irecv rings of
+      test_c10d_p2p.py, then the engine the group ran on
       (collops._c10d_backend.communicator_name()). Needs tests/python on PYTHONPATH.
   rank_probe.py lccl <rank> <world> <domain>
       collops AllReduce through OperationTorch, backend "lccl", commMode 0 (processes), on
@@ -46,6 +47,7 @@ def collops_backend(rank, world, master_addr, port):
 
     import collops  # noqa: F401  (registers the "collops" backend)
     import test_c10d_backend
+    import test_c10d_p2p
     from collops import _c10d_backend
     from rank_harness import RankContext
 
@@ -53,6 +55,7 @@ def collops_backend(rank, world, master_addr, port):
                             world_size=world)
     try:
         test_c10d_backend._collectives(RankContext(rank, world, 0, ""))
+        test_c10d_p2p._rings(RankContext(rank, world, 0, ""))
         return {"result": "collectives passed", "engine": _c10d_backend.communicator_name()}
     finally:
         dist.destroy_process_group()

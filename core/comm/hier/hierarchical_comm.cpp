@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <utility>
 
 #include "collops/hierarchical_communicator.h"
@@ -181,33 +182,54 @@ void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype
   if (host_ != rootHost) intra_->Broadcast(buf, count, dtype, 0);
 }
 
-// A cross-host Send returns only once the receiver has the data, which it confirms with a one-byte
-// receipt. An engine may return from Send while the data has not left yet and move it only while
-// the sender is inside another engine call (OpenMPI's ob1 over TCP does for large messages): a
-// sender that went on to wait in lccl would starve the receiver, and the cycle closes through the
-// hosts' intra and inter steps (seen as a hang in the Barrier after the Send/Recv ring). Waiting
-// for the receipt keeps the sender in the engine until its data is through; the receipt itself
-// is small enough to leave at once.
 void HierarchicalCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
-  agreed_.clear();
-  if (hostOf_[peer] == host_) {
-    intra_->Send(buf, count, dtype, localOf_[peer]);
-    return;
-  }
-  flat_->Send(buf, count, dtype, peer);
-  uint8_t receipt = 0;
-  flat_->Recv(&receipt, 1, ACL_UINT8, peer);
+  Exchange({PointToPoint::Send(buf, count, dtype, peer)});
 }
 
 void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
+  Exchange({PointToPoint::Recv(buf, count, dtype, peer)});
+}
+
+// Every rank runs the ops with peers on its host first (one intra group), then those with other
+// hosts (one flat group), so the intra groups of a host depend only on each other and no order of
+// a group deadlocks. A mismatch in either part is thrown once both parts ran, as the peers expect
+// both. That a send between hosts returns only once its data is through is the engine's part of
+// the Exchange contract (the mpi engine waits for a delivery report; gloo progresses by itself).
+void HierarchicalCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   agreed_.clear();
-  if (hostOf_[peer] == host_) {
-    intra_->Recv(buf, count, dtype, localOf_[peer]);
-    return;
+  std::vector<PointToPoint> local, remote;
+  for (const PointToPoint& op : ops) {
+    if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
+      Fail(ERROR_INVALID_PARAM, "hierarchical ", ops.size() == 1 ? "Send/Recv" : "Exchange",
+           " (rank ", rank_, "): peer ", op.peer, " is not another rank of ", size_);
+    }
+    if (hostOf_[op.peer] == host_) {
+      PointToPoint onHost = op;
+      onHost.peer = localOf_[op.peer];
+      local.push_back(onHost);
+    } else {
+      remote.push_back(op);
+    }
   }
-  flat_->Recv(buf, count, dtype, peer);
-  const uint8_t receipt = 1;
-  flat_->Send(&receipt, 1, ACL_UINT8, peer);
+  std::exception_ptr mismatch;
+  auto run = [&](Communicator& comm, const std::vector<PointToPoint>& group) {
+    if (group.empty()) return;
+    try {
+      if (group.size() > 1) {
+        comm.Exchange(group);
+      } else if (group[0].kind == PointToPoint::Kind::kSend) {
+        comm.Send(group[0].buf, group[0].count, group[0].dtype, group[0].peer);
+      } else {
+        comm.Recv(group[0].buf, group[0].count, group[0].dtype, group[0].peer);
+      }
+    } catch (const Error& e) {
+      if (e.status() != ERROR_RANK_MISMATCH) throw;
+      if (!mismatch) mismatch = std::current_exception();
+    }
+  };
+  run(*intra_, local);
+  run(*flat_, remote);
+  if (mismatch) std::rethrow_exception(mismatch);
 }
 
 void HierarchicalCommunicator::Barrier() {

@@ -62,6 +62,7 @@ class HierarchicalCommunicator final : public Communicator {
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   /// The default exchange (one hierarchical AllGatherBytes), keeping the records until the next
   /// primitive: they hold every rank's counts, which AllToAllV would otherwise gather again

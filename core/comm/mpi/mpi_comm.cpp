@@ -19,6 +19,7 @@ constexpr int kSendHeaderTag = 7001;
 constexpr int kRecvHeaderTag = 7002;
 constexpr int kDataTag = 7003;
 constexpr int kExchangeTag = 7004;
+constexpr int kDeliveredTag = 7005;
 
 /// Calls body(offset, n) over consecutive pieces of at most MaxCount() elements of `count`.
 template <class Body>
@@ -48,22 +49,22 @@ struct Piece {
 /// MaxCount()-element chunks (the two sides cut a piece identically, and MPI keeps messages of
 /// one pair and tag in order), then all complete together so no pair ordering can deadlock.
 void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::vector<Piece>& recvs,
-                    MPI_Datatype type, size_t elementBytes) {
+                    MPI_Datatype type, size_t elementBytes, int tag = kExchangeTag) {
   std::vector<MPI_Request> requests;
   for (const Piece& p : recvs) {
     ForEachChunk(p.count, [&](size_t offset, int n) {
       requests.emplace_back();
-      CheckMpi(MPI_Irecv(p.data + offset * elementBytes, n, type, p.peer, kExchangeTag, comm,
-                         &requests.back()),
-               "MPI_Irecv");
+      CheckMpi(
+          MPI_Irecv(p.data + offset * elementBytes, n, type, p.peer, tag, comm, &requests.back()),
+          "MPI_Irecv");
     });
   }
   for (const Piece& p : sends) {
     ForEachChunk(p.count, [&](size_t offset, int n) {
       requests.emplace_back();
-      CheckMpi(MPI_Isend(p.data + offset * elementBytes, n, type, p.peer, kExchangeTag, comm,
-                         &requests.back()),
-               "MPI_Isend");
+      CheckMpi(
+          MPI_Isend(p.data + offset * elementBytes, n, type, p.peer, tag, comm, &requests.back()),
+          "MPI_Isend");
     });
   }
   CheckMpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
@@ -240,48 +241,125 @@ void MpiCommunicator::CheckPeer(int peer, const char* role) const {
   }
 }
 
-void MpiCommunicator::MatchPeer(bool sending, size_t count, DataType dtype, int peer) {
-  const int64_t mine[2] = {static_cast<int64_t>(count), dtype};
-  int64_t theirs[2] = {0, 0};
-  const int sendTag = sending ? kSendHeaderTag : kRecvHeaderTag;
-  const int recvTag = sending ? kRecvHeaderTag : kSendHeaderTag;
-  CheckMpi(MPI_Sendrecv(mine, 2, MPI_INT64_T, peer, sendTag, theirs, 2, MPI_INT64_T, peer, recvTag,
-                        comm_, MPI_STATUS_IGNORE),
-           "MPI_Sendrecv");
-  if (mine[0] == theirs[0] && mine[1] == theirs[1]) return;
-  const int64_t* sender = sending ? mine : theirs;
-  const int64_t* receiver = sending ? theirs : mine;
-  const int senderRank = sending ? rank_ : peer, receiverRank = sending ? peer : rank_;
-  Fail(ERROR_RANK_MISMATCH, SendRecvMismatchMessage("mpi", senderRank, sender[0], sender[1],
-                                                    receiverRank, receiver[0], receiver[1]));
+// Every op first swaps a (count, dtype) header with its peer, so a mismatch fails on both sides
+// and moves nothing. All headers are posted at once, and each op posts its data as soon as its
+// own header swap is done (after the op before it on the same channel did): waiting for every
+// header first would deadlock against a peer whose blocking Recv needs this group's data before
+// its next Send can answer a later header.
+//
+// A send completes only once its receiver reports the data delivered. OpenMPI's ob1 over TCP may
+// complete a large send whose data has not left yet and move it only while the sender is inside
+// another MPI call: a sender that returned and then waited in lccl starved its receiver (seen
+// across network namespaces as a hang in the Barrier after a Send/Recv ring between hosts).
+void MpiCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
+  const size_t n = ops.size();
+  std::vector<int64_t> mine(2 * n), theirs(2 * n);
+  std::vector<MPI_Request> requests(2 * n, MPI_REQUEST_NULL);
+  std::vector<int> previous(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const PointToPoint& op = ops[i];
+    const bool send = op.kind == PointToPoint::Kind::kSend;
+    for (size_t j = i; j-- > 0;) {
+      if (ops[j].kind == op.kind && ops[j].peer == op.peer) {
+        previous[i] = static_cast<int>(j);
+        break;
+      }
+    }
+    mine[2 * i] = static_cast<int64_t>(op.count);
+    mine[2 * i + 1] = op.dtype;
+    CheckMpi(MPI_Isend(&mine[2 * i], 2, MPI_INT64_T, op.peer,
+                       send ? kSendHeaderTag : kRecvHeaderTag, comm_, &requests[2 * i]),
+             "MPI_Isend");
+    CheckMpi(MPI_Irecv(&theirs[2 * i], 2, MPI_INT64_T, op.peer,
+                       send ? kRecvHeaderTag : kSendHeaderTag, comm_, &requests[2 * i + 1]),
+             "MPI_Irecv");
+  }
+  enum Stage { kSwapping, kMoving, kDone };
+  std::vector<Stage> stage(n, kSwapping);
+  std::vector<size_t> dataFrom(n, 0), dataTo(n, 0);  // the op's data requests
+  std::vector<uint8_t> delivered(n, 1);              // one-byte delivery reports
+  std::string mismatch;
+  auto complete = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to; ++k) {
+      if (requests[k] != MPI_REQUEST_NULL) return false;
+    }
+    return true;
+  };
+  auto post = [&](bool send, void* data, int bytes, int peer, int tag) {
+    requests.emplace_back();
+    CheckMpi(send ? MPI_Isend(data, bytes, MPI_BYTE, peer, tag, comm_, &requests.back())
+                  : MPI_Irecv(data, bytes, MPI_BYTE, peer, tag, comm_, &requests.back()),
+             send ? "MPI_Isend" : "MPI_Irecv");
+  };
+  auto startData = [&](size_t i) {
+    const PointToPoint& op = ops[i];
+    const bool send = op.kind == PointToPoint::Kind::kSend;
+    const int64_t* m = &mine[2 * i];
+    const int64_t* t = &theirs[2 * i];
+    dataFrom[i] = dataTo[i] = requests.size();
+    stage[i] = kDone;
+    if (m[0] != t[0] || m[1] != t[1]) {
+      if (mismatch.empty()) {
+        mismatch = send ? SendRecvMismatchMessage("mpi", rank_, m[0], m[1], op.peer, t[0], t[1])
+                        : SendRecvMismatchMessage("mpi", op.peer, t[0], t[1], rank_, m[0], m[1]);
+      }
+      return;
+    }
+    auto* data = static_cast<uint8_t*>(op.buf);
+    ForEachChunk(op.count * DataTypeSize(op.dtype), [&](size_t offset, int bytes) {
+      post(send, data + offset, bytes, op.peer, kDataTag);
+    });
+    if (send) post(false, &delivered[i], 1, op.peer, kDeliveredTag);
+    dataTo[i] = requests.size();
+    if (!send) stage[i] = kMoving;  // reports delivery once its data is in
+  };
+  std::vector<int> done(2 * n);
+  for (;;) {
+    for (size_t i = 0; i < n; ++i) {
+      if (stage[i] == kSwapping && complete(2 * i, 2 * i + 2) &&
+          (previous[i] < 0 || stage[previous[i]] != kSwapping)) {
+        startData(i);
+      }
+      if (stage[i] == kMoving && complete(dataFrom[i], dataTo[i])) {
+        post(true, &delivered[i], 1, ops[i].peer, kDeliveredTag);
+        stage[i] = kDone;
+      }
+    }
+    int count = 0;
+    done.resize(requests.size());
+    CheckMpi(MPI_Waitsome(static_cast<int>(requests.size()), requests.data(), &count, done.data(),
+                          MPI_STATUSES_IGNORE),
+             "MPI_Waitsome");
+    if (count == MPI_UNDEFINED) break;  // every request completed: every op is done
+  }
+  if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 
 void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "destination");
   const CallWatch watch("Send", rank_, size_);
   auto lock = SerialiseMpi();
-  const MPI_Datatype type = ElementType(dtype);
-  const size_t e = DataTypeSize(dtype);
-  MatchPeer(true, count, dtype, peer);
-  ForEachChunk(count, [&](size_t offset, int n) {
-    CheckMpi(
-        MPI_Send(static_cast<const uint8_t*>(buf) + offset * e, n, type, peer, kDataTag, comm_),
-        "MPI_Send");
-  });
+  RunGroup({PointToPoint::Send(buf, count, dtype, peer)});
 }
 
 void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "source");
   const CallWatch watch("Recv", rank_, size_);
   auto lock = SerialiseMpi();
-  const MPI_Datatype type = ElementType(dtype);
-  const size_t e = DataTypeSize(dtype);
-  MatchPeer(false, count, dtype, peer);
-  ForEachChunk(count, [&](size_t offset, int n) {
-    CheckMpi(MPI_Recv(static_cast<uint8_t*>(buf) + offset * e, n, type, peer, kDataTag, comm_,
-                      MPI_STATUS_IGNORE),
-             "MPI_Recv");
-  });
+  RunGroup({PointToPoint::Recv(buf, count, dtype, peer)});
+}
+
+void MpiCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
+  for (const PointToPoint& op : ops) {
+    CheckPeer(op.peer, op.kind == PointToPoint::Kind::kSend ? "destination" : "source");
+    if (DataTypeSize(op.dtype) == 0) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, "mpi Exchange: dtype ", DataTypeName(op.dtype),
+           " has no size");
+    }
+  }
+  const CallWatch watch("Exchange", rank_, size_);
+  auto lock = SerialiseMpi();
+  RunGroup(ops);
 }
 
 void MpiCommunicator::Barrier() {

@@ -5,7 +5,8 @@
 // Every primitive is one MPI collective where MPI has it (MPI_Allreduce, MPI_Allgatherv,
 // MPI_Reduce_scatter, MPI_Alltoallv, MPI_Bcast, MPI_Barrier, MPI_Comm_split). Counts or
 // displacements beyond MaxCount() (INT_MAX) take chunked paths instead of being truncated.
-// Send/Recv first swap a (count, dtype) header with the peer so a mismatch fails on both sides.
+// Send/Recv/Exchange first swap a (count, dtype) header with each peer so a mismatch fails on both
+// sides; a group's ops all run nonblocking and complete together (MPI_Waitall).
 #pragma once
 
 #include <mpi.h>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collops/communicator.h"
 
@@ -44,6 +46,7 @@ class MpiCommunicator final : public Communicator {
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
+  void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   std::shared_ptr<Communicator> Split(int color, int key) override;
 
@@ -51,8 +54,8 @@ class MpiCommunicator final : public Communicator {
   // The unlocked bodies (public methods take the serialisation lock, then call these).
   void GatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
                const int64_t* rdispls, DataType dtype);
-  /// Swaps (count, dtype) with `peer`; both sides throw ERROR_RANK_MISMATCH when they differ.
-  void MatchPeer(bool sending, size_t count, DataType dtype, int peer);
+  /// The ops of one group (Send and Recv are groups of one), under the serialisation lock.
+  void RunGroup(const std::vector<PointToPoint>& ops);
   void CheckPeer(int peer, const char* role) const;
 
   MPI_Comm comm_;

@@ -85,7 +85,9 @@ class Communicator {
   /// ring in which every rank sends right and receives left is one group per rank). Each op
   /// meets a Send, Recv or op of a peer's group as Send/Recv would, mismatches included; messages
   /// between one ordered pair of ranks match in the order they are issued. When some op
-  /// mismatches, the others still complete and then the first mismatch is thrown.
+  /// mismatches, the others still complete and then the first mismatch is thrown. A send is done
+  /// only once its data needs nothing more from this rank (its receiver has it, or the engine
+  /// delivers it by itself), so a rank may wait elsewhere right after.
   virtual void Exchange(const std::vector<PointToPoint>& ops);
 
   /// Returns once every rank has entered.

@@ -27,8 +27,9 @@
 //   hosts go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed).
 // - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
 //   host; intra Broadcast from the leader on every other host.
-// - Send/Recv: intra when the peer is on this host, else over flat, where the receiver confirms
-//   with a one-byte receipt so Send returns only once the data is through (hierarchical_comm.cpp).
+// - Send/Recv/Exchange (Send and Recv are groups of one): the ops with peers on this host as one
+//   intra group, then the others as one flat group; the engine's Exchange returns only once a
+//   send's data is through (hierarchical_comm.cpp).
 // - Barrier: intra Barrier, leaders Barrier, intra Barrier (no rank leaves before all entered).
 // - AllGatherBytes: AllGatherV of bytes (above).
 // - Split: flat's Split (the result is an engine communicator, not hierarchical).
