@@ -34,6 +34,19 @@ void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, min
 void* Communicator::AllocateShared(size_t) { return nullptr; }
 bool Communicator::FreeShared(void*) { return false; }
 
+std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops) {
+  std::vector<int> previous(ops.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (size_t j = i; j-- > 0;) {
+      if (ops[j].kind == ops[i].kind && ops[j].peer == ops[i].peer) {
+        previous[i] = static_cast<int>(j);
+        break;
+      }
+    }
+  }
+  return previous;
+}
+
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,
                                     int64_t recvType) {

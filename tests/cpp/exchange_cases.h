@@ -18,7 +18,6 @@
 namespace collops {
 namespace testing {
 
-
 /// Element i of the m-th message of a group from `src` to `dst`.
 inline int32_t ExchangeValue(int src, int dst, int m, size_t i) {
   return static_cast<int32_t>(src * 10000000 + dst * 100000 + m * 1000 + i % 997);
@@ -53,7 +52,8 @@ inline void RingSendingFirst(Communicator& comm, int rank, int size) {
                                          PointToPoint::Recv(got.data(), n, ACL_INT32, left)};
       if (round == 1 && rank % 2 == 1) std::swap(group[0], group[1]);
       comm.Exchange(group);
-      EXPECT_EQ(ExchangeFirstWrong(got, left, rank, round), -1) << "ring n=" << n << " round " << round;
+      EXPECT_EQ(ExchangeFirstWrong(got, left, rank, round), -1)
+          << "ring n=" << n << " round " << round;
     }
   }
 }
@@ -117,7 +117,8 @@ inline void GroupMeetsSendRecv(Communicator& comm, int rank) {
 // there is one): ranks 0 and 1 get the mismatch, the good message arrives, the channels stay
 // usable. A bad peer is refused before anything is announced.
 inline void MismatchInAGroup(Communicator& comm, int rank, int size) {
-  std::vector<int32_t> five = ExchangeMessage(0, 1, 0, 5), good = ExchangeMessage(0, 2, 0, 9), got(9, -1);
+  std::vector<int32_t> five = ExchangeMessage(0, 1, 0, 5), good = ExchangeMessage(0, 2, 0, 9),
+                       got(9, -1);
   std::vector<int32_t> four(4, -1);
   try {
     if (rank == 0) {

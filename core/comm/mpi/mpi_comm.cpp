@@ -255,16 +255,10 @@ void MpiCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
   const size_t n = ops.size();
   std::vector<int64_t> mine(2 * n), theirs(2 * n);
   std::vector<MPI_Request> requests(2 * n, MPI_REQUEST_NULL);
-  std::vector<int> previous(n, -1);
+  const std::vector<int> previous = PreviousOnChannel(ops);
   for (size_t i = 0; i < n; ++i) {
     const PointToPoint& op = ops[i];
     const bool send = op.kind == PointToPoint::Kind::kSend;
-    for (size_t j = i; j-- > 0;) {
-      if (ops[j].kind == op.kind && ops[j].peer == op.peer) {
-        previous[i] = static_cast<int>(j);
-        break;
-      }
-    }
     mine[2 * i] = static_cast<int64_t>(op.count);
     mine[2 * i + 1] = op.dtype;
     CheckMpi(MPI_Isend(&mine[2 * i], 2, MPI_INT64_T, op.peer,

@@ -76,6 +76,7 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
   Enter(op);
   auto where = [this] { return Where(); };
   std::vector<Transfer> group(ops.size());
+  const std::vector<int> previous = PreviousOnChannel(ops);
   // Staged sends share the next round's half: one region per destination, in order of first use.
   std::vector<int> regionOf(size_, -1);
   int regions = 0;
@@ -90,12 +91,7 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
     PairControl& pair = t.send ? segment_.Pair(rank_, t.op.peer) : segment_.Pair(t.op.peer, rank_);
     t.mine = t.send ? &pair.send : &pair.recv;
     t.theirs = t.send ? &pair.recv : &pair.send;
-    for (size_t j = i; j-- > 0;) {
-      if (group[j].send == t.send && group[j].op.peer == t.op.peer) {
-        t.previous = static_cast<int>(j);
-        break;
-      }
-    }
+    t.previous = previous[i];
     if (t.send && !t.cross && t.bytes != 0 && regionOf[t.op.peer] < 0)
       regionOf[t.op.peer] = regions++;
   }

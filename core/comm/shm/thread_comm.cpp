@@ -293,17 +293,13 @@ void ThreadCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
     bool done = false;
   };
   std::vector<Op> group;
+  const std::vector<int> previous = PreviousOnChannel(ops);
   for (const PointToPoint& p : ops) {
     const bool send = p.kind == PointToPoint::Kind::kSend;
     CheckPeer(send ? "Send" : "Recv", p.peer);
     Op op{p, send, CheckedElementSize(send ? "Send" : "Recv", p.dtype, false),
           send ? &group_->channel(rank_, p.peer) : &group_->channel(p.peer, rank_)};
-    for (size_t j = group.size(); j-- > 0;) {
-      if (group[j].send == send && group[j].p2p.peer == p.peer) {
-        op.previous = static_cast<int>(j);
-        break;
-      }
-    }
+    op.previous = previous[group.size()];
     group.push_back(op);
   }
   std::string mismatch;

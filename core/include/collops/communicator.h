@@ -125,6 +125,11 @@ class Communicator {
   [[noreturn]] void Unsupported(const char* what) const;
 };
 
+/// For each op of an Exchange group, the index of the op before it on the same channel (same
+/// kind, same peer), or -1: backends start an op only once that one is done, so messages between
+/// one ordered pair match in the order issued.
+std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops);
+
 /// The ERROR_RANK_MISMATCH text every backend gives both sides of a Send/Recv pair that disagree:
 /// "<backend> Send/Recv: rank S sends N elements of T to rank R, which expects M elements of U
 /// from rank S".
