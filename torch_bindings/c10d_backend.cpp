@@ -516,18 +516,10 @@ class CollopsBackend final : public c10d::Backend {
                   "): ", StatusName(e.status()), ": ", e.what());
   }
 
-  // One group of queued sends and receives; a lone one runs as Send or Recv, which every
-  // communicator has.
+  // One group of queued sends and receives.
   std::string RunP2P(const std::vector<PointToPoint>& ops) {
     try {
-      Communicator& comm = Comm();
-      if (ops.size() != 1) {
-        comm.Exchange(ops);
-      } else if (ops[0].kind == PointToPoint::Kind::kSend) {
-        comm.Send(ops[0].buf, ops[0].count, ops[0].dtype, ops[0].peer);
-      } else {
-        comm.Recv(ops[0].buf, ops[0].count, ops[0].dtype, ops[0].peer);
-      }
+      Comm().Exchange(ops);
       return "";
     } catch (const Error& e) {
       return Describe(e);

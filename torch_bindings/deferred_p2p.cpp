@@ -40,7 +40,7 @@ c10::intrusive_ptr<c10d::Work> DeferredP2P::Send(const at::Tensor& tensor, int p
 
 c10::intrusive_ptr<c10d::Work> DeferredP2P::Recv(at::Tensor& tensor, int peer, int rank) {
   Pending p;
-  p.buffer = tensor.is_contiguous() ? tensor : at::empty_like(tensor).contiguous();
+  p.buffer = tensor.is_contiguous() ? tensor : at::empty(tensor.sizes(), tensor.options());
   if (!tensor.is_contiguous()) p.target = tensor;
   p.op = PointToPoint::Recv(p.buffer.data_ptr(), p.buffer.numel() * p.buffer.element_size(),
                             ACL_INT8, peer);

@@ -27,7 +27,15 @@ void Communicator::AllToAllV(const void*, const int64_t*, const int64_t*, void*,
 void Communicator::Broadcast(void*, size_t, DataType, int) { Unsupported("Broadcast"); }
 void Communicator::Send(const void*, size_t, DataType, int) { Unsupported("Send"); }
 void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }
-void Communicator::Exchange(const std::vector<PointToPoint>&) { Unsupported("Exchange"); }
+void Communicator::Exchange(const std::vector<PointToPoint>& ops) {
+  if (ops.size() != 1) Unsupported("Exchange");
+  const PointToPoint& op = ops[0];
+  if (op.kind == PointToPoint::Kind::kSend) {
+    Send(op.buf, op.count, op.dtype, op.peer);
+  } else {
+    Recv(op.buf, op.count, op.dtype, op.peer);
+  }
+}
 void Communicator::Barrier() { Unsupported("Barrier"); }
 std::shared_ptr<Communicator> Communicator::Split(int, int) { Unsupported("Split"); }
 void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, mine); }

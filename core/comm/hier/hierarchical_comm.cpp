@@ -215,13 +215,7 @@ void HierarchicalCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   auto run = [&](Communicator& comm, const std::vector<PointToPoint>& group) {
     if (group.empty()) return;
     try {
-      if (group.size() > 1) {
-        comm.Exchange(group);
-      } else if (group[0].kind == PointToPoint::Kind::kSend) {
-        comm.Send(group[0].buf, group[0].count, group[0].dtype, group[0].peer);
-      } else {
-        comm.Recv(group[0].buf, group[0].count, group[0].dtype, group[0].peer);
-      }
+      comm.Exchange(group);
     } catch (const Error& e) {
       if (e.status() != ERROR_RANK_MISMATCH) throw;
       if (!mismatch) mismatch = std::current_exception();

@@ -114,12 +114,13 @@ class ProcessCommunicator final : public Communicator {
       return peerCpu.load(std::memory_order_relaxed) == cpu;
     });
   }
-  /// Waits on `word` until ready(); `peer` is the rank whose progress it needs.
-  template <class Ready>
-  void Await(WaitWord& word, Ready&& ready, int peer) {
+  /// Waits on `word` until ready(); `peer` is the rank whose progress it needs (named if the wait
+  /// times out); checkPeers() runs between sleeps and throws when a rank it needs is gone.
+  template <class Ready, class CheckPeers>
+  void Await(WaitWord& word, Ready&& ready, int peer, CheckPeers&& checkPeers) {
     if (Spin(ready, peer)) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(ready, deadline_, [&] { CheckPeer(peer); })) {
+    if (!word.Wait(ready, deadline_, checkPeers)) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));

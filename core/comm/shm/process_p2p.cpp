@@ -119,19 +119,11 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
       }
       return false;
     };
-    const int peer = waiting->op.peer;
-    if (Spin(ready, peer)) continue;
-    deadline_ = Deadline::After(timeoutSeconds_);
-    auto checkPeers = [&] {
+    Await(segment_.Rank(rank_).bell, ready, waiting->op.peer, [&] {
       for (const Transfer& t : group) {
         if (t.stage != Transfer::kDone) CheckPeer(t.op.peer);
       }
-    };
-    if (!segment_.Rank(rank_).bell.Wait(ready, deadline_, checkPeers)) {
-      Break(ERROR_TIMEOUT, peer,
-            Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
-                   timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
-    }
+    });
   }
   if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }

@@ -87,7 +87,8 @@ class Communicator {
   /// between one ordered pair of ranks match in the order they are issued. When some op
   /// mismatches, the others still complete and then the first mismatch is thrown. A send is done
   /// only once its data needs nothing more from this rank (its receiver has it, or the engine
-  /// delivers it by itself), so a rank may wait elsewhere right after.
+  /// delivers it by itself), so a rank may wait elsewhere right after. The default runs a group of
+  /// one as Send or Recv and supports no other.
   virtual void Exchange(const std::vector<PointToPoint>& ops);
 
   /// Returns once every rank has entered.
