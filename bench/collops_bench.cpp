@@ -185,29 +185,17 @@ class RankCase {
         p["rdispls"] = layout_.rdispls;
         Make("AllToAllVOperation", p);
         break;
-      case Op::kSendRecv: {
-        nlohmann::json s = p, r = p;
-        s["destRank"] = (rank + 1) % o.ranks;
-        r["srcRank"] = (rank + o.ranks - 1) % o.ranks;
-        // Blocking send and receive around a ring: even ranks send first, odd ranks receive
-        // first, so the ring never closes into a cycle of waiting senders.
-        const bool sendFirst = rank % 2 == 0;
-        auto send = collops::MakeOperation("SendOperation", s, comm_);
-        auto recv = collops::MakeOperation("RecvOperation", r, comm_);
-        if (sendFirst) {
-          AddStep(std::move(send), {0}, false);
-          AddStep(std::move(recv), {0}, true);
-        } else {
-          AddStep(std::move(recv), {0}, true);
-          AddStep(std::move(send), {0}, false);
-        }
+      case Op::kSendRecv:
+        // Both directions at once, as MPI_Sendrecv and gloo's isend + irecv.
+        p["destRank"] = (rank + 1) % o.ranks;
+        p["srcRank"] = (rank + o.ranks - 1) % o.ranks;
+        Make("SendRecvOperation", p);
         break;
-      }
     }
     FillInput(o.dtype->kind, o.dtype->size, o.op == Op::kBroadcast && rank != 0 ? 0 : rank, in,
               x_[0].data());
     if (o.op == Op::kBroadcast && rank != 0) Poison(x_[0]);
-    for (auto& step : steps_) SetupStep(step);
+    SetupOperation();
   }
 
   void Barrier() {
@@ -219,11 +207,8 @@ class RankCase {
   }
 
   void Execute() {
-    for (auto& step : steps_) {
-      const collops::Status s =
-          step.op->Execute(step.pack, workspace_.data(), workspace_.size(), nullptr);
-      if (s != collops::NO_ERROR) Throw(s, step.op->GetName().c_str());
-    }
+    const collops::Status s = op_->Execute(pack_, workspace_.data(), workspace_.size(), nullptr);
+    if (s != collops::NO_ERROR) Throw(s, op_->GetName().c_str());
   }
 
   /// Poisons the output, runs once more and compares with the golden values.
@@ -244,39 +229,25 @@ class RankCase {
   const Layout& layout() const { return layout_; }
 
  private:
-  struct Step {
-    OperationPtr op;
-    std::vector<int> inputs;  ///< indices into x_ (the recv step uses x_[0] as its template)
-    bool ownOutputs;          ///< outputs allocated from InferShape into y_
-    collops::VariantPack pack;
-  };
-
   void Make(const char* name, const nlohmann::json& p) {
-    std::vector<int> all;
-    for (size_t i = 0; i < x_.size(); ++i) all.push_back(static_cast<int>(i));
-    AddStep(collops::MakeOperation(name, p, comm_), all, true);
+    op_ = collops::MakeOperation(name, p, comm_);
   }
 
-  void AddStep(OperationPtr op, std::vector<int> inputs, bool outputs) {
-    steps_.push_back(Step{std::move(op), std::move(inputs), outputs, {}});
-  }
-
-  void SetupStep(Step& step) {
+  /// Every x_ is an input; the outputs are allocated from InferShape into y_.
+  void SetupOperation() {
     std::vector<collops::TensorDesc> inDescs, outDescs;
-    for (int i : step.inputs) {
-      step.pack.inTensors.push_back(x_[i].tensor);
-      inDescs.push_back(x_[i].tensor.desc);
+    for (const Buffer& x : x_) {
+      pack_.inTensors.push_back(x.tensor);
+      inDescs.push_back(x.tensor.desc);
     }
-    collops::Status s = step.op->InferShape(inDescs, outDescs);
+    collops::Status s = op_->InferShape(inDescs, outDescs);
     if (s != collops::NO_ERROR) Throw(s, "InferShape");
-    if (step.ownOutputs) {
-      for (const auto& d : outDescs) {
-        y_.emplace_back(d.dtype, std::vector<int64_t>(d.shape.dims, d.shape.dims + d.shape.dimNum));
-        step.pack.outTensors.push_back(y_.back().tensor);
-      }
+    for (const auto& d : outDescs) {
+      y_.emplace_back(d.dtype, std::vector<int64_t>(d.shape.dims, d.shape.dims + d.shape.dimNum));
+      pack_.outTensors.push_back(y_.back().tensor);
     }
     uint64_t ws = 0;
-    s = step.op->Setup(step.pack, ws, nullptr);
+    s = op_->Setup(pack_, ws, nullptr);
     if (s != collops::NO_ERROR) Throw(s, "Setup");
     if (ws > workspace_.size()) workspace_.resize(ws);
   }
@@ -293,7 +264,8 @@ class RankCase {
   std::vector<Buffer> x_;
   // Reserved so the tensors handed to Setup keep their addresses while more are added.
   std::vector<Buffer> y_ = Reserved();
-  std::vector<Step> steps_;
+  OperationPtr op_;
+  collops::VariantPack pack_;
   std::vector<uint8_t> workspace_ = std::vector<uint8_t>(64);
   OperationPtr barrier_;
 

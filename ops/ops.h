@@ -14,3 +14,4 @@
 #include "ops/reduce_scatter/reduce_scatter_param.h"
 #include "ops/reduce_scatter_v/reduce_scatter_v_param.h"
 #include "ops/send/send_param.h"
+#include "ops/send_recv/send_recv_param.h"

@@ -304,6 +304,23 @@ void SendRecvRing(const SuiteJob& job, DataType dtype) {
   }
 }
 
+/// SendRecvOperation: every rank sends to r + 1 and receives from r - 1 in one call, with no
+/// ordering between ranks (one group per call: MPI_Sendrecv). At R = 2 this is a pair swap.
+void SendRecvOperationRing(const SuiteJob& job, DataType dtype) {
+  const int R = job.rankSize, me = job.rank;
+  if (R < 2) return;
+  const int next = (me + 1) % R, prev = (me + R - 1) % R;
+  OperationPtr op = MakeOperation("SendRecvOperation",
+                                  job.Param({{"destRank", next}, {"srcRank", prev}}), job.comm);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{37}, BigCount(dtype)}) {
+    const std::string what = Concat("SendRecvOperation ring n=", n, " rank ", me);
+    std::vector<HostTensor> ins = {
+        HostTensor::FromValues(dtype, {n}, TestValues(dtype, n, 21, me))};
+    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+    if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], TestValues(dtype, n, 21, prev), what);
+  }
+}
+
 /// Each rank leaves a marker before the barrier; after it every rank's marker must exist.
 void Barrier(const SuiteJob& job) {
   const std::string prefix = Concat("/tmp/collops-barrier-", job.markerTag, "-");
@@ -352,6 +369,7 @@ void RunEveryOp(const SuiteJob& job, DataType dtype) {
     Broadcast(job, dtype);
     AllToAll(job, dtype);
     SendRecvRing(job, dtype);
+    SendRecvOperationRing(job, dtype);
     Barrier(job);
   }
 }

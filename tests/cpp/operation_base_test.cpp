@@ -176,7 +176,7 @@ TEST(OperationBase, ListOperationsNamesEveryOp) {
                   {"AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
                    "ReduceScatterOperation", "ReduceScatterVOperation", "BroadcastOperation",
                    "AllToAllOperation", "AllToAllVOperation", "AllToAllVV2Operation",
-                   "SendOperation", "RecvOperation", "BarrierOperation"}));
+                   "SendOperation", "RecvOperation", "SendRecvOperation", "BarrierOperation"}));
 }
 
 TEST(OperationBaseErrors, UnknownOperationNameIsInvalidParam) {

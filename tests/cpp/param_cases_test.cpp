@@ -77,7 +77,7 @@ std::set<std::string> OpsInRows(const std::vector<Row>& rows) {
 TEST(ParamCases, EveryRegisteredOpHasASchemaAndRows) {
   const std::vector<std::string> registered = ListOperations();
   const std::set<std::string> ops(registered.begin(), registered.end());
-  EXPECT_EQ(ops.size(), 12u);
+  EXPECT_EQ(ops.size(), 13u);
   std::set<std::string> titled;
   for (const auto& [title, schema] : LoadSchemas()) {
     if (title != "common") titled.insert(title);
@@ -164,6 +164,7 @@ TEST(ParamCases, SchemaKeysAndDefaultsAreTheStructs) {
   ExpectSchemaMatchesStruct<AllToAllVV2Param>(schemas, "AllToAllVV2Operation");
   ExpectSchemaMatchesStruct<SendParam>(schemas, "SendOperation");
   ExpectSchemaMatchesStruct<RecvParam>(schemas, "RecvOperation");
+  ExpectSchemaMatchesStruct<SendRecvParam>(schemas, "SendRecvOperation");
   ExpectSchemaMatchesStruct<BarrierParam>(schemas, "BarrierOperation");
 }
 

@@ -242,10 +242,15 @@ INSTANTIATE_TEST_SUITE_P(
                       PeerCase{"RecvOperation", "srcRank", 2, 4, 2, "this rank"},
                       PeerCase{"RecvOperation", "srcRank", 0, 4, 4, "rankSize = 4"},
                       PeerCase{"RecvOperation", "srcRank", 0, 4, -1, "rankSize = 4"},
-                      PeerCase{"RecvOperation", "srcRank", 0, 1, 0, "this rank"}),
+                      PeerCase{"RecvOperation", "srcRank", 0, 1, 0, "this rank"},
+                      // SendRecv's other peer field defaults to 0, a valid peer of these ranks.
+                      PeerCase{"SendRecvOperation", "destRank", 1, 4, 1, "this rank"},
+                      PeerCase{"SendRecvOperation", "destRank", 2, 4, 4, "rankSize = 4"},
+                      PeerCase{"SendRecvOperation", "srcRank", 3, 4, 3, "this rank"},
+                      PeerCase{"SendRecvOperation", "srcRank", 1, 4, -1, "rankSize = 4"}),
     [](const auto& info) {
       const PeerCase& c = info.param;
-      return Concat(c.field, "_rank", c.rank, "_of", c.rankSize, "_peer",
+      return Concat(c.op, "_", c.field, "_rank", c.rank, "_of", c.rankSize, "_peer",
                     c.peer < 0 ? "Minus1" : std::to_string(c.peer));
     });
 

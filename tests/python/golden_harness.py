@@ -335,6 +335,19 @@ def case_send_recv(ctx, seed):
                 assert_equal(y, payload, f"{ctx} Recv from {src} {dtype}")
 
 
+def case_send_recv_ring(ctx, seed):
+    """SendRecvOperation around the ring (send right, receive left) with no ordering between
+    ranks, every movable dtype, small and past the 16 KiB single-copy threshold."""
+    R = ctx.world_size
+    right, left = (ctx.rank + 1) % R, (ctx.rank - 1) % R
+    op = make_op("SendRecvOperation", ctx.param(destRank=right, srcRank=left))
+    for dtype in MOVABLE:
+        for shape in ((3, 2), (70001,)):
+            (y,) = op.execute([rank_tensor(seed, ctx.rank, shape, dtype)])
+            assert_equal(y, rank_tensor(seed, left, shape, dtype),
+                         f"{ctx} SendRecv from {left} {dtype} {shape}")
+
+
 def case_barrier(ctx, marker_dir):
     """Barrier: after it returns, every rank's pre-barrier marker file exists."""
     op = make_op("BarrierOperation", ctx.param())
@@ -406,6 +419,7 @@ GOLDEN_CASES = {
     "all_to_allv": case_all_to_allv,
     "all_to_allvv2": case_all_to_allvv2,
     "send_recv": case_send_recv,
+    "send_recv_ring": case_send_recv_ring,
     "two_domains": case_two_domains,
     "zero_size": case_zero_size,
 }

@@ -20,7 +20,7 @@ OperationTorch = torch.classes.OperationTorch.OperationTorch
 ALL_OPS = ["AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
            "ReduceScatterOperation", "ReduceScatterVOperation", "BroadcastOperation",
            "AllToAllOperation", "AllToAllVOperation", "AllToAllVV2Operation", "SendOperation",
-           "RecvOperation", "BarrierOperation"]
+           "RecvOperation", "SendRecvOperation", "BarrierOperation"]
 # torch dtype -> ACL DataType code (DESIGN.md section 2).
 ACL_CODES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.uint8: 4,
              torch.int16: 6, torch.int64: 9, torch.float64: 11, torch.bool: 12,
@@ -50,6 +50,7 @@ def counts(*values):
 # the rest run as a one-rank job.
 PEER_PARAMS = {"SendOperation": {"rank": 0, "rankSize": 2, "destRank": 1},
                "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0},
+               "SendRecvOperation": {"rank": 1, "rankSize": 3, "destRank": 2, "srcRank": 0},
                "AllToAllVOperation": {"rank": 0, "rankSize": 1, "sendCounts": [1],
                                       "sdispls": [0], "recvCounts": [1], "rdispls": [0]}}
 
@@ -114,6 +115,7 @@ PARAM_ERRORS = [
                                  "sdispls": [0, -2], "recvCount": 2}, "sdispls"),
     ("SendOperation", {"rank": 0, "rankSize": 2, "destRank": 0}, "destRank"),
     ("RecvOperation", {"rank": 1, "rankSize": 2, "srcRank": 2}, "srcRank"),
+    ("SendRecvOperation", {"rank": 1, "rankSize": 2, "destRank": 0, "srcRank": 1}, "srcRank"),
 ]
 
 
