@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collops/backend.h"
 #include "exchange_cases.h"
@@ -41,6 +42,36 @@ TEST_P(ExchangeTest, ProcessRanks) {
           auto comm = MakeLcclComm(rank, size, std::string("exchange-") + crossFrom);
           SCOPED_TRACE(Concat("COLLOPS_SHM_CMA_BYTES=", crossFrom));
           ExchangeEveryCase(*comm, rank, size);
+        }
+      },
+      options);
+}
+
+// Past the 32 MiB cap (a CPU per rank) a send moves by process_vm_readv only when its group also
+// receives; a lone send is staged. The receiver follows what the sender announced, so groups and
+// lone calls meet in every combination: two groups; a group's send read by a lone Recv, then a
+// lone (staged) Send received inside that group.
+TEST(ExchangeBeyondCrossMemoryCap, ReceiverFollowsTheSendersChoice) {
+  ProcessRanksOptions options;
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        setenv("COLLOPS_SHM_CMA_BYTES", "16384", 1);
+        auto comm = MakeLcclComm(rank, 2, "exchange-cap");
+        const int peer = 1 - rank;
+        const size_t n = (36u << 20) / sizeof(int32_t);
+        for (int m = 0; m < 2; ++m) {
+          const std::vector<int32_t> mine = ExchangeMessage(rank, peer, m, n);
+          std::vector<int32_t> got(n, -1);
+          if (m == 0 || rank == 0) {
+            comm->Exchange({PointToPoint::Send(mine.data(), n, ACL_INT32, peer),
+                            PointToPoint::Recv(got.data(), n, ACL_INT32, peer)});
+          } else {
+            comm->Recv(got.data(), n, ACL_INT32, peer);
+            comm->Send(mine.data(), n, ACL_INT32, peer);
+          }
+          EXPECT_EQ(ExchangeFirstWrong(got, peer, rank, m), -1) << "message " << m;
         }
       },
       options);

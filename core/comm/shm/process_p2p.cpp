@@ -7,10 +7,11 @@
 // only after the group returned — in a region per destination of the group (the whole half for a
 // lone Send), split in two chunk buffers so the sender fills one while the receiver drains the
 // other. A message of at least SegmentHeader::crossMemoryMinBytes, where the creation probe found
-// process_vm_readv allowed, is not staged: the sender announces its address with (count, dtype),
-// and the receiver reads it whole straight into its buffer, one copy instead of two (both sides
-// derive the choice from the count and dtype they just checked are equal). A send completes once
-// the receiver has copied everything (synchronous, like MPI_Ssend).
+// process_vm_readv allowed, is usually not staged (ProcessCommunicator::CrossMessage): the sender
+// announces its address with (count, dtype), and the receiver reads it whole straight into its
+// buffer, one copy instead of two. The sender makes the choice (it may depend on what else its
+// group does) and the receiver follows the announced address. A send completes once the receiver
+// has copied everything (synchronous, like MPI_Ssend).
 //
 // Send and Recv are groups of one. A group never blocks on one transfer: it takes every step any
 // of its transfers can take without waiting, and sleeps on its rank's bell (which every peer rings
@@ -80,6 +81,9 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
   // Staged sends share the next round's half: one region per destination, in order of first use.
   std::vector<int> regionOf(size_, -1);
   int regions = 0;
+  const bool receives = std::any_of(ops.begin(), ops.end(), [](const PointToPoint& p) {
+    return p.kind == PointToPoint::Kind::kRecv;
+  });
   for (size_t i = 0; i < ops.size(); ++i) {
     Transfer& t = group[i];
     t.op = ops[i];
@@ -87,7 +91,7 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
     const size_t e = PeerElementBytes(t.op.peer, rank_, size_, t.op.dtype, where,
                                       t.send ? "destination" : "source");
     t.bytes = t.op.count * e;
-    t.cross = CrossMessage(t.bytes);
+    t.cross = t.send && CrossMessage(t.bytes, receives);  // a receive learns it from the sender
     PairControl& pair = t.send ? segment_.Pair(rank_, t.op.peer) : segment_.Pair(t.op.peer, rank_);
     t.mine = t.send ? &pair.send : &pair.recv;
     t.theirs = t.send ? &pair.recv : &pair.send;
@@ -191,6 +195,7 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
     }
     t.index = t.send ? sendChunks_[peer] : recvChunks_[peer];
     if (!t.send) {
+      t.cross = t.theirs->address[t.slot] != 0;
       t.staging =
           segment_.Half(peer, t.theirs->stagingHalf[t.slot]) + t.theirs->stagingOffset[t.slot];
       t.chunkBytes = t.theirs->chunkBytes[t.slot];
