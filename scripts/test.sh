@@ -35,7 +35,7 @@ snapshot >build/residue.after
 diff build/residue.before build/residue.after || { echo "test suites left residue (above)"; exit 1; }
 
 step "ASan+UBSan build"
-COLLOPS_BUILD_TARGETS="collops_tests collops_mpi_tests collops_mpi_plugin_tests" scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \
+COLLOPS_BUILD_TARGETS="collops_tests collops_mpi_tests collops_mpi_plugin_tests collops_json_demo" scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \
   >build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
 step "ctest (ASan+UBSan)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j2 --output-on-failure --timeout 600)

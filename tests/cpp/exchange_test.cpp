@@ -51,7 +51,7 @@ TEST_P(ExchangeTest, ProcessRanks) {
 // receives; a lone send is staged. The receiver follows what the sender announced, so groups and
 // lone calls meet in every combination: two groups; a group's send read by a lone Recv, then a
 // lone (staged) Send received inside that group.
-TEST(ExchangeBeyondCrossMemoryCap, ReceiverFollowsTheSendersChoice) {
+TEST(ExchangeProcessBeyondCrossMemoryCap, ReceiverFollowsTheSendersChoice) {
   ProcessRanksOptions options;
   options.deadlineSeconds = 90;
   RunProcessRanks(
