@@ -305,6 +305,15 @@ const std::vector<DataType>& MovableDtypes() {
   return dtypes;
 }
 
+const std::vector<DataType>& PointToPointDtypes() {
+  static const std::vector<DataType> dtypes = [] {
+    std::vector<DataType> all = MovableDtypes();
+    all.push_back(ACL_BOOL);
+    return all;
+  }();
+  return dtypes;
+}
+
 const std::vector<int>& GoldenRankSizes() {
   static const std::vector<int> sizes = {1, 2, 3, 4, 7};
   return sizes;

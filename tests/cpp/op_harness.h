@@ -71,6 +71,8 @@ void ExpectClose(const HostTensor& got, const std::vector<double>& golden, const
 
 const std::vector<DataType>& ReducibleDtypes();
 const std::vector<DataType>& MovableDtypes();
+/// Every dtype of DtypeSet::kMovable: MovableDtypes() plus bool (Send, Recv, SendRecv).
+const std::vector<DataType>& PointToPointDtypes();
 /// {1, 2, 3, 4, 7}
 const std::vector<int>& GoldenRankSizes();
 /// gtest-safe name of a dtype, e.g. "float16".

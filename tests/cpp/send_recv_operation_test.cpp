@@ -49,12 +49,6 @@ void SwapAndCheck(int rank, int rankSize, const std::string& domain, int dest, i
                 Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
 }
 
-std::vector<DataType> PointToPointDtypes() {
-  std::vector<DataType> dtypes = MovableDtypes();
-  dtypes.push_back(ACL_BOOL);
-  return dtypes;
-}
-
 class SendRecvOperationGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
 
 // Every rank sends to rank + 1 and receives from rank - 1, all at once: with Send and Recv this

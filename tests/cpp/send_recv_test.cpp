@@ -19,13 +19,6 @@ using ::testing::HasSubstr;
 /// Empty, one element, odd, and large (the ring) or medium (all pairs: R·(R-1) messages).
 std::vector<std::vector<int64_t>> Shapes(int64_t large) { return {{0}, {1}, {3, 7}, {large}}; }
 
-/// The dtypes of DtypeSet::kMovable: MovableDtypes() plus bool.
-std::vector<DataType> PointToPointDtypes() {
-  std::vector<DataType> dtypes = MovableDtypes();
-  dtypes.push_back(ACL_BOOL);
-  return dtypes;
-}
-
 /// What rank `src` sends to rank `dst`: distinct per pair, so a message delivered to the wrong
 /// rank or from the wrong peer cannot match.
 std::vector<double> Message(DataType dtype, int64_t n, int src, int dst) {
