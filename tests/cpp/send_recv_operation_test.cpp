@@ -40,13 +40,15 @@ void SwapAndCheck(int rank, int rankSize, const std::string& domain, int dest, i
                   DataType dtype, const std::vector<int64_t>& shape) {
   OperationPtr op = MakeSendRecv(rank, rankSize, domain, dest, src);
   const int64_t n = NumElements(MakeDims(shape));
-  std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, shape, Message(dtype, n, rank, dest))};
+  std::vector<HostTensor> ins = {
+      HostTensor::FromValues(dtype, shape, Message(dtype, n, rank, dest))};
   std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
   ASSERT_EQ(outs.size(), 1u);
   EXPECT_EQ(outs[0].shape(), shape);
   ASSERT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), NO_ERROR) << LastErrorMessage();
-  ExpectExactly(outs[0], Message(dtype, n, src, rank),
-                Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
+  ExpectExactly(
+      outs[0], Message(dtype, n, src, rank),
+      Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
 }
 
 class SendRecvOperationGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
@@ -60,8 +62,8 @@ TEST_P(SendRecvOperationGolden, RingWithoutOrdering) {
   for (const std::vector<int64_t>& shape :
        std::vector<std::vector<int64_t>>{{0}, {1}, {3, 7}, {65537}}) {
     RunThreadRanks(rankSize, [&](int rank) {
-      SwapAndCheck(rank, rankSize, domain, (rank + 1) % rankSize,
-                   (rank + rankSize - 1) % rankSize, dtype, shape);
+      SwapAndCheck(rank, rankSize, domain, (rank + 1) % rankSize, (rank + rankSize - 1) % rankSize,
+                   dtype, shape);
     });
   }
 }
