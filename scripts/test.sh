@@ -41,7 +41,7 @@ step "ctest (ASan+UBSan)"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest -j2 --output-on-failure --timeout 600)
 
 step "TSan build"
-COLLOPS_BUILD_TARGETS=collops_tests scripts/build.sh build-tsan -DCOLLOPS_SANITIZE=thread -DCOLLOPS_WITH_TORCH=OFF \
+COLLOPS_BUILD_TARGETS="collops_tests collops_json_demo" scripts/build.sh build-tsan -DCOLLOPS_SANITIZE=thread -DCOLLOPS_WITH_TORCH=OFF \
   >build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 step "ctest (TSan, thread-mode tests)"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j2 --output-on-failure --timeout 600 \
