@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <utility>
 
 #include "op_harness.h"
+#include "op_suite.h"
+#include "p2p_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -15,19 +18,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-/// What rank `src` sends to rank `dst`: distinct per pair, so data from the wrong peer fails.
-std::vector<double> Message(DataType dtype, int64_t n, int src, int dst) {
-  return TestValues(dtype, n, 300 + static_cast<uint64_t>(dst), src);
-}
-
+/// The params of a thread rank of the job, with `extra` on top (SuiteJob::Param).
 nlohmann::json ThreadParam(int rank, int rankSize, const std::string& domain,
                            nlohmann::json extra) {
-  extra["rank"] = rank;
-  extra["rankSize"] = rankSize;
-  extra["commMode"] = 1;
-  extra["backend"] = "lccl";
-  extra["commDomain"] = domain;
-  return extra;
+  SuiteJob job;
+  job.rank = rank;
+  job.rankSize = rankSize;
+  job.backend = "lccl";
+  job.commMode = COMM_MULTI_THREAD;
+  job.commDomain = domain;
+  return job.Param(std::move(extra));
 }
 
 OperationPtr MakeSendRecv(int rank, int rankSize, const std::string& domain, int dest, int src) {
@@ -39,16 +39,9 @@ OperationPtr MakeSendRecv(int rank, int rankSize, const std::string& domain, int
 void SwapAndCheck(int rank, int rankSize, const std::string& domain, int dest, int src,
                   DataType dtype, const std::vector<int64_t>& shape) {
   OperationPtr op = MakeSendRecv(rank, rankSize, domain, dest, src);
-  const int64_t n = NumElements(MakeDims(shape));
-  std::vector<HostTensor> ins = {
-      HostTensor::FromValues(dtype, shape, Message(dtype, n, rank, dest))};
-  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
-  ASSERT_EQ(outs.size(), 1u);
-  EXPECT_EQ(outs[0].shape(), shape);
-  ASSERT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), NO_ERROR) << LastErrorMessage();
-  ExpectExactly(
-      outs[0], Message(dtype, n, src, rank),
-      Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
+  std::vector<HostTensor> ins = {HostTensor::FromValues(
+      dtype, shape, PairMessage(dtype, NumElements(MakeDims(shape)), rank, dest))};
+  RunAndExpectMessage(*op, ins, dtype, shape, src, rank);
 }
 
 class SendRecvOperationGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
@@ -103,7 +96,7 @@ TEST(SendRecvOperationPatterns, PeersRunningSendAndRecv) {
     OperationPtr recv =
         MakeOperation("RecvOperation", ThreadParam(rank, 3, domain, {{"srcRank", recvFrom}}));
     std::vector<HostTensor> sendIns = {
-        HostTensor::FromValues(ACL_INT32, {n}, Message(ACL_INT32, n, rank, sendTo))};
+        HostTensor::FromValues(ACL_INT32, {n}, PairMessage(ACL_INT32, n, rank, sendTo))};
     std::vector<HostTensor> none;
     std::vector<HostTensor> recvIns = {HostTensor(ACL_INT32, {n})};
     std::vector<HostTensor> recvOuts = AllocateOutputs(*recv, Tensors(recvIns));
@@ -114,7 +107,7 @@ TEST(SendRecvOperationPatterns, PeersRunningSendAndRecv) {
     auto runRecv = [&] {
       ASSERT_EQ(RunOperation(*recv, Tensors(recvIns), Tensors(recvOuts)), NO_ERROR)
           << LastErrorMessage();
-      ExpectExactly(recvOuts[0], Message(ACL_INT32, n, recvFrom, rank), Concat("rank ", rank));
+      ExpectExactly(recvOuts[0], PairMessage(ACL_INT32, n, recvFrom, rank), Concat("rank ", rank));
     };
     if (rank == 1) {
       runRecv();
@@ -136,7 +129,7 @@ TEST(SendRecvOperationErrors, MismatchedChannelsFailBothSidesOthersDeliver) {
     OperationPtr op = MakeSendRecv(rank, 3, domain, dest, src);
     const int64_t n = rank == 0 ? 5 : 4;
     std::vector<HostTensor> ins = {
-        HostTensor::FromValues(ACL_FLOAT, {n}, Message(ACL_FLOAT, n, rank, dest))};
+        HostTensor::FromValues(ACL_FLOAT, {n}, PairMessage(ACL_FLOAT, n, rank, dest))};
     std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
     const std::vector<double> before = outs[0].ToDoubles();
     EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH)
@@ -144,7 +137,8 @@ TEST(SendRecvOperationErrors, MismatchedChannelsFailBothSidesOthersDeliver) {
     EXPECT_THAT(LastErrorMessage(), HasSubstr("5"));
     EXPECT_THAT(LastErrorMessage(), HasSubstr("4"));
     if (rank == 2) {
-      ExpectExactly(outs[0], Message(ACL_FLOAT, 4, 1, 2), "rank 2's y from the agreeing rank 1");
+      ExpectExactly(outs[0], PairMessage(ACL_FLOAT, 4, 1, 2),
+                    "rank 2's y from the agreeing rank 1");
     } else {
       ExpectExactly(outs[0], before, Concat("rank ", rank, "'s y after a refused message"));
     }

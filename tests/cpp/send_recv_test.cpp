@@ -8,6 +8,7 @@
 #include "op_harness.h"
 #include "ops/recv/recv_param.h"
 #include "ops/send/send_param.h"
+#include "p2p_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -18,12 +19,6 @@ using ::testing::HasSubstr;
 
 /// Empty, one element, odd, and large (the ring) or medium (all pairs: R·(R-1) messages).
 std::vector<std::vector<int64_t>> Shapes(int64_t large) { return {{0}, {1}, {3, 7}, {large}}; }
-
-/// What rank `src` sends to rank `dst`: distinct per pair, so a message delivered to the wrong
-/// rank or from the wrong peer cannot match.
-std::vector<double> Message(DataType dtype, int64_t n, int src, int dst) {
-  return TestValues(dtype, n, 100 + static_cast<uint64_t>(dst), src);
-}
 
 template <class P>
 P PairParam(int rank, int rankSize, const std::string& domain) {
@@ -59,7 +54,7 @@ void SendTo(int rank, int rankSize, const std::string& domain, int dst, DataType
   ASSERT_NE(op, nullptr);
   const int64_t n = NumElements(MakeDims(shape));
   std::vector<HostTensor> ins = {
-      HostTensor::FromValues(dtype, shape, Message(dtype, n, rank, dst))};
+      HostTensor::FromValues(dtype, shape, PairMessage(dtype, n, rank, dst))};
   std::vector<HostTensor> outs;
   ASSERT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), NO_ERROR) << LastErrorMessage();
 }
@@ -69,16 +64,10 @@ void RecvFrom(int rank, int rankSize, const std::string& domain, int src, DataTy
               const std::vector<int64_t>& shape) {
   OperationPtr op = MakeRecv(rank, rankSize, domain, src);
   ASSERT_NE(op, nullptr);
-  const int64_t n = NumElements(MakeDims(shape));
   // The template's data must not leak into y: give it values unlike any message.
-  std::vector<HostTensor> ins = {HostTensor::FromValues(dtype, shape, TestValues(dtype, n, 7, 99))};
-  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
-  ASSERT_EQ(outs.size(), 1u);
-  EXPECT_EQ(outs[0].shape(), shape);
-  ASSERT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), NO_ERROR) << LastErrorMessage();
-  ExpectExactly(
-      outs[0], Message(dtype, n, src, rank),
-      Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
+  std::vector<HostTensor> ins = {
+      HostTensor::FromValues(dtype, shape, TestValues(dtype, NumElements(MakeDims(shape)), 7, 99))};
+  RunAndExpectMessage(*op, ins, dtype, shape, src, rank);
 }
 
 class SendRecvGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};

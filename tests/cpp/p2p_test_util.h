@@ -1,0 +1,35 @@
+// Messages and the receive-side check shared by the point-to-point op tests (Send/Recv and
+// SendRecv on thread ranks).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "op_harness.h"
+
+namespace collops {
+namespace testing {
+
+/// What rank `src` sends to rank `dst`: distinct per pair, so a message delivered to the wrong
+/// rank or from the wrong peer cannot match.
+inline std::vector<double> PairMessage(DataType dtype, int64_t n, int src, int dst) {
+  return TestValues(dtype, n, 100 + static_cast<uint64_t>(dst), src);
+}
+
+/// Runs `op` (a Recv or SendRecv on `rank`, whose only output is y) on `ins` and checks that y
+/// has `shape` and holds what `src` sends to `rank`.
+inline void RunAndExpectMessage(Operation& op, std::vector<HostTensor>& ins, DataType dtype,
+                                const std::vector<int64_t>& shape, int src, int rank) {
+  std::vector<HostTensor> outs = AllocateOutputs(op, Tensors(ins));
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].shape(), shape);
+  ASSERT_EQ(RunOperation(op, Tensors(ins), Tensors(outs)), NO_ERROR) << LastErrorMessage();
+  ExpectExactly(
+      outs[0], PairMessage(dtype, NumElements(MakeDims(shape)), src, rank),
+      Concat("rank ", rank, " from rank ", src, " shape ", DimsToString(MakeDims(shape))));
+}
+
+}  // namespace testing
+}  // namespace collops
