@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
-#include <utility>
 
+#include "collops/param_json.h"
 #include "op_harness.h"
-#include "op_suite.h"
 #include "p2p_test_util.h"
 #include "thread_ranks.h"
 
@@ -18,16 +17,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-/// The params of a thread rank of the job, with `extra` on top (SuiteJob::Param).
+/// ThreadRankParam as JSON, with `extra` on top.
 nlohmann::json ThreadParam(int rank, int rankSize, const std::string& domain,
-                           nlohmann::json extra) {
-  SuiteJob job;
-  job.rank = rank;
-  job.rankSize = rankSize;
-  job.backend = "lccl";
-  job.commMode = COMM_MULTI_THREAD;
-  job.commDomain = domain;
-  return job.Param(std::move(extra));
+                           const nlohmann::json& extra) {
+  nlohmann::json param = ParamToJson(ThreadRankParam(rank, rankSize, domain));
+  param.update(extra);
+  return param;
 }
 
 OperationPtr MakeSendRecv(int rank, int rankSize, const std::string& domain, int dest, int src) {
