@@ -311,7 +311,7 @@ TEST(HierarchicalGoldenDirect, AllToAllVOneWayTraffic) {
   });
 }
 
-/// The flat engine, counting the AllGatherBytes calls that reach it.
+/// The flat engine, counting the AllGatherBytes and Progress calls that reach it.
 class CountingEngine final : public Communicator {
  public:
   explicit CountingEngine(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
@@ -326,7 +326,9 @@ class CountingEngine final : public Communicator {
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override {
     inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
   }
+  void Progress() override { ++progressCalls; }
   int gathers = 0;
+  int progressCalls = 0;
 
  private:
   std::shared_ptr<Communicator> inner_;
@@ -372,6 +374,30 @@ TEST(HierarchicalGoldenDirect, AllToAllVAfterAgreeReusesItsCounts) {
       EXPECT_EQ(engine->gathers, before + 1) << "rank " << rank << ": stale records were used";
     }
   });
+}
+
+/// A rank waiting inside its host keeps its engine moving (the intra waits' idle hook drives the
+/// flat engine's Progress), so a cross-host message it queued just before cannot starve the peer
+/// it waits for (docs/backends.md, "Send/Recv across hosts"). Rank 1 comes 200 ms late to the
+/// intra step of a Barrier that its leader, rank 0, waits in; rank 2 waits for rank 0 in the
+/// leaders' step, which is the engine's own wait (this engine counts, it does not wait).
+TEST(HierarchicalGoldenDirect, WaitsInsideAHostDriveTheEngine) {
+  const HostLayout layout = Layout({0, 0, 1, 1});
+  const int size = 4;
+  const std::string domain = UniqueDomain();
+  std::vector<int> progressCalls(size, -1);
+  RunThreadRanks(size, [&](int rank) {
+    std::shared_ptr<CountingEngine> engine;
+    auto comm = ThreadHierarchy(rank, layout, domain, [&](std::shared_ptr<Communicator> flat) {
+      engine = std::make_shared<CountingEngine>(std::move(flat));
+      return engine;
+    });
+    comm->Barrier();
+    if (rank == 1) usleep(200'000);
+    comm->Barrier();
+    progressCalls[rank] = engine->progressCalls;
+  });
+  EXPECT_GE(progressCalls[0], 2) << "the leader slept ~10 slices waiting for rank 1";
 }
 
 /// Agree() on one exchange then AllToAllV with other counts is a caller's bug: it fails on the

@@ -10,6 +10,7 @@
 
 #include "collops/backend.h"
 #include "collops/communicator.h"
+#include "idle_hook_check.h"
 #include "process_ranks.h"
 
 namespace collops {
@@ -67,6 +68,13 @@ TEST(ProcessWait, EveryWaitPhaseGivesTheSameResults) {
     options.env["COLLOPS_SHM_YIELD_US"] = budget.yieldUs;
     RunProcessRanks(3, [](int rank) { StaggeredAllReduces(rank, 3); }, options);
   }
+}
+
+TEST(ProcessWait, IdleHookRunsWhileAWaitSleeps) {
+  RunProcessRanks(2, [](int rank) {
+    auto comm = MakeLcclComm(rank, 2, "idle-hook");
+    testing::ExpectIdleHookRunsWhileWaiting(*comm, rank);
+  });
 }
 
 /// The CPUs this thread may run on, in order.

@@ -18,6 +18,7 @@
 
 #include "collops/backend.h"
 #include "collops/communicator.h"
+#include "idle_hook_check.h"
 #include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
@@ -382,6 +383,14 @@ TEST_P(ThreadCommGolden, StaggeredArrivalsEndEveryWaitPhase) {
       }
       comm->Barrier();
     }
+  });
+}
+
+TEST(ThreadCommWait, IdleHookRunsWhileAWaitSleeps) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    ExpectIdleHookRunsWhileWaiting(*comm, rank);
   });
 }
 

@@ -209,6 +209,53 @@ TEST(MpiMovement, ByteTypesMove) {
   }
 }
 
+/// OpenMPI over TCP moves a large message only while its sender is inside MPI (weak progress).
+/// Hosts {0, 1} and {2} (COLLOPS_HOST_ID, COLLOPS_ENGINE=mpi): rank 0 starts an 8 MiB message to
+/// rank 1 and then waits inside its host (the intra step of the hierarchical Barrier, lccl) for
+/// rank 1, which is still in MPI_Recv for that very message. Only the lccl waits' idle hook, which
+/// the hierarchical communicator points at the engine's Progress(), lets the data through; without
+/// it rank 0 times out (COLLOPS_TIMEOUT). Needs TCP between the ranks: ctest MpiProgress.R3 runs
+/// it with btl self,tcp (shared memory progresses without the sender).
+TEST(MpiProgress, WaitsInsideAHostDriveTheEngine) {
+  if (WorldSize() != 3) GTEST_SKIP() << "needs three ranks";
+  const int rank = WorldRank();
+  ASSERT_EQ(setenv("COLLOPS_HOST_ID", rank < 2 ? "progress-a" : "progress-b", 1), 0);
+  ASSERT_EQ(setenv("COLLOPS_ENGINE", "mpi", 1), 0);  // mpirun says one node
+  CommParam param;
+  param.backend = "hccl";
+  param.commDomain = "progress";
+  param.rank = rank;
+  param.rankSize = 3;
+  Status status;
+  std::string message;
+  auto comm = TryCreate(param, &status, &message);
+  unsetenv("COLLOPS_HOST_ID");
+  unsetenv("COLLOPS_ENGINE");
+  ASSERT_EQ(status, NO_ERROR) << message;
+  EXPECT_EQ(comm->BackendName(), "hccl(lccl+mpi)");
+  comm->Barrier();  // everything set up: from here on rank 0 calls MPI only through the hook
+
+  std::vector<uint8_t> payload(8 << 20);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7 + 1);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (rank == 0) {
+    ASSERT_EQ(MPI_Isend(payload.data(), static_cast<int>(payload.size()), MPI_BYTE, 1, 77,
+                        MPI_COMM_WORLD, &request),
+              MPI_SUCCESS);
+  }
+  std::vector<uint8_t> received;
+  if (rank == 1) {
+    received.assign(payload.size(), 0);
+    ASSERT_EQ(MPI_Recv(received.data(), static_cast<int>(received.size()), MPI_BYTE, 0, 77,
+                       MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+              MPI_SUCCESS);
+  }
+  status = Guarded([&] { comm->Barrier(); });
+  EXPECT_EQ(status, NO_ERROR) << "rank " << rank << ": " << LastErrorMessage();
+  if (rank == 0) EXPECT_EQ(MPI_Wait(&request, MPI_STATUS_IGNORE), MPI_SUCCESS);
+  if (rank == 1) EXPECT_TRUE(received == payload);
+}
+
 TEST(MpiErrors, MpiErrorsBecomeCommFail) {
   Status status;
   std::string message;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <utility>
 
 #include "collops/hierarchical_communicator.h"
@@ -66,6 +67,14 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator>
          inter_->Rank(), " of ", inter_->Size(), " but this leader is host ", host_, " of ",
          HostCount());
   }
+  // A cross-host message this rank sent just before it went to wait inside its host may still
+  // be queued in its engine (OpenMPI over TCP moves data only inside MPI calls), and the rank
+  // waiting for it may be the one this rank waits for: the intra waits keep the engine moving.
+  // Weak: a caller-made intra communicator may outlive this one.
+  std::weak_ptr<Communicator> engine = flat_;
+  intra_->SetIdleHook([engine] {
+    if (std::shared_ptr<Communicator> e = engine.lock()) e->Progress();
+  });
 }
 
 std::string HierarchicalCommunicator::BackendName() const {

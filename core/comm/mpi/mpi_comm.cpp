@@ -362,6 +362,14 @@ void MpiCommunicator::Barrier() {
   CheckMpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
+void MpiCommunicator::Progress() {
+  const std::unique_lock<std::mutex> lock = TrySerialiseMpi();
+  if (!IsMpiFree(lock) || Finalized()) return;
+  int flag = 0;
+  // An error here belongs to no call of the user's; the engine's next call reports it.
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+}
+
 std::shared_ptr<Communicator> MpiCommunicator::Split(int color, int key) {
   const CallWatch watch("Split", rank_, size_);
   auto lock = SerialiseMpi();

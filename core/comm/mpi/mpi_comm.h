@@ -49,6 +49,9 @@ class MpiCommunicator final : public Communicator {
   void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   std::shared_ptr<Communicator> Split(int color, int key) override;
+  /// One MPI_Iprobe, which runs OpenMPI's progress engine for every communicator; skipped when
+  /// another thread is inside MPI (it progresses) or MPI has been finalised.
+  void Progress() override;
 
  private:
   // The unlocked bodies (public methods take the serialisation lock, then call these).

@@ -75,6 +75,16 @@ std::unique_lock<std::mutex> SerialiseMpi() {
   return r.serialise ? std::unique_lock<std::mutex>(r.callMutex) : std::unique_lock<std::mutex>();
 }
 
+std::unique_lock<std::mutex> TrySerialiseMpi() {
+  Runtime& r = TheRuntime();
+  return r.serialise ? std::unique_lock<std::mutex>(r.callMutex, std::try_to_lock)
+                     : std::unique_lock<std::mutex>();
+}
+
+bool IsMpiFree(const std::unique_lock<std::mutex>& lock) {
+  return lock.owns_lock() || !TheRuntime().serialise;
+}
+
 MPI_Comm PrivateWorld() {
   Runtime& r = TheRuntime();
   std::lock_guard<std::mutex> lock(r.initMutex);

@@ -265,7 +265,7 @@ void ProcessCommunicator::WaitAll() {
     auto arrived = [&] { return peer.posted.load(std::memory_order_acquire) >= round; };
     if (Spin(arrived, r)) continue;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (peer.word.Wait(arrived, deadline_, [&] { CheckPeer(r); })) continue;
+    if (peer.word.Wait(arrived, deadline_, [&] { AfterSlice([&] { CheckPeer(r); }); })) continue;
     std::string missing;
     int first = -1;
     for (int j = 0; j < size_; ++j) {

@@ -27,8 +27,10 @@
 #include <time.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collops/comm_params.h"
@@ -73,6 +75,7 @@ class ProcessCommunicator final : public Communicator {
   /// is 0, R > 64, or the heap has no room.
   void* AllocateShared(size_t bytes) override { return heap_.Allocate(bytes); }
   bool FreeShared(void* p) override { return heap_.Free(p); }
+  void SetIdleHook(std::function<void()> hook) override { idleHook_ = std::move(hook); }
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
@@ -120,11 +123,17 @@ class ProcessCommunicator final : public Communicator {
   void Await(WaitWord& word, Ready&& ready, int peer, CheckPeers&& checkPeers) {
     if (Spin(ready, peer)) return;
     deadline_ = Deadline::After(timeoutSeconds_);
-    if (!word.Wait(ready, deadline_, checkPeers)) {
+    if (!word.Wait(ready, deadline_, [&] { AfterSlice(checkPeers); })) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
                    timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
     }
+  }
+  /// What a wait does after each sleep slice: checkPeers(), then the idle hook.
+  template <class CheckPeers>
+  void AfterSlice(CheckPeers&& checkPeers) {
+    checkPeers();
+    if (idleHook_) idleHook_();
   }
   /// Throws (and breaks the communicator) when `peer` died or any rank published an abort.
   void CheckPeer(int peer);
@@ -267,7 +276,8 @@ class ProcessCommunicator final : public Communicator {
   uint64_t round_ = 0;
   std::vector<uint64_t> sendMessages_, recvMessages_, sendChunks_, recvChunks_;
   double timeoutSeconds_ = 300;
-  WaitBudget budget_;  ///< SegmentHeader::spinNanos and yieldNanos
+  WaitBudget budget_;               ///< SegmentHeader::spinNanos and yieldNanos
+  std::function<void()> idleHook_;  ///< SetIdleHook's
   const char* op_ = "";
   bool agreementPending_ = false;  ///< Agree() wrote a record that the next Round() carries
   CallSignature agreement_;        ///< its names, for the messages

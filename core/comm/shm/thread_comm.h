@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collops/comm_params.h"
@@ -54,6 +56,9 @@ class ThreadCommunicator final : public Communicator {
   void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   bool Broken() const override { return group_->Broken(); }
+  void SetIdleHook(std::function<void()> hook) override {
+    group_->slot(rank_).idle = std::move(hook);
+  }
 
  private:
   /// Publishes this rank's arguments of a collective in its slot.

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,9 @@ struct alignas(kCacheLine) RankSlot {
   /// The CPU this rank last waited on: a waiter that finds another rank there yields instead of
   /// spinning (SpinThenYield).
   std::atomic<int32_t> cpu{-1};
+  /// Run by this rank's waits after each sleep slice (Communicator::SetIdleHook). Only this
+  /// rank's thread touches it.
+  std::function<void()> idle;
 };
 
 /// One direction (src -> dst) of a point-to-point pair. The sender posts message k by filling the
@@ -107,7 +111,10 @@ class ThreadGroup {
     double timeout = 0;
     if (!ok) {
       timeout = CommTimeoutSeconds();
-      ok = word.Wait(done, Deadline::After(timeout), [] {});
+      const std::function<void()>& idle = slots_[rank].idle;
+      ok = word.Wait(done, Deadline::After(timeout), [&] {
+        if (idle) idle();
+      });
     }
     ThrowIfBroken();
     return ok ? 0 : timeout;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -116,6 +117,21 @@ class Communicator {
   virtual void* AllocateShared(size_t bytes);
   /// Returns AllocateShared() memory; false when `p` did not come from this communicator.
   virtual bool FreeShared(void* p);
+
+  /// Lets the engine move data it has queued, without blocking. OpenMPI over TCP progresses only
+  /// inside MPI calls, so a message a rank sent just before it went to wait elsewhere (in lccl)
+  /// may sit in its queue while the receiver waits for it (mpi: one MPI_Iprobe). The default
+  /// does nothing: engines that progress on their own threads (gloo) or finish every transfer
+  /// inside the call (lccl) have nothing to drive.
+  virtual void Progress() {}
+
+  /// `hook` runs on the waiting thread each time one of this communicator's waits has slept a
+  /// slice (lccl: 20 ms) and the peer has still not come; an empty hook removes it. The
+  /// hierarchical communicator installs its engine's Progress() on its lccl communicator, so a
+  /// rank waiting inside its host keeps its cross-host messages moving. Set it before the
+  /// communicator is in use. The default ignores it (backends whose waits are their engine's own
+  /// progress loop).
+  virtual void SetIdleHook(std::function<void()> hook) { (void)hook; }
 
   /// True once the communicator has failed for good (timeout, lost peer): every later call
   /// throws the same error, and the pool replaces it on the next Get().

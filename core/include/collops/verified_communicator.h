@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "collops/communicator.h"
 
@@ -23,6 +24,8 @@ class VerifiedCommunicator final : public Communicator {
   bool Broken() const override { return inner_->Broken(); }
   void* AllocateShared(size_t bytes) override { return inner_->AllocateShared(bytes); }
   bool FreeShared(void* p) override { return inner_->FreeShared(p); }
+  void Progress() override { inner_->Progress(); }
+  void SetIdleHook(std::function<void()> hook) override { inner_->SetIdleHook(std::move(hook)); }
 
   void AllGatherBytes(const void* in, void* out, size_t bytes) override;
   void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
