@@ -68,7 +68,6 @@ class HierarchicalCommunicator final : public Communicator {
   /// primitive: they hold every rank's counts, which AllToAllV would otherwise gather again
   /// across the hosts (at 2 hosts x 2 ranks, 4 KiB: a third of the call).
   void Agree(const CallSignature& mine) override;
-  void Progress() override { flat_->Progress(); }
   std::shared_ptr<Communicator> Split(int color, int key) override;
 
  private:

@@ -363,8 +363,8 @@ void MpiCommunicator::Barrier() {
 }
 
 void MpiCommunicator::Progress() {
-  const std::unique_lock<std::mutex> lock = TrySerialiseMpi();
-  if (!IsMpiFree(lock) || Finalized()) return;
+  const auto lock = TrySerialiseMpi();
+  if (!lock || Finalized()) return;
   int flag = 0;
   // An error here belongs to no call of the user's; the engine's next call reports it.
   MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);

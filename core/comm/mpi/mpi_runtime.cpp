@@ -75,14 +75,12 @@ std::unique_lock<std::mutex> SerialiseMpi() {
   return r.serialise ? std::unique_lock<std::mutex>(r.callMutex) : std::unique_lock<std::mutex>();
 }
 
-std::unique_lock<std::mutex> TrySerialiseMpi() {
+std::optional<std::unique_lock<std::mutex>> TrySerialiseMpi() {
   Runtime& r = TheRuntime();
-  return r.serialise ? std::unique_lock<std::mutex>(r.callMutex, std::try_to_lock)
-                     : std::unique_lock<std::mutex>();
-}
-
-bool IsMpiFree(const std::unique_lock<std::mutex>& lock) {
-  return lock.owns_lock() || !TheRuntime().serialise;
+  if (!r.serialise) return std::unique_lock<std::mutex>();
+  std::unique_lock<std::mutex> lock(r.callMutex, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return lock;
 }
 
 MPI_Comm PrivateWorld() {

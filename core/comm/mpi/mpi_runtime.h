@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <mutex>
+#include <optional>
 
 namespace collops {
 namespace mpi {
@@ -24,11 +25,9 @@ bool LibraryInitialisedMpi();
 /// A lock held around every MPI call when the thread level MPI provides is below
 /// MPI_THREAD_MULTIPLE (the calls are then serialised); an empty lock otherwise.
 std::unique_lock<std::mutex> SerialiseMpi();
-/// SerialiseMpi() that never waits: the lock does not own its mutex when another thread holds it
-/// (that thread is inside MPI, driving its progress already). Check with IsMpiFree().
-std::unique_lock<std::mutex> TrySerialiseMpi();
-/// Whether the caller may call MPI under `lock` (from TrySerialiseMpi()).
-bool IsMpiFree(const std::unique_lock<std::mutex>& lock);
+/// SerialiseMpi() that never waits: nothing when another thread holds the lock (that thread is
+/// inside MPI, driving its progress already).
+std::optional<std::unique_lock<std::mutex>> TrySerialiseMpi();
 
 /// The library's duplicate of MPI_COMM_WORLD (MPI_ERRORS_RETURN set on it), made on first use:
 /// the first call is collective over MPI_COMM_WORLD. The application's MPI_COMM_WORLD and its
