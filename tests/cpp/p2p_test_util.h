@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "op_harness.h"
@@ -16,6 +18,12 @@ namespace testing {
 /// rank or from the wrong peer cannot match.
 inline std::vector<double> PairMessage(DataType dtype, int64_t n, int src, int dst) {
   return TestValues(dtype, n, 100 + static_cast<uint64_t>(dst), src);
+}
+
+/// The golden suites' parameter: rank count and dtype ("R4_float16").
+using RanksAndDtype = std::tuple<int, DataType>;
+inline std::string RanksAndDtypeName(const ::testing::TestParamInfo<RanksAndDtype>& info) {
+  return Concat("R", std::get<0>(info.param), "_", DtypeTestName(std::get<1>(info.param)));
 }
 
 /// Runs `op` (a Recv or SendRecv on `rank`, whose only output is y) on `ins` and checks that y

@@ -39,7 +39,7 @@ void SwapAndCheck(int rank, int rankSize, const std::string& domain, int dest, i
   RunAndExpectMessage(*op, ins, dtype, shape, src, rank);
 }
 
-class SendRecvOperationGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
+class SendRecvOperationGolden : public ::testing::TestWithParam<RanksAndDtype> {};
 
 // Every rank sends to rank + 1 and receives from rank - 1, all at once: with Send and Recv this
 // ring needs even/odd ordering; one SendRecv per rank needs none. 65537 elements pass through
@@ -59,10 +59,7 @@ TEST_P(SendRecvOperationGolden, RingWithoutOrdering) {
 INSTANTIATE_TEST_SUITE_P(SendRecvOperation, SendRecvOperationGolden,
                          ::testing::Combine(::testing::Values(2, 3, 4, 7),
                                             ::testing::ValuesIn(PointToPointDtypes())),
-                         [](const auto& info) {
-                           return Concat("R", std::get<0>(info.param), "_",
-                                         DtypeTestName(std::get<1>(info.param)));
-                         });
+                         RanksAndDtypeName);
 
 // destRank == srcRank: ranks swap with a partner (0<->1, 2<->3), then the ring runs backwards
 // on the same operations' communicator, so both channels of every pair carry traffic.

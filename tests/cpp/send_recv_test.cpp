@@ -70,7 +70,7 @@ void RecvFrom(int rank, int rankSize, const std::string& domain, int src, DataTy
   RunAndExpectMessage(*op, ins, dtype, shape, src, rank);
 }
 
-class SendRecvGolden : public ::testing::TestWithParam<std::tuple<int, DataType>> {};
+class SendRecvGolden : public ::testing::TestWithParam<RanksAndDtype> {};
 
 // Every rank sends to rank+1 and receives from rank-1. Odd ranks receive first, so the ring has
 // no cycle of blocked senders for any R.
@@ -114,10 +114,7 @@ TEST_P(SendRecvGolden, AllPairsInFixedOrder) {
 INSTANTIATE_TEST_SUITE_P(SendRecv, SendRecvGolden,
                          ::testing::Combine(::testing::Values(2, 3, 4, 7),
                                             ::testing::ValuesIn(PointToPointDtypes())),
-                         [](const auto& info) {
-                           return Concat("R", std::get<0>(info.param), "_",
-                                         DtypeTestName(std::get<1>(info.param)));
-                         });
+                         RanksAndDtypeName);
 
 // Only element count and dtype must match; the shapes may differ (the message is flat).
 TEST(SendRecvGoldenShapes, ShapesMayDifferWhenCountsAgree) {
