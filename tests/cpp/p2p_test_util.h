@@ -2,6 +2,7 @@
 // SendRecv on thread ranks).
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -24,6 +25,19 @@ inline std::vector<double> PairMessage(DataType dtype, int64_t n, int src, int d
 using RanksAndDtype = std::tuple<int, DataType>;
 inline std::string RanksAndDtypeName(const ::testing::TestParamInfo<RanksAndDtype>& info) {
   return Concat("R", std::get<0>(info.param), "_", DtypeTestName(std::get<1>(info.param)));
+}
+
+/// `op` (a Recv or SendRecv, whose y takes its float32 {4} input's shape and dtype) refuses a y of
+/// another shape (naming y), another dtype, and a missing y, before any communication.
+inline void ExpectOutputMustFollowInput(Operation& op) {
+  std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {4})};
+  std::vector<HostTensor> wrongShape = {HostTensor(ACL_FLOAT, {5})};
+  EXPECT_EQ(RunOperation(op, Tensors(ins), Tensors(wrongShape)), ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("y"));
+  std::vector<HostTensor> wrongDtype = {HostTensor(ACL_INT32, {4})};
+  EXPECT_EQ(RunOperation(op, Tensors(ins), Tensors(wrongDtype)), ERROR_INVALID_TENSOR_DTYPE);
+  std::vector<HostTensor> none;
+  EXPECT_EQ(RunOperation(op, Tensors(ins), Tensors(none)), ERROR_INVALID_TENSOR_NUM);
 }
 
 /// Runs `op` (a Recv or SendRecv on `rank`, whose only output is y) on `ins` and checks that y

@@ -174,14 +174,9 @@ TEST(SendRecvOperationErrors, TensorCountsShapeAndDtype) {
                                   {{"rank", 0}, {"rankSize", 2}, {"destRank", 1}, {"srcRank", 1}});
   EXPECT_EQ(op->GetInputNum(), 1u);
   EXPECT_EQ(op->GetOutputNum(), 1u);
+  ExpectOutputMustFollowInput(*op);
   std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {4})};
-  std::vector<HostTensor> wrongShape = {HostTensor(ACL_FLOAT, {5})};
-  EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(wrongShape)), ERROR_INVALID_TENSOR_DIM);
-  EXPECT_THAT(LastErrorMessage(), HasSubstr("y"));
-  std::vector<HostTensor> wrongDtype = {HostTensor(ACL_INT32, {4})};
-  EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(wrongDtype)), ERROR_INVALID_TENSOR_DTYPE);
   std::vector<HostTensor> none;
-  EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(none)), ERROR_INVALID_TENSOR_NUM);
   EXPECT_EQ(RunOperation(*op, Tensors(none), Tensors(ins)), ERROR_INVALID_IN_TENSOR_NUM);
 }
 
