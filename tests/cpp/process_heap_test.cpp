@@ -616,6 +616,49 @@ TEST_P(ProcessHeapTest, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds
   }
 }
 
+/// A root whose buffer lies in its heap publishes no process_vm_readv address, and its peers must
+/// not read the one it published for an earlier call: a Broadcast by process_vm_readv takes two
+/// rounds, so the next call's first round reuses its slot. The old buffer still holds other
+/// values; a peer that read it would get them instead of the heap buffer's.
+TEST_P(ProcessHeapTest, SharedBroadcastAfterProcessVmReadvOneReadsOnlyTheHeap) {
+  const int size = GetParam();
+  ProcessRanksOptions options = SmallSlots(true);
+  options.env["COLLOPS_ALGO_BROADCAST"] = "cma";
+  options.env["COLLOPS_ALGO_ALLGATHER"] = "cma";
+  RunProcessRanks(
+      size,
+      [size](int rank) {
+        auto comm = MakeProcessComm(rank, size, "stale-cma");
+        ASSERT_TRUE(comm->CrossMemory()) << "process_vm_readv refused: the test needs it";
+        const int root = size - 1;
+        const size_t count = 16384;  // 64 KiB of int32: above every threshold
+        for (const bool gather : {false, true}) {
+          SCOPED_TRACE(gather ? "AllGather first" : "Broadcast first");
+          std::vector<int32_t> ordinary(count, rank == root ? 7 : 0);
+          if (gather) {
+            std::vector<int32_t> all(count * size);
+            std::vector<int64_t> counts(size, count), displs(size);
+            for (int r = 0; r < size; ++r) displs[r] = r * static_cast<int64_t>(count);
+            comm->AllGatherV(ordinary.data(), count, all.data(), counts.data(), displs.data(),
+                             ACL_INT32);
+          } else {
+            comm->Broadcast(ordinary.data(), count, ACL_INT32, root);
+            EXPECT_EQ(ordinary, std::vector<int32_t>(count, 7)) << "rank " << rank;
+          }
+          std::fill(ordinary.begin(), ordinary.end(), -1);  // what a stale read would copy
+          auto* shared = static_cast<int32_t*>(comm->AllocateShared(count * sizeof(int32_t)));
+          ASSERT_NE(shared, nullptr);
+          std::fill(shared, shared + count, rank == root ? 3 : 0);
+          comm->Broadcast(shared, count, ACL_INT32, root);
+          EXPECT_EQ(std::vector<int32_t>(shared, shared + count), std::vector<int32_t>(count, 3))
+              << "rank " << rank << " of " << size;
+          comm->FreeShared(shared);
+          comm->Barrier();  // the root's ordinary buffer outlives every peer's read
+        }
+      },
+      options);
+}
+
 /// Drops CAP_SYS_PTRACE (root has it), without which this process may read only the memory of
 /// dumpable processes of its user; `closed`: makes this process not dumpable.
 void RefuseCrossMemory(bool closed = true) {

@@ -128,8 +128,8 @@ void ProcessCommunicator::GatherRounds(const uint8_t* in, size_t myBytes, uint8_
   // until they have. An input of ordinary memory large enough for process_vm_readv is not staged
   // either: the others read it from this rank's process.
   const bool shared = PublishInput(in, myBytes, kDirectWholeBytes) >= 0;
-  const bool crossHere =
-      !shared && PublishCrossInput(segment_.Header().allGatherAlgo, in, myBytes, outputBytes);
+  const bool crossHere = PublishCrossInput(segment_.Header().allGatherAlgo, shared ? nullptr : in,
+                                           myBytes, outputBytes);
   const size_t half = segment_.HalfBytes();
   std::vector<bool> staged(size_, true);  // by rank: its input went through its slot
   size_t rounds = 1;
@@ -228,9 +228,8 @@ void ProcessCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int
   // read it from the root's process.
   const bool rootShared =
       PublishInput(rank_ == root ? data : nullptr, bytes, kDirectWholeBytes) >= 0;
-  const bool rootCross =
-      !rootShared && PublishCrossInput(segment_.Header().broadcastAlgo,
-                                       rank_ == root ? data : nullptr, bytes, bytes);
+  const bool rootCross = PublishCrossInput(
+      segment_.Header().broadcastAlgo, rank_ == root && !rootShared ? data : nullptr, bytes, bytes);
   const size_t half = segment_.HalfBytes();
   size_t rounds = 1;
   bool direct = false;

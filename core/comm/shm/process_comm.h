@@ -210,7 +210,9 @@ class ProcessCommunicator final : public Communicator {
   /// GatherRounds, Broadcast: publishes with the next round whether this rank's input `in`
   /// (null: none) of `bytes`, for a call of `outputBytes` per rank, moves by process_vm_readv,
   /// and then its address (DirectTable at[0]); `algo` is the op's COLLOPS_ALGO_* choice. Returns
-  /// that. Its receivers follow the flag.
+  /// that. Its receivers follow the flag, so every rank calls it in every such call, also with no
+  /// input to offer: the flag's slot is reused every other round, and a slot left alone would
+  /// still point the peers at the buffer of an earlier call.
   bool PublishCrossInput(int32_t algo, const uint8_t* in, size_t bytes, size_t outputBytes);
   /// After that round: whether `rank` flagged kCrossMemory (any op that moves something of its
   /// by process_vm_readv).
