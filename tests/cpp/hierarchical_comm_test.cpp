@@ -28,6 +28,7 @@
 #include "op_harness.h"
 #include "op_suite.h"
 #include "process_ranks.h"
+#include "random_schedule.h"
 #include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
@@ -138,6 +139,21 @@ TEST(HierarchicalGoldenDirect, ExchangeOnEveryLayout) {
     RunThreadRanks(size, [&](int rank) {
       std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
       ExchangeEveryCase(*comm, rank, size);
+    });
+  }
+}
+
+/// Calls of every kind one after another (random_schedule.h) on every layout: the count matrix
+/// an Agree leaves for the next AllToAllV must never be read by a later call.
+TEST(HierarchicalGoldenDirect, RandomScheduleOnEveryLayout) {
+  for (size_t c = 0; c < LayoutCases().size(); ++c) {
+    SCOPED_TRACE(LayoutCases()[c].name);
+    const HostLayout layout = Layout(LayoutCases()[c].hostOfRank);
+    const int size = static_cast<int>(layout.hostOfRank.size());
+    const std::string domain = UniqueDomain();
+    RunThreadRanks(size, [&](int rank) {
+      std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
+      RunRandomSchedule(*comm, 300 + c, 30);
     });
   }
 }
@@ -495,6 +511,18 @@ TEST(HcclAuto, RankTableOnTwoServersRunsHierarchicalEveryOp) {
       [](int rank) {
         ExpectBackendAndRunSuite(HcclParam(rank, 4, Table("two_servers.json"), "hier-table"),
                                  "hccl(lccl+lccl)", {ACL_FLOAT16});
+      },
+      AcrossPretendHosts());
+}
+
+TEST(HcclAuto, RandomScheduleAcrossPretendHosts) {
+  RunProcessRanks(
+      4,
+      [](int rank) {
+        std::shared_ptr<Communicator> comm = DefaultContext().Communicators().Get(
+            HcclParam(rank, 4, Table("two_servers.json"), "hier-schedule"));
+        EXPECT_EQ(comm->BackendName(), "hccl(lccl+lccl)") << "rank " << rank;
+        RunRandomSchedule(*comm, 400, 40);
       },
       AcrossPretendHosts());
 }

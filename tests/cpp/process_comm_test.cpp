@@ -17,12 +17,14 @@
 #include "collops/reduce.h"
 #include "piece_layout.h"
 #include "process_ranks.h"
+#include "random_schedule.h"
 
 namespace collops {
 namespace {
 
 using testing::ProcessRanksOptions;
 using testing::RunProcessRanks;
+using testing::RunRandomSchedule;
 
 uint16_t FloatToHalf(float value) {
   uint32_t x;
@@ -475,6 +477,24 @@ TEST_P(ProcessCommTest, ReductionsAreBitIdenticalOnEveryRank) {
       }
     }
   });
+}
+
+/// Calls of every kind one after another (random_schedule.h), with a 64 KiB slot (many staged
+/// rounds) and with the default one (one round, process_vm_readv, heap buffers).
+TEST_P(ProcessCommTest, RandomSchedulesMatchTheirGolden) {
+  const int size = GetParam();
+  for (bool smallSlot : {true, false}) {
+    SCOPED_TRACE(smallSlot ? "COLLOPS_SHM_BYTES=65536" : "default COLLOPS_SHM_BYTES");
+    ProcessRanksOptions options = smallSlot ? SmallBuffer() : ProcessRanksOptions{};
+    options.deadlineSeconds = 90;
+    RunProcessRanks(
+        size,
+        [size, smallSlot](int rank) {
+          auto comm = MakeLcclComm(rank, size, "schedule");
+          RunRandomSchedule(*comm, 100 * size + smallSlot, 40);
+        },
+        options);
+  }
 }
 
 TEST(ProcessCommRegistry, LcclIsRegisteredForMultiProcessMode) {

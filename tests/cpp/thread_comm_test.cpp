@@ -19,6 +19,7 @@
 #include "collops/backend.h"
 #include "collops/communicator.h"
 #include "idle_hook_check.h"
+#include "random_schedule.h"
 #include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
@@ -40,6 +41,16 @@ TEST_P(ThreadCommGolden, IdentifiesItself) {
     EXPECT_EQ(comm->Rank(), rank);
     EXPECT_EQ(comm->Size(), size);
     EXPECT_FALSE(comm->Broken());
+  });
+}
+
+/// Calls of every kind one after another (random_schedule.h).
+TEST_P(ThreadCommGolden, RandomScheduleMatchesItsGolden) {
+  const int size = GetParam();
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(size, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, size, domain);
+    RunRandomSchedule(*comm, 200 + size, 40);
   });
 }
 
