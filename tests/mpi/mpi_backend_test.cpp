@@ -6,7 +6,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdint>
 #include <memory>
@@ -170,6 +172,50 @@ TEST(DISABLED_MpiWatchdog, BlockedCallEndsTheJobNamingOpAndRank) {
   int32_t in = 1, out = 0;
   comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
   ADD_FAILURE() << "AllReduce returned although rank 1 never called it";
+}
+
+/// Every rank of a call must take the same path (one MPI collective, or chunked point to point),
+/// though only the counts are shared: displacements and the counts of other pairs are each rank's
+/// own. Under MpiChunked (COLLOPS_MPI_MAX_COUNT=1000) the last rank's output places its pieces
+/// beyond one int while the others' do not, and only some ranks move large pieces; a choice that
+/// rested on those hung every rank until the watchdog.
+TEST(MpiMovement, RanksWithOtherDisplacementsOrCountsTakeTheSamePath) {
+  const int R = WorldSize(), me = WorldRank();
+  Status status;
+  std::string message;
+  auto comm = TryCreate(MpiParam("same-path", me, R), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  const int64_t far = me == R - 1 ? 5000 : 0;  // beyond COLLOPS_MPI_MAX_COUNT=1000
+  std::vector<int64_t> counts(R, 10), displs(R);
+  for (int r = 0; r < R; ++r) displs[r] = far + 10 * r;
+  std::vector<int32_t> in(10, me), out(far + 10 * R, -1);
+  comm->AllGatherV(in.data(), 10, out.data(), counts.data(), displs.data(), ACL_INT32);
+  for (int r = 0; r < R; ++r) {
+    EXPECT_EQ(std::vector<int32_t>(out.begin() + displs[r], out.begin() + displs[r] + 10),
+              std::vector<int32_t>(10, r))
+        << "AllGatherV piece of rank " << r;
+  }
+  EXPECT_EQ(std::count(out.begin(), out.end(), -1), far) << "AllGatherV wrote outside its pieces";
+  // AllToAllV: rank 0 sends 3000 elements to itself, every other piece is 2 elements.
+  std::vector<int64_t> sendCounts(R, 2), recvCounts(R, 2), sdispls(R), rdispls(R);
+  if (me == 0) sendCounts[0] = recvCounts[0] = 3000;
+  for (int r = 1; r < R; ++r) {
+    sdispls[r] = sdispls[r - 1] + sendCounts[r - 1];
+    rdispls[r] = rdispls[r - 1] + recvCounts[r - 1];
+  }
+  std::vector<int32_t> send(sdispls[R - 1] + sendCounts[R - 1]);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t k = 0; k < sendCounts[r]; ++k) send[sdispls[r] + k] = me * 100000 + r * 10000 + k;
+  }
+  std::vector<int32_t> recv(rdispls[R - 1] + recvCounts[R - 1], -1);
+  comm->AllToAllV(send.data(), sendCounts.data(), sdispls.data(), recv.data(), recvCounts.data(),
+                  rdispls.data(), ACL_INT32);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t k = 0; k < recvCounts[r]; ++k) {
+      ASSERT_EQ(recv[rdispls[r] + k], r * 100000 + me * 10000 + k)
+          << "from rank " << r << " at " << k;
+    }
+  }
 }
 
 TEST(MpiMovement, ByteTypesMove) {

@@ -137,11 +137,29 @@ void MpiCommunicator::GatherV(const void* in, size_t sendCount, void* out,
   const size_t e = DataTypeSize(dtype);
   auto* bytes = static_cast<uint8_t*>(out);
   uint8_t* mine = bytes + rdispls[rank_] * e;
-  if (sendCount <= MaxCount() && FitsInt(recvCounts, size_) && FitsInt(rdispls, size_)) {
-    const std::vector<int> counts = Ints(recvCounts, size_), displs = Ints(rdispls, size_);
-    CheckMpi(MPI_Allgatherv(in == mine ? MPI_IN_PLACE : in, static_cast<int>(sendCount), type, out,
-                            counts.data(), displs.data(), type, comm_),
+  // Every rank must pick the same path, so the choice rests on the counts, which all ranks share
+  // (sendCount is recvCounts[Rank()]); the displacements are each rank's own, and a rank whose
+  // rdispls are beyond one int gathers into a packed buffer and places the pieces itself.
+  int64_t total = 0;
+  for (int j = 0; j < size_; ++j) total += recvCounts[j];
+  if (total <= static_cast<int64_t>(MaxCount())) {
+    if (FitsInt(rdispls, size_)) {
+      const std::vector<int> counts = Ints(recvCounts, size_), displs = Ints(rdispls, size_);
+      CheckMpi(MPI_Allgatherv(in == mine ? MPI_IN_PLACE : in, static_cast<int>(sendCount), type,
+                              out, counts.data(), displs.data(), type, comm_),
+               "MPI_Allgatherv");
+      return;
+    }
+    std::vector<int> counts = Ints(recvCounts, size_), displs(size_);
+    for (int j = 1; j < size_; ++j) displs[j] = displs[j - 1] + counts[j - 1];
+    std::vector<uint8_t> packed(static_cast<size_t>(total) * e);
+    CheckMpi(MPI_Allgatherv(in, static_cast<int>(sendCount), type, packed.data(), counts.data(),
+                            displs.data(), type, comm_),
              "MPI_Allgatherv");
+    for (int j = 0; j < size_; ++j) {
+      std::memmove(bytes + rdispls[j] * e, packed.data() + static_cast<size_t>(displs[j]) * e,
+                   static_cast<size_t>(counts[j]) * e);
+    }
     return;
   }
   if (in != mine) std::memmove(mine, in, sendCount * e);
@@ -204,14 +222,10 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
   auto lock = SerialiseMpi();
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
-  if (FitsInt(sendCounts, size_) && FitsInt(sdispls, size_) && FitsInt(recvCounts, size_) &&
-      FitsInt(rdispls, size_)) {
-    const std::vector<int> sc = Ints(sendCounts, size_), sd = Ints(sdispls, size_),
-                           rc = Ints(recvCounts, size_), rd = Ints(rdispls, size_);
-    CheckMpi(MPI_Alltoallv(in, sc.data(), sd.data(), type, out, rc.data(), rd.data(), type, comm_),
-             "MPI_Alltoallv");
-    return;
-  }
+  // Always point to point, every piece posted at once: a rank knows
+  // only its own row and column of the counts, so a choice between MPI_Alltoallv and chunked
+  // sends that rested on them could differ between ranks and hang both. Each piece is cut by its
+  // count alone, which its two ranks share.
   auto* input = const_cast<uint8_t*>(static_cast<const uint8_t*>(in));  // only ever sent from
   auto* output = static_cast<uint8_t*>(out);
   std::memmove(output + rdispls[rank_] * e, input + sdispls[rank_] * e, recvCounts[rank_] * e);
