@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <memory>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,8 +33,8 @@ enum class Kind {
 };
 
 const char* KindName(Kind kind) {
-  static const char* const names[] = {"AllReduce", "AllGatherV", "ReduceScatterV",
-                                      "AllToAllV", "Broadcast",  "Exchange",
+  static const char* const names[] = {"AllReduce", "AllGatherV",    "ReduceScatterV",
+                                      "AllToAllV", "Broadcast",     "Exchange",
                                       "Barrier",   "AllGatherBytes"};
   return names[static_cast<int>(kind)];
 }
@@ -174,7 +176,8 @@ void ExpectBuffer(const uint8_t* got, const Expected& want, DataType dtype,
   size_t i = 0;
   while (std::memcmp(got + i * e, bytes.data() + i * e, e) == 0) ++i;
   ADD_FAILURE() << call << ": element " << i << " of " << bytes.size() / e << " is "
-                << Describe(got + i * e, dtype) << ", want " << Describe(bytes.data() + i * e, dtype);
+                << Describe(got + i * e, dtype) << ", want "
+                << Describe(bytes.data() + i * e, dtype);
 }
 
 std::string CountsText(const std::vector<int64_t>& counts) {
@@ -221,6 +224,7 @@ class Step {
       case Kind::kExchange:
         return Exchange();
       case Kind::kBarrier:
+        Starting();
         return comm_.Barrier();
       case Kind::kAllGatherBytes:
         return AllGatherBytes();
@@ -230,6 +234,12 @@ class Step {
   }
 
  private:
+  /// COLLOPS_TEST_SCHEDULE_TRACE=1: names each call before it starts (to find the one that hangs).
+  void Starting() const {
+    static const bool trace = std::getenv("COLLOPS_TEST_SCHEDULE_TRACE") != nullptr;
+    if (trace) std::fprintf(stderr, "%s\n", call_.c_str());
+  }
+
   /// The agreement check an operation runs first, on the steps that draw it.
   void Agree(const std::string& opName, int64_t count = -1, int root = -1,
              std::vector<int64_t> sendCounts = {}, std::vector<int64_t> recvCounts = {}) {
@@ -267,6 +277,7 @@ class Step {
          [&](int64_t i) { return ReduceValue(reduceOp_, rank_, step_, i); });
     const std::unique_ptr<CallBuffer> out = Buffer("out", inPlace ? 0 : count);
     uint8_t* result = inPlace ? in->data() : out->data();
+    Starting();
     Agree(ReducingOpName("AllReduce", reduceOp_), count);
     comm_.AllReduce(in->data(), result, static_cast<size_t>(count), dtype_, reduceOp_);
     Expected want(count, dtype_);
@@ -284,8 +295,10 @@ class Step {
     const int64_t total = mine_.Layout(counts, &rdispls);
     call_ += Concat(" recvCounts ", CountsText(counts), " rdispls ", CountsText(rdispls));
     const std::unique_ptr<CallBuffer> in = Buffer("in", counts[rank_]);
-    Fill(in->data(), dtype_, 0, counts[rank_], [&](int64_t i) { return MoveValue(rank_, step_, i); });
+    Fill(in->data(), dtype_, 0, counts[rank_],
+         [&](int64_t i) { return MoveValue(rank_, step_, i); });
     const std::unique_ptr<CallBuffer> out = Buffer("out", total);
+    Starting();
     Agree("AllGatherV");
     comm_.AllGatherV(in->data(), static_cast<size_t>(counts[rank_]), out->data(), counts.data(),
                      rdispls.data(), dtype_);
@@ -304,11 +317,11 @@ class Step {
                     CountsText(sdispls));
     const std::unique_ptr<CallBuffer> in = Buffer("in", total);
     for (int i = 0; i < size_; ++i) {
-      Fill(in->data(), dtype_, sdispls[i], counts[i], [&](int64_t k) {
-        return ReduceValue(reduceOp_, rank_, step_, i * kPieceStride + k);
-      });
+      Fill(in->data(), dtype_, sdispls[i], counts[i],
+           [&](int64_t k) { return ReduceValue(reduceOp_, rank_, step_, i * kPieceStride + k); });
     }
     const std::unique_ptr<CallBuffer> out = Buffer("out", counts[rank_]);
+    Starting();
     Agree(ReducingOpName("ReduceScatterV", reduceOp_));
     comm_.ReduceScatterV(in->data(), counts.data(), sdispls.data(), out->data(),
                          static_cast<size_t>(counts[rank_]), dtype_, reduceOp_);
@@ -340,6 +353,7 @@ class Step {
            [&](int64_t k) { return MoveValue(rank_, step_, i * kPieceStride + k); });
     }
     const std::unique_ptr<CallBuffer> out = Buffer("out", outTotal);
+    Starting();
     Agree("AllToAllV", -1, -1, sendCounts, recvCounts);
     comm_.AllToAllV(in->data(), sendCounts.data(), sdispls.data(), out->data(), recvCounts.data(),
                     rdispls.data(), dtype_);
@@ -360,6 +374,7 @@ class Step {
     // Non-roots start from values of their own, which must all be replaced.
     Fill(buf->data(), dtype_, 0, count,
          [&](int64_t i) { return MoveValue(rank_ == root ? root : rank_ + 50, step_, i); });
+    Starting();
     Agree("Broadcast", count, root);
     comm_.Broadcast(buf->data(), static_cast<size_t>(count), dtype_, root);
     Expected want(count, dtype_);
@@ -389,6 +404,7 @@ class Step {
     }
     // Receives first on odd steps: a group's order must not matter.
     if (step_ % 2 == 1) std::reverse(ops.begin(), ops.end());
+    Starting();
     comm_.Exchange(ops);
     for (int m = 0; m < messages; ++m) {
       const int64_t in = counts[m][left];
@@ -404,6 +420,7 @@ class Step {
     const auto byteOf = [&](int r, size_t b) { return static_cast<uint8_t>(r * 31 + b + step_); };
     std::vector<uint8_t> in(bytes + 1), out(bytes * size_ + 1, kSentinel);
     for (size_t b = 0; b < bytes; ++b) in[b] = byteOf(rank_, b);
+    Starting();
     comm_.AllGatherBytes(in.data(), out.data(), bytes);
     std::vector<uint8_t> want(out.size(), kSentinel);
     for (int r = 0; r < size_; ++r) {
@@ -426,6 +443,11 @@ class Step {
 }  // namespace
 
 void RunRandomSchedule(Communicator& comm, uint64_t seed, int steps, int64_t maxCount) {
+  // Soak runs: other schedules without a rebuild (every rank of a job sees the same environment).
+  if (const char* offset = std::getenv("COLLOPS_TEST_SCHEDULE_SEED")) {
+    seed += std::strtoull(offset, nullptr, 10) * 1000;
+  }
+  if (const char* more = std::getenv("COLLOPS_TEST_SCHEDULE_STEPS")) steps = std::atoi(more);
   for (int step = 0; step < steps; ++step) {
     Step(comm, seed, step, maxCount).Run();
   }

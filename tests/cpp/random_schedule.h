@@ -8,6 +8,12 @@
 //
 // Every rank draws the same schedule from the seed and checks its own outputs against values it
 // computes for all ranks, including that bytes outside every written range stay untouched.
+//
+// Soak runs: COLLOPS_TEST_SCHEDULE_SEED=N shifts every seed (other schedules, same tests) and
+// COLLOPS_TEST_SCHEDULE_STEPS=N sets the number of calls (COLLOPS_TEST_SCHEDULE_TRACE=1 names each
+// call on stderr before it starts, to find one that hangs), e.g.
+//   for n in $(seq 1 200); do COLLOPS_TEST_SCHEDULE_SEED=$n build/tests/collops_tests \
+//     --gtest_filter='*RandomSchedule*' || break; done
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,19 @@
 // The golden op suite (tests/cpp/op_suite.h) on real mpirun ranks: every operation, every suite
 // dtype, on the configured backend (Engine.*: "mpi" here; the cross-host runs filter this test
 // and pass COLLOPS_TEST_BACKEND / COLLOPS_TEST_RANK_TABLE) and on a communicator the application
-// made itself and handed over (MpiAdopted.*).
+// made itself and handed over (MpiAdopted.*); Engine.RandomSchedule runs a random sequence of
+// calls (tests/cpp/random_schedule.h) on the configured backend.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
 
 #include <memory>
 
+#include "collops/context.h"
 #include "collops/mpi_communicator.h"
 #include "mpi_job.h"
 #include "op_suite.h"
+#include "random_schedule.h"
 
 namespace collops {
 namespace testing {
@@ -28,6 +31,18 @@ TEST(Engine, EveryOpEveryDtype) {
     SCOPED_TRACE(DataTypeName(dtype));
     RunEveryOp(job, dtype);
   }
+}
+
+/// Calls of every kind one after another (tests/cpp/random_schedule.h) on the configured backend.
+TEST(Engine, RandomSchedule) {
+  CommParam param;
+  param.rank = WorldRank();
+  param.rankSize = WorldSize();
+  param.backend = TestBackend();
+  param.commDomain = "engine-schedule";
+  param.rankTableFile = TestRankTable();
+  std::shared_ptr<Communicator> comm = DefaultContext().Communicators().Get(param);
+  RunRandomSchedule(*comm, 500 + WorldSize(), 40);
 }
 
 /// World split by parity with MPI_Comm_split, adopted with MakeMpiCommunicator: the even ranks

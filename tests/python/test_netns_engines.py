@@ -1,7 +1,7 @@
 """The golden op suite across 2 simulated hosts x 2 ranks, on the engines of issue 7.
 
-collops_mpi_tests' Engine.* test (tests/mpi: every operation, every suite dtype, golden values)
-is started by mpirun into two network namespaces (netns_harness.py, tests/netns/rsh_agent.sh):
+collops_mpi_tests' Engine.* tests (tests/mpi: every operation, every suite dtype, golden values;
+then a random schedule of calls, tests/cpp/random_schedule.h) are started by mpirun into two network namespaces (netns_harness.py, tests/netns/rsh_agent.sh):
   - backend "mpi": flat OpenMPI (vader inside a host, TCP between);
   - backend "hccl": hierarchical, hosts found by exchanging HostIdentity over MPI;
   - backend "hccl" with a rank table describing the layout;
@@ -67,8 +67,8 @@ def run_suite(hosts, backend, table=None):
 
 def assert_suite_passed(code, out):
     assert code == 0, out[-6000:]
-    # One "[  PASSED  ] 1 test." per rank: every rank ran the whole suite.
-    passed = {int(r) for r in re.findall(r"\[\d+,(\d)\]<stdout>:\[  PASSED  \] 1 test\.", out)}
+    # One "[  PASSED  ] 2 tests." per rank: every rank ran the suite and the schedule.
+    passed = {int(r) for r in re.findall(r"\[\d+,(\d)\]<stdout>:\[  PASSED  \] 2 tests\.", out)}
     assert passed == {0, 1, 2, 3}, out[-6000:]
 
 
