@@ -204,26 +204,24 @@ std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int ran
   return values;
 }
 
+double FoldPair(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+  }
+  return a;
+}
+
 std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op) {
   std::vector<double> out = perRank[0];
   for (size_t r = 1; r < perRank.size(); ++r) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      const double v = perRank[r][i];
-      switch (op) {
-        case ReduceOp::kSum:
-          out[i] += v;
-          break;
-        case ReduceOp::kProd:
-          out[i] *= v;
-          break;
-        case ReduceOp::kMax:
-          out[i] = std::max(out[i], v);
-          break;
-        case ReduceOp::kMin:
-          out[i] = std::min(out[i], v);
-          break;
-      }
-    }
+    for (size_t i = 0; i < out.size(); ++i) out[i] = FoldPair(op, out[i], perRank[r][i]);
   }
   return out;
 }

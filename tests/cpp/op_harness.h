@@ -51,6 +51,8 @@ double RoundTrip(DataType dtype, double value);
 std::vector<double> TestValues(DataType dtype, int64_t n, uint64_t seed, int rank,
                                bool forProd = false);
 
+/// One step of a reduction's golden: `op` applied to two values, in double.
+double FoldPair(ReduceOp op, double a, double b);
 /// Golden of a reduction: the ranks' values folded in rank order in double (the dtype's rounding
 /// is applied by the comparison).
 std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op);

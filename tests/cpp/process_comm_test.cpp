@@ -15,6 +15,7 @@
 #include "collops/backend.h"
 #include "collops/communicator.h"
 #include "collops/reduce.h"
+#include "op_harness.h"
 #include "piece_layout.h"
 #include "process_ranks.h"
 #include "random_schedule.h"
@@ -22,6 +23,7 @@
 namespace collops {
 namespace {
 
+using testing::FoldPair;
 using testing::ProcessRanksOptions;
 using testing::RunProcessRanks;
 using testing::RunRandomSchedule;
@@ -116,20 +118,6 @@ double Value(int rank, size_t i, int seed, ReduceOp op = ReduceOp::kSum) {
   return static_cast<double>((rank * 131 + i * 7 + seed) % 13) - 6;
 }
 
-double Fold(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
-    case ReduceOp::kProd:
-      return a * b;
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kMin:
-      return std::min(a, b);
-  }
-  return 0;
-}
-
 const DataType kDtypes[] = {ACL_INT32, ACL_FLOAT, ACL_FLOAT16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin};
 /// 33333 int32 = 130 KiB: twice the 64 KiB slot of these tests.
@@ -183,7 +171,8 @@ TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
                 for (size_t i = 0; i < n; ++i) {
                   in.Set(i, Value(rank, i, 1, op));
                   want[i] = Value(0, i, 1, op);
-                  for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, i, 1, op));
+                  for (int r = 1; r < size; ++r)
+                    want[i] = FoldPair(op, want[i], Value(r, i, 1, op));
                 }
                 const bool inPlace = n % 2 == 1;
                 comm->AllReduce(in.Data(), inPlace ? in.Data() : out.Data(), n, dtype, op);
@@ -282,7 +271,7 @@ TEST_P(ProcessCommTest, ReduceScatterV) {
               for (int64_t i = 0; i < counts[rank]; ++i) {
                 const size_t at = displs[rank] + i;
                 want[i] = Value(0, at, 4, op);
-                for (int r = 1; r < size; ++r) want[i] = Fold(op, want[i], Value(r, at, 4, op));
+                for (int r = 1; r < size; ++r) want[i] = FoldPair(op, want[i], Value(r, at, 4, op));
               }
               comm->ReduceScatterV(in.Data(), counts.data(), displs.data(), out.Data(),
                                    counts[rank], dtype, op);

@@ -58,20 +58,6 @@ double ReduceValue(ReduceOp op, int rank, int step, int64_t i) {
   return static_cast<double>((rank * 37 + i * 11 + step * 5) % 15) - 7;
 }
 
-double Fold(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
-    case ReduceOp::kProd:
-      return a * b;
-    case ReduceOp::kMax:
-      return std::max(a, b);
-    case ReduceOp::kMin:
-      return std::min(a, b);
-  }
-  return a;
-}
-
 /// One generator's draws: the schedule's (same on every rank) or one rank's own.
 class Draws {
  public:
@@ -283,7 +269,8 @@ class Step {
     Expected want(count, dtype_);
     for (int64_t i = 0; i < count; ++i) {
       double v = ReduceValue(reduceOp_, 0, step_, i);
-      for (int r = 1; r < size_; ++r) v = Fold(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
+      for (int r = 1; r < size_; ++r)
+        v = FoldPair(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
       want.Set(i, v);
     }
     ExpectBuffer(result, want, dtype_, call_);
@@ -329,7 +316,8 @@ class Step {
     for (int64_t k = 0; k < counts[rank_]; ++k) {
       const int64_t i = rank_ * kPieceStride + k;
       double v = ReduceValue(reduceOp_, 0, step_, i);
-      for (int r = 1; r < size_; ++r) v = Fold(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
+      for (int r = 1; r < size_; ++r)
+        v = FoldPair(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
       want.Set(k, v);
     }
     ExpectBuffer(out->data(), want, dtype_, call_);
