@@ -157,7 +157,7 @@ std::string Describe(const uint8_t* element, DataType dtype) {
 void ExpectBuffer(const uint8_t* got, const Expected& want, DataType dtype,
                   const std::string& call) {
   const std::vector<uint8_t>& bytes = want.bytes();
-  if (std::memcmp(got, bytes.data(), bytes.size()) == 0) return;
+  if (bytes.empty() || std::memcmp(got, bytes.data(), bytes.size()) == 0) return;
   const size_t e = DataTypeSize(dtype);
   size_t i = 0;
   while (std::memcmp(got + i * e, bytes.data() + i * e, e) == 0) ++i;

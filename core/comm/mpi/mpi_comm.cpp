@@ -157,6 +157,7 @@ void MpiCommunicator::GatherV(const void* in, size_t sendCount, void* out,
                             displs.data(), type, comm_),
              "MPI_Allgatherv");
     for (int j = 0; j < size_; ++j) {
+      if (counts[j] == 0) continue;
       std::memmove(bytes + rdispls[j] * e, packed.data() + static_cast<size_t>(displs[j]) * e,
                    static_cast<size_t>(counts[j]) * e);
     }
@@ -195,6 +196,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
       packed.resize(static_cast<size_t>(total) * e);
       uint8_t* cursor = packed.data();
       for (int i = 0; i < size_; ++i) {
+        if (sendCounts[i] == 0) continue;  // all empty: no packed buffer (null) to copy into
         std::memcpy(cursor, input + sdispls[i] * e, sendCounts[i] * e);
         cursor += sendCounts[i] * e;
       }
