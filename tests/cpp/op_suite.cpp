@@ -27,6 +27,17 @@ nlohmann::json SuiteJob::Param(nlohmann::json extra) const {
   return extra;
 }
 
+CommParam SuiteJob::Comm() const {
+  CommParam param;
+  param.rank = rank;
+  param.rankSize = rankSize;
+  param.commMode = static_cast<CommMode>(commMode);
+  param.commDomain = commDomain;
+  if (!backend.empty()) param.backend = backend;
+  param.rankTableFile = rankTableFile;
+  return param;
+}
+
 namespace {
 
 using Grid = std::vector<std::vector<int64_t>>;

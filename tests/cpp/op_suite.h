@@ -32,6 +32,8 @@ struct SuiteJob {
   std::string rankTableFile;     ///< "" = none; else every op's "rankTableFile"
 
   nlohmann::json Param(nlohmann::json extra = nlohmann::json::object()) const;
+  /// The communicator params of the job (what Param() gives every op; `comm` is not carried).
+  CommParam Comm() const;
 };
 
 /// Every op accepting `dtype` (reductions for reducible dtypes, data movement for the movement

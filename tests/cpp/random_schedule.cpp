@@ -41,23 +41,6 @@ const char* KindName(Kind kind) {
 
 constexpr uint8_t kSentinel = 0xA5;
 constexpr uint8_t kPoison = 0xEE;
-/// Spreads the pieces of one rank's data apart in the value sequence.
-constexpr int64_t kPieceStride = 1000003;
-
-/// Data-movement values: exact in every dtype (int8 included), different per rank and position.
-double MoveValue(int rank, int step, int64_t i) {
-  return static_cast<double>((rank * 53 + i * 7 + step * 3) % 101) - 50;
-}
-
-/// Reduction inputs whose fold over up to 7 ranks stays exact in every reducible dtype.
-double ReduceValue(ReduceOp op, int rank, int step, int64_t i) {
-  if (op == ReduceOp::kProd) {
-    if ((rank + i + step) % 3 == 0) return -1;
-    return rank == 0 && i % 5 == 0 ? 2 : 1;
-  }
-  return static_cast<double>((rank * 37 + i * 11 + step * 5) % 15) - 7;
-}
-
 /// One generator's draws: the schedule's (same on every rank) or one rank's own.
 class Draws {
  public:
@@ -97,42 +80,72 @@ class Draws {
   std::mt19937_64 gen_;
 };
 
+/// Ordinary buffers of the last calls, poisoned and kept out of malloc's reach: a peer that reads
+/// or writes one late (process_vm_readv/writev of a stale address) meets the poison, never memory
+/// malloc has handed out again (which may even hold the very values the check expects).
+class Quarantine {
+ public:
+  void Keep(std::vector<uint8_t> bytes) { current_.push_back(std::move(bytes)); }
+  /// Called after each step: frees what the step before the last one left.
+  void NextStep() {
+    previous_ = std::move(current_);
+    current_.clear();
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> previous_, current_;
+};
+
 /// A buffer of one call, from the communicator's heap or ordinary memory, full of the sentinel.
 class CallBuffer {
  public:
-  CallBuffer(Communicator& comm, int64_t elements, DataType dtype, bool shared)
-      : comm_(comm), bytes_(static_cast<size_t>(elements) * DataTypeSize(dtype)) {
+  CallBuffer(Communicator& comm, Quarantine& quarantine, int64_t elements, DataType dtype,
+             bool shared)
+      : comm_(comm),
+        quarantine_(quarantine),
+        bytes_(static_cast<size_t>(elements) * DataTypeSize(dtype)) {
     if (shared && bytes_ > 0) shared_ = static_cast<uint8_t*>(comm.AllocateShared(bytes_));
     if (shared_ == nullptr) own_.resize(std::max<size_t>(bytes_, 1));
     std::memset(data(), kSentinel, bytes_);
   }
   /// Poisons the memory first: a peer that reads or writes it late then leaves a trace the next
-  /// calls' checks see, instead of meeting a golden that happens to sit at the same address.
+  /// calls' checks see.
   ~CallBuffer() {
     std::memset(data(), kPoison, bytes_);
-    if (shared_ != nullptr) comm_.FreeShared(shared_);
+    if (shared_ != nullptr) {
+      comm_.FreeShared(shared_);
+    } else {
+      quarantine_.Keep(std::move(own_));
+    }
   }
   CallBuffer(const CallBuffer&) = delete;
   CallBuffer& operator=(const CallBuffer&) = delete;
 
   uint8_t* data() { return shared_ != nullptr ? shared_ : own_.data(); }
-  size_t bytes() const { return bytes_; }
   bool shared() const { return shared_ != nullptr; }
 
  private:
   Communicator& comm_;
+  Quarantine& quarantine_;
   size_t bytes_;
   uint8_t* shared_ = nullptr;
   std::vector<uint8_t> own_;
 };
+
+/// Writes `values` into `buf` from element `at` on.
+void Fill(uint8_t* buf, DataType dtype, int64_t at, const std::vector<double>& values) {
+  const size_t e = DataTypeSize(dtype);
+  for (size_t k = 0; k < values.size(); ++k) DoubleToElement(dtype, values[k], buf + (at + k) * e);
+}
 
 /// What a buffer must hold: the sentinel except where a call writes.
 class Expected {
  public:
   Expected(int64_t elements, DataType dtype)
       : dtype_(dtype), bytes_(static_cast<size_t>(elements) * DataTypeSize(dtype), kSentinel) {}
-  void Set(int64_t i, double value) {
-    DoubleToElement(dtype_, value, bytes_.data() + i * DataTypeSize(dtype_));
+  /// Elements [at, at + values.size()) must hold `values`.
+  void Set(int64_t at, const std::vector<double>& values) {
+    Fill(bytes_.data(), dtype_, at, values);
   }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
 
@@ -140,12 +153,6 @@ class Expected {
   DataType dtype_;
   std::vector<uint8_t> bytes_;
 };
-
-void Fill(uint8_t* buf, DataType dtype, int64_t at, int64_t count,
-          const std::function<double(int64_t)>& value) {
-  const size_t e = DataTypeSize(dtype);
-  for (int64_t k = 0; k < count; ++k) DoubleToElement(dtype, value(k), buf + (at + k) * e);
-}
 
 std::string Describe(const uint8_t* element, DataType dtype) {
   const size_t e = DataTypeSize(dtype);
@@ -175,8 +182,9 @@ std::string CountsText(const std::vector<int64_t>& counts) {
 /// One step of the schedule on one rank.
 class Step {
  public:
-  Step(Communicator& comm, uint64_t seed, int step, int64_t maxCount)
+  Step(Communicator& comm, Quarantine& quarantine, uint64_t seed, int step, int64_t maxCount)
       : comm_(comm),
+        quarantine_(quarantine),
         rank_(comm.Rank()),
         size_(comm.Size()),
         step_(step),
@@ -243,9 +251,22 @@ class Step {
   /// A buffer for `role` of `elements`, from the heap (AllocateShared) when this rank draws that
   /// and the communicator has one; the call's description says where it lies.
   std::unique_ptr<CallBuffer> Buffer(const char* role, int64_t elements) {
-    auto buffer = std::make_unique<CallBuffer>(comm_, elements, dtype_, mine_.Coin());
+    auto buffer = std::make_unique<CallBuffer>(comm_, quarantine_, elements, dtype_, mine_.Coin());
     if (buffer->shared()) call_ += Concat(" ", role, "@heap");
     return buffer;
+  }
+
+  /// Piece `piece` of rank `rank`'s data in this step (TestValues: exact in the dtype, and
+  /// reductions of them over 7 ranks too); every rank computes any rank's.
+  std::vector<double> Values(int rank, int piece, int64_t count) const {
+    return TestValues(dtype_, count, static_cast<uint64_t>(step_) * 4099 + piece, rank,
+                      reduceOp_ == ReduceOp::kProd);
+  }
+  /// The golden of reducing piece `piece` of every rank.
+  std::vector<double> Reduced(int piece, int64_t count) const {
+    std::vector<std::vector<double>> perRank;
+    for (int r = 0; r < size_; ++r) perRank.push_back(Values(r, piece, count));
+    return FoldRanks(perRank, reduceOp_);
   }
 
   std::vector<int64_t> CountsOfAll(int64_t most) {
@@ -259,20 +280,14 @@ class Step {
     const bool inPlace = mine_.Coin();
     call_ += Concat("/", ReduceOpName(reduceOp_), " count ", count, inPlace ? " in place" : "");
     const std::unique_ptr<CallBuffer> in = Buffer("in", count);
-    Fill(in->data(), dtype_, 0, count,
-         [&](int64_t i) { return ReduceValue(reduceOp_, rank_, step_, i); });
+    Fill(in->data(), dtype_, 0, Values(rank_, 0, count));
     const std::unique_ptr<CallBuffer> out = Buffer("out", inPlace ? 0 : count);
     uint8_t* result = inPlace ? in->data() : out->data();
     Starting();
     Agree(ReducingOpName("AllReduce", reduceOp_), count);
     comm_.AllReduce(in->data(), result, static_cast<size_t>(count), dtype_, reduceOp_);
     Expected want(count, dtype_);
-    for (int64_t i = 0; i < count; ++i) {
-      double v = ReduceValue(reduceOp_, 0, step_, i);
-      for (int r = 1; r < size_; ++r)
-        v = FoldPair(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
-      want.Set(i, v);
-    }
+    want.Set(0, Reduced(0, count));
     ExpectBuffer(result, want, dtype_, call_);
   }
 
@@ -282,20 +297,18 @@ class Step {
     const int64_t total = mine_.Layout(counts, &rdispls);
     call_ += Concat(" recvCounts ", CountsText(counts), " rdispls ", CountsText(rdispls));
     const std::unique_ptr<CallBuffer> in = Buffer("in", counts[rank_]);
-    Fill(in->data(), dtype_, 0, counts[rank_],
-         [&](int64_t i) { return MoveValue(rank_, step_, i); });
+    Fill(in->data(), dtype_, 0, Values(rank_, 0, counts[rank_]));
     const std::unique_ptr<CallBuffer> out = Buffer("out", total);
     Starting();
     Agree("AllGatherV");
     comm_.AllGatherV(in->data(), static_cast<size_t>(counts[rank_]), out->data(), counts.data(),
                      rdispls.data(), dtype_);
     Expected want(total, dtype_);
-    for (int j = 0; j < size_; ++j) {
-      for (int64_t k = 0; k < counts[j]; ++k) want.Set(rdispls[j] + k, MoveValue(j, step_, k));
-    }
+    for (int j = 0; j < size_; ++j) want.Set(rdispls[j], Values(j, 0, counts[j]));
     ExpectBuffer(out->data(), want, dtype_, call_);
   }
 
+  /// Rank i's piece of every input is piece i of the data.
   void ReduceScatterV() {
     const std::vector<int64_t> counts = CountsOfAll(maxCount_ / size_);
     std::vector<int64_t> sdispls;
@@ -303,26 +316,19 @@ class Step {
     call_ += Concat("/", ReduceOpName(reduceOp_), " counts ", CountsText(counts), " sdispls ",
                     CountsText(sdispls));
     const std::unique_ptr<CallBuffer> in = Buffer("in", total);
-    for (int i = 0; i < size_; ++i) {
-      Fill(in->data(), dtype_, sdispls[i], counts[i],
-           [&](int64_t k) { return ReduceValue(reduceOp_, rank_, step_, i * kPieceStride + k); });
-    }
+    for (int i = 0; i < size_; ++i)
+      Fill(in->data(), dtype_, sdispls[i], Values(rank_, i, counts[i]));
     const std::unique_ptr<CallBuffer> out = Buffer("out", counts[rank_]);
     Starting();
     Agree(ReducingOpName("ReduceScatterV", reduceOp_));
     comm_.ReduceScatterV(in->data(), counts.data(), sdispls.data(), out->data(),
                          static_cast<size_t>(counts[rank_]), dtype_, reduceOp_);
     Expected want(counts[rank_], dtype_);
-    for (int64_t k = 0; k < counts[rank_]; ++k) {
-      const int64_t i = rank_ * kPieceStride + k;
-      double v = ReduceValue(reduceOp_, 0, step_, i);
-      for (int r = 1; r < size_; ++r)
-        v = FoldPair(reduceOp_, v, ReduceValue(reduceOp_, r, step_, i));
-      want.Set(k, v);
-    }
+    want.Set(0, Reduced(rank_, counts[rank_]));
     ExpectBuffer(out->data(), want, dtype_, call_);
   }
 
+  /// The piece for rank i is piece i of the sender's data.
   void AllToAllV() {
     // counts[j * R + i]: elements rank j sends to rank i.
     std::vector<int64_t> matrix(static_cast<size_t>(size_) * size_);
@@ -337,8 +343,7 @@ class Step {
     call_ += Concat(" sendCounts ", CountsText(sendCounts), " recvCounts ", CountsText(recvCounts));
     const std::unique_ptr<CallBuffer> in = Buffer("in", inTotal);
     for (int i = 0; i < size_; ++i) {
-      Fill(in->data(), dtype_, sdispls[i], sendCounts[i],
-           [&](int64_t k) { return MoveValue(rank_, step_, i * kPieceStride + k); });
+      Fill(in->data(), dtype_, sdispls[i], Values(rank_, i, sendCounts[i]));
     }
     const std::unique_ptr<CallBuffer> out = Buffer("out", outTotal);
     Starting();
@@ -346,11 +351,7 @@ class Step {
     comm_.AllToAllV(in->data(), sendCounts.data(), sdispls.data(), out->data(), recvCounts.data(),
                     rdispls.data(), dtype_);
     Expected want(outTotal, dtype_);
-    for (int j = 0; j < size_; ++j) {
-      for (int64_t k = 0; k < recvCounts[j]; ++k) {
-        want.Set(rdispls[j] + k, MoveValue(j, step_, rank_ * kPieceStride + k));
-      }
-    }
+    for (int j = 0; j < size_; ++j) want.Set(rdispls[j], Values(j, rank_, recvCounts[j]));
     ExpectBuffer(out->data(), want, dtype_, call_);
   }
 
@@ -359,19 +360,18 @@ class Step {
     const int64_t count = all_.Count(maxCount_);
     call_ += Concat(" root ", root, " count ", count);
     const std::unique_ptr<CallBuffer> buf = Buffer("buf", count);
-    // Non-roots start from values of their own, which must all be replaced.
-    Fill(buf->data(), dtype_, 0, count,
-         [&](int64_t i) { return MoveValue(rank_ == root ? root : rank_ + 50, step_, i); });
+    // Non-roots start from values of their own (piece 1), which must all be replaced.
+    Fill(buf->data(), dtype_, 0, Values(rank_, rank_ == root ? 0 : 1, count));
     Starting();
     Agree("Broadcast", count, root);
     comm_.Broadcast(buf->data(), static_cast<size_t>(count), dtype_, root);
     Expected want(count, dtype_);
-    for (int64_t i = 0; i < count; ++i) want.Set(i, MoveValue(root, step_, i));
+    want.Set(0, Values(root, 0, count));
     ExpectBuffer(buf->data(), want, dtype_, call_);
   }
 
   /// A ring, every rank sending right and receiving left, one or two messages per channel (they
-  /// must arrive in the order sent).
+  /// must arrive in the order sent); message m is piece m of the sender's data.
   void Exchange() {
     if (size_ == 1) return;
     const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
@@ -385,8 +385,7 @@ class Step {
       call_ += Concat(" message ", m, " sends ", out, " receives ", in);
       sends.push_back(Buffer("send", out));
       recvs.push_back(Buffer("recv", in));
-      Fill(sends[m]->data(), dtype_, 0, out,
-           [&](int64_t k) { return MoveValue(rank_, step_, m * kPieceStride + k); });
+      Fill(sends[m]->data(), dtype_, 0, Values(rank_, m, out));
       ops.push_back(PointToPoint::Send(sends[m]->data(), static_cast<size_t>(out), dtype_, right));
       ops.push_back(PointToPoint::Recv(recvs[m]->data(), static_cast<size_t>(in), dtype_, left));
     }
@@ -397,7 +396,7 @@ class Step {
     for (int m = 0; m < messages; ++m) {
       const int64_t in = counts[m][left];
       Expected want(in, dtype_);
-      for (int64_t k = 0; k < in; ++k) want.Set(k, MoveValue(left, step_, m * kPieceStride + k));
+      want.Set(0, Values(left, m, in));
       ExpectBuffer(recvs[m]->data(), want, dtype_, Concat(call_, " (message ", m, ")"));
     }
   }
@@ -418,6 +417,7 @@ class Step {
   }
 
   Communicator& comm_;
+  Quarantine& quarantine_;
   const int rank_, size_, step_;
   const int64_t maxCount_;
   Draws all_;   ///< the schedule's draws: equal on every rank
@@ -436,8 +436,10 @@ void RunRandomSchedule(Communicator& comm, uint64_t seed, int steps, int64_t max
     seed += std::strtoull(offset, nullptr, 10) * 1000;
   }
   if (const char* more = std::getenv("COLLOPS_TEST_SCHEDULE_STEPS")) steps = std::atoi(more);
+  Quarantine quarantine;
   for (int step = 0; step < steps; ++step) {
-    Step(comm, seed, step, maxCount).Run();
+    Step(comm, quarantine, seed, step, maxCount).Run();
+    quarantine.NextStep();
   }
 }
 

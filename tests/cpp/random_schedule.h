@@ -11,9 +11,8 @@
 //
 // Soak runs: COLLOPS_TEST_SCHEDULE_SEED=N shifts every seed (other schedules, same tests) and
 // COLLOPS_TEST_SCHEDULE_STEPS=N sets the number of calls (COLLOPS_TEST_SCHEDULE_TRACE=1 names each
-// call on stderr before it starts, to find one that hangs), e.g.
-//   for n in $(seq 1 200); do COLLOPS_TEST_SCHEDULE_SEED=$n build/tests/collops_tests \
-//     --gtest_filter='*RandomSchedule*' || break; done
+// call on stderr before it starts, to find one that hangs), e.g. with n = 1, 2, ...:
+//   COLLOPS_TEST_SCHEDULE_SEED=$n build/tests/collops_tests --gtest_filter='*RandomSchedule*'
 #pragma once
 
 #include <cstdint>

@@ -19,14 +19,20 @@ namespace collops {
 namespace testing {
 namespace {
 
-TEST(Engine, EveryOpEveryDtype) {
+/// This rank's job on the configured backend (COLLOPS_TEST_BACKEND, COLLOPS_TEST_RANK_TABLE).
+SuiteJob EngineJob(const std::string& domain) {
   SuiteJob job;
   job.rank = WorldRank();
   job.rankSize = WorldSize();
   job.backend = TestBackend();
-  job.commDomain = "engine-suite";
+  job.commDomain = domain;
   job.rankTableFile = TestRankTable();
-  job.markerTag = JobTag() + "-engine";
+  job.markerTag = JobTag() + "-" + domain;
+  return job;
+}
+
+TEST(Engine, EveryOpEveryDtype) {
+  const SuiteJob job = EngineJob("engine-suite");
   for (DataType dtype : SuiteDtypes()) {
     SCOPED_TRACE(DataTypeName(dtype));
     RunEveryOp(job, dtype);
@@ -35,13 +41,8 @@ TEST(Engine, EveryOpEveryDtype) {
 
 /// Calls of every kind one after another (tests/cpp/random_schedule.h) on the configured backend.
 TEST(Engine, RandomSchedule) {
-  CommParam param;
-  param.rank = WorldRank();
-  param.rankSize = WorldSize();
-  param.backend = TestBackend();
-  param.commDomain = "engine-schedule";
-  param.rankTableFile = TestRankTable();
-  std::shared_ptr<Communicator> comm = DefaultContext().Communicators().Get(param);
+  std::shared_ptr<Communicator> comm =
+      DefaultContext().Communicators().Get(EngineJob("engine-schedule").Comm());
   RunRandomSchedule(*comm, 500 + WorldSize(), 40);
 }
 
