@@ -74,6 +74,18 @@ def _padded(x, rows):
     return out
 
 
+# torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single and deprecated
+# the old names; the library must not warn on its users' behalf, nor fail on older torch.
+def _gather_into(out, x, pg):
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, x, group=pg)
+
+
+def _reduce_scatter_into(out, x, op, pg):
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter(out, x, op=_reduce_op(op), group=pg)
+
+
 def _all_reduce(x, op, group_name):
     out = x.clone(memory_format=torch.contiguous_format)
     dist.all_reduce(out, op=_reduce_op(op), group=resolve_group(group_name))
@@ -83,7 +95,7 @@ def _all_reduce(x, op, group_name):
 def _all_gather(x, group_name):
     pg = resolve_group(group_name)
     out = x.new_empty((dist.get_world_size(pg) * x.shape[0], *x.shape[1:]))
-    dist.all_gather_into_tensor(out, x.contiguous(), group=pg)
+    _gather_into(out, x.contiguous(), pg)
     return out
 
 
@@ -100,7 +112,7 @@ def _all_gather_v(x, sizes, group_name):
         return out
     most = max(sizes)
     gathered = x.new_empty((world * most, *x.shape[1:]))
-    dist.all_gather_into_tensor(gathered, _padded(x, most), group=pg)
+    _gather_into(gathered, _padded(x, most), pg)
     return torch.cat([gathered[i * most: i * most + n] for i, n in enumerate(sizes)])
 
 
@@ -111,7 +123,7 @@ def _reduce_scatter(x, op, group_name):
         raise ValueError(f"collops.reduce_scatter: {x.shape[0]} rows do not split over {world} "
                          "ranks; use reduce_scatter_v")
     out = x.new_empty((x.shape[0] // world, *x.shape[1:]))
-    dist.reduce_scatter_tensor(out, x.contiguous(), op=_reduce_op(op), group=pg)
+    _reduce_scatter_into(out, x.contiguous(), op, pg)
     return out
 
 
@@ -129,7 +141,7 @@ def _reduce_scatter_v(x, sizes, op, group_name):
     most = max(sizes)
     padded = torch.cat([_padded(c, most) for c in x.split(list(sizes))])
     scattered = x.new_empty((most, *x.shape[1:]))
-    dist.reduce_scatter_tensor(scattered, padded, op=_reduce_op(op), group=pg)
+    _reduce_scatter_into(scattered, padded, op, pg)
     return scattered[: sizes[rank]].clone()
 
 

@@ -3,8 +3,9 @@
 After the call, these ``torch.distributed`` functions, when traced by ``torch.compile``, become
 graph-captured ``torch.ops.collops.*`` ops (no graph break) whose results are copied into the
 caller's tensors, exactly as the eager calls would fill them: all_reduce, all_gather,
-all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single (uneven splits too), all_to_all,
-broadcast. Outside compilation, and for ``async_op=True``, the original functions run unchanged.
+all_gather_single and reduce_scatter_single (and their names before torch 2.13,
+all_gather_into_tensor and reduce_scatter_tensor), all_to_all_single (uneven splits too),
+all_to_all, broadcast. Outside compilation, and for ``async_op=True``, the original functions run unchanged.
 DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too when it is importable.
 """
 import functools
@@ -16,8 +17,9 @@ from . import functional as F
 
 __all__ = ["patch_torch_distributed", "unpatch_torch_distributed", "PATCHED"]
 
-PATCHED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
-           "all_to_all_single", "all_to_all", "broadcast")
+PATCHED = ("all_reduce", "all_gather", "all_gather_single", "all_gather_into_tensor",
+           "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single", "all_to_all",
+           "broadcast")
 _ORIGINALS = {}
 
 
@@ -33,11 +35,11 @@ def _all_gather(tensor_list, tensor, group=None, async_op=False, **_):
         dst.copy_(src.view(dst.shape))
 
 
-def _all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False, **_):
+def _all_gather_single(output_tensor, input_tensor, group=None, async_op=False, **_):
     output_tensor.copy_(F.all_gather(input_tensor.reshape(-1), group).view(output_tensor.shape))
 
 
-def _reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False, **_):
+def _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False, **_):
     output.copy_(F.reduce_scatter(input.reshape(-1), op, group).view(output.shape))
 
 
@@ -68,8 +70,9 @@ def _broadcast(tensor, src=None, group=None, async_op=False, group_src=None, **_
 
 _COMPILED = {
     "all_reduce": _all_reduce, "all_gather": _all_gather,
-    "all_gather_into_tensor": _all_gather_into_tensor,
-    "reduce_scatter_tensor": _reduce_scatter_tensor, "all_to_all_single": _all_to_all_single,
+    "all_gather_single": _all_gather_single, "all_gather_into_tensor": _all_gather_single,
+    "reduce_scatter_single": _reduce_scatter_single, "reduce_scatter_tensor": _reduce_scatter_single,
+    "all_to_all_single": _all_to_all_single,
     "all_to_all": _all_to_all, "broadcast": _broadcast,
 }
 

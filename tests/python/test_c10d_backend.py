@@ -47,13 +47,13 @@ def _collectives(ctx):
     (fut_out,) = work.get_future().wait()
     torch.testing.assert_close(fut_out, golden[dist.ReduceOp.SUM])
 
-    # all_gather with different sizes per rank, and all_gather_into_tensor.
+    # all_gather with different sizes per rank, and all_gather_single.
     outs = [torch.zeros(2 + r, dtype=torch.int64) for r in range(world)]
     dist.all_gather(outs, torch.arange(2 + rank, dtype=torch.int64) + 10 * rank)
     for r in range(world):
         assert torch.equal(outs[r], torch.arange(2 + r, dtype=torch.int64) + 10 * r)
     flat = torch.empty(world * 5)
-    dist.all_gather_into_tensor(flat, _data(rank))
+    dist.all_gather_single(flat, _data(rank))
     assert torch.equal(flat, torch.cat(others))
 
     # reduce_scatter: list with uneven sizes, and the tensor form.
@@ -64,7 +64,7 @@ def _collectives(ctx):
     assert torch.equal(out, torch.full((sizes[rank],), float(sum(r + rank for r in range(world)))))
     big = torch.arange(world * 4, dtype=torch.float32) * (rank + 1)
     part = torch.empty(4)
-    dist.reduce_scatter_tensor(part, big)
+    dist.reduce_scatter_single(part, big)
     full = sum(torch.arange(world * 4, dtype=torch.float32) * (r + 1) for r in range(world))
     assert torch.equal(part, full[rank * 4:(rank + 1) * 4])
 
@@ -124,10 +124,10 @@ def _collectives(ctx):
     ra, rb = funcol.all_reduce_coalesced([a, b], "sum", dist.group.WORLD)
     torch.testing.assert_close(ra, golden[dist.ReduceOp.SUM])
     torch.testing.assert_close(rb, sum(_data(r, n=3) for r in range(world)))
-    ga, gb = funcol.all_gather_into_tensor_coalesced([a, b], dist.group.WORLD)
+    ga, gb = funcol.all_gather_single_coalesced([a, b], dist.group.WORLD)
     assert torch.equal(ga, torch.cat(others))
     assert torch.equal(gb, torch.cat([_data(r, n=3) for r in range(world)]))
-    sa, = funcol.reduce_scatter_tensor_coalesced([torch.arange(world * 2.0)], "sum", [0],
+    sa, = funcol.reduce_scatter_single_coalesced([torch.arange(world * 2.0)], "sum", [0],
                                                  dist.group.WORLD)
     assert torch.equal(sa, world * torch.arange(rank * 2.0, rank * 2 + 2))
 

@@ -5,6 +5,8 @@ op is compiled in a function that also computes around it; the uneven ops are ca
 sizes that change between calls. Every compiled result must equal eager, and torch._dynamo must
 report no graph break. The padded fallbacks are compiled over a gloo group too.
 """
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -102,19 +104,26 @@ def _job(ctx):
     import collops.functional as F
 
     # Golden: the eager results on the collops group are the c10d results of test_c10d_backend;
-    # here spot-check two values independently before trusting eager as the reference.
-    s = F.all_reduce(torch.ones(3) * (ctx.rank + 1))
-    assert torch.equal(s, torch.full((3,), 3.0))
-    v = F.all_gather_v(torch.full((1 + ctx.rank,), float(ctx.rank)), [1, 2])
-    assert torch.equal(v, torch.tensor([0.0, 1.0, 1.0]))
+    # here spot-check values independently before trusting eager as the reference. Eager calls
+    # must not warn: torch 2.13 deprecates the names the library used to call
+    # (all_gather_into_tensor, reduce_scatter_tensor).
+    gloo = dist.new_group(backend="gloo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = F.all_reduce(torch.ones(3) * (ctx.rank + 1))
+        assert torch.equal(s, torch.full((3,), 3.0))
+        for g in (None, gloo):
+            v = F.all_gather_v(torch.full((1 + ctx.rank,), float(ctx.rank)), [1, 2], g)
+            assert torch.equal(v, torch.tensor([0.0, 1.0, 1.0]))
+            r = F.reduce_scatter_v(torch.arange(3.0) * (ctx.rank + 1), [1, 2], "sum", g)
+            assert torch.equal(r, (torch.arange(3.0) * 3)[[0] if ctx.rank == 0 else [1, 2]])
+            a = F.all_gather(torch.full((2,), float(ctx.rank)), g)
+            assert torch.equal(a, torch.tensor([0.0, 0.0, 1.0, 1.0]))
+            r = F.reduce_scatter(torch.arange(4.0) * (ctx.rank + 1), "sum", g)
+            assert torch.equal(r, torch.arange(4.0)[2 * ctx.rank:][:2] * 3)
 
     names = _compile_and_compare(ctx, None)
     checked = _opchecks(ctx, F.group_name())
-    gloo = dist.new_group(backend="gloo")
-    v = F.all_gather_v(torch.full((1 + ctx.rank,), float(ctx.rank)), [1, 2], gloo)
-    assert torch.equal(v, torch.tensor([0.0, 1.0, 1.0]))
-    r = F.reduce_scatter_v(torch.arange(3.0) * (ctx.rank + 1), [1, 2], "sum", gloo)
-    assert torch.equal(r, (torch.arange(3.0) * 3)[[0] if ctx.rank == 0 else [1, 2]])
     # Compiled over gloo: the ops whose fallback differs from the plain c10d call.
     gloo_names = _compile_and_compare(ctx, gloo, only=_FALLBACKS)
     return names, checked, gloo_names

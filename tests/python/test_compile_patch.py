@@ -15,9 +15,13 @@ def _dist_calls(x, rank, world):
     gathered = [torch.empty(2 + r, 3) for r in range(world)]  # uneven list
     dist.all_gather(gathered, torch.ones(2 + rank, 3) * rank + x.sum())
     flat = torch.empty(world * x.numel())
-    dist.all_gather_into_tensor(flat, x.reshape(-1))
+    dist.all_gather_single(flat, x.reshape(-1))
+    stacked = torch.empty(world, *x.shape)
+    dist.all_gather_into_tensor(stacked, x * 3)  # the name before torch 2.13
     rs = torch.empty(x.numel() // world)
-    dist.reduce_scatter_tensor(rs, x.reshape(-1) + 1)
+    dist.reduce_scatter_single(rs, x.reshape(-1) + 1)
+    rs_old = torch.empty(x.shape[1])
+    dist.reduce_scatter_tensor(rs_old, (x - 1).reshape(-1)[: world * x.shape[1]])
     splits_in = [1, 2] if rank == 0 else [3, 1]
     splits_out = [1, 3] if rank == 0 else [2, 1]
     a2a = torch.empty(sum(splits_out), 2)
@@ -29,7 +33,7 @@ def _dist_calls(x, rank, world):
     dist.all_to_all(outs, [torch.full((rank + j + 1,), float(rank * 10 + j)) for j in range(world)])
     b = x.clone()
     dist.broadcast(b, src=1)
-    return [a, *gathered, flat, rs, a2a, even, *outs, b]
+    return [a, *gathered, flat, stacked, rs, rs_old, a2a, even, *outs, b]
 
 
 class _TensorParallelMLP(torch.nn.Module):
@@ -70,6 +74,8 @@ def _job(ctx):
                   backend=lambda gm, _: graphs.append(gm) or gm.forward)(x, rank, world)
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert any("collops" in t for t in targets), targets
+    # ... and none is left to Dynamo's own remapping onto torch's functional collectives.
+    assert not [t for t in targets if "c10d" in t], targets
 
     mlp = _TensorParallelMLP(8, 16, rank, world)
     inp = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
