@@ -84,16 +84,22 @@ class CompletedWork final : public c10d::Work {
 };
 
 // Reduction dtypes map to collops' ACL numbering; anything else is only ever moved as bytes.
+// bool is reduced as its bytes (0 or 1), see Reduction.
 DataType ReduceDtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
       return ACL_FLOAT;
+    case at::kDouble:
+      return ACL_DOUBLE;
     case at::kHalf:
       return ACL_FLOAT16;
     case at::kBFloat16:
       return ACL_BF16;
     case at::kChar:
       return ACL_INT8;
+    case at::kByte:
+    case at::kBool:
+      return ACL_UINT8;
     case at::kShort:
       return ACL_INT16;
     case at::kInt:
@@ -101,10 +107,8 @@ DataType ReduceDtype(const at::Tensor& t) {
     case at::kLong:
       return ACL_INT64;
     default:
-      TORCH_CHECK(false,
-                  "collops backend: reductions support int8, int16, int32, int64, float16, "
-                  "bfloat16 and float32, not ",
-                  t.scalar_type());
+      TORCH_CHECK(false, "collops backend: reductions support bool and ", ReducibleDtypesText(),
+                  ", not ", t.scalar_type());
   }
 }
 
@@ -128,11 +132,27 @@ ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   }
 }
 
-void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
-  if (op.op_ != c10d::ReduceOp::AVG) return;
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()),
+// What the communicator reduces for a torch reduction of `t`, checked before any rank moves data.
+struct Reduction {
+  DataType dtype;
+  ReduceOp op;
+};
+
+Reduction ReductionOf(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  TORCH_CHECK(op.op_ != c10d::ReduceOp::AVG || at::isFloatingType(t.scalar_type()),
               "collops backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
-  t.div_(size);
+  Reduction r{ReduceDtype(t), ToCollopsOp(op, what)};
+  // bool as gloo and NCCL reduce it: SUM is logical or, PRODUCT logical and (on 0/1 bytes, max
+  // and min), so every result byte stays a valid bool.
+  if (t.scalar_type() == at::kBool) {
+    if (r.op == ReduceOp::kSum) r.op = ReduceOp::kMax;
+    if (r.op == ReduceOp::kProd) r.op = ReduceOp::kMin;
+  }
+  return r;
+}
+
+void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
+  if (op.op_ == c10d::ReduceOp::AVG) t.div_(size);
 }
 
 // Byte count of a tensor: data movement treats every dtype as bytes.
@@ -533,10 +553,9 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   void AllReduceOne(at::Tensor& t, const c10d::ReduceOp& op) {
-    const ReduceOp cop = ToCollopsOp(op, "allreduce");
-    const DataType dtype = ReduceDtype(t);
+    const Reduction r = ReductionOf(t, op, "allreduce");
     InPlace(t, "allreduce", [&](at::Tensor& c) {
-      Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), dtype, cop);
+      Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), r.dtype, r.op);
       FinishAvg(op, c, getSize());
     });
   }
@@ -581,13 +600,12 @@ class CollopsBackend final : public c10d::Backend {
   void ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
                         const std::vector<int64_t>& counts, const std::vector<int64_t>& displs,
                         const c10d::ReduceOp& op) {
-    const ReduceOp cop = ToCollopsOp(op, "reduce_scatter");
-    const DataType dtype = ReduceDtype(output);
+    const Reduction r = ReductionOf(output, op, "reduce_scatter");
     TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
                 output.numel(), " elements but this rank's slice has ", counts[getRank()]);
     InPlace(output, "reduce_scatter", [&](at::Tensor& c) {
       Comm().ReduceScatterV(in.data_ptr(), counts.data(), displs.data(), c.data_ptr(), c.numel(),
-                            dtype, cop);
+                            r.dtype, r.op);
       FinishAvg(op, c, getSize());
     });
   }

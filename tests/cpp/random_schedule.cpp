@@ -195,7 +195,7 @@ class Step {
 
   void Run() {
     const auto kind = static_cast<Kind>(all_.Pick(static_cast<int>(Kind::kKinds)));
-    const std::vector<DataType>& movable = SuiteDtypes();
+    const std::vector<DataType>& movable = MovableDtypes();
     dtype_ = movable[all_.Pick(movable.size())];
     if (kind == Kind::kAllReduce || kind == Kind::kReduceScatterV) {
       while (!IsReducibleDtype(dtype_)) dtype_ = movable[all_.Pick(movable.size())];

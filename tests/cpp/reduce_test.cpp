@@ -28,8 +28,8 @@ using reduce_internal::Isa;
 using reduce_internal::KernelForIsa;
 using reduce_internal::ReduceKernel;
 
-constexpr DataType kDtypes[] = {ACL_INT8,    ACL_INT16, ACL_INT32, ACL_INT64,
-                                ACL_FLOAT16, ACL_BF16,  ACL_FLOAT};
+constexpr DataType kDtypes[] = {ACL_INT8,    ACL_UINT8, ACL_INT16, ACL_INT32, ACL_INT64,
+                                ACL_FLOAT16, ACL_BF16,  ACL_FLOAT, ACL_DOUBLE};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin};
 constexpr size_t kGuard = 8;  // elements past dst's end that no kernel may touch
 
@@ -96,8 +96,22 @@ uint32_t BitsOf(float f) {
   return u;
 }
 
+uint64_t BitsOfDouble(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof(u));
+  return u;
+}
+
+double DoubleOf(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, sizeof(d));
+  return d;
+}
+
 // ---- Reference reduction, one element at a time, on raw bits.
-bool IsFloat(DataType d) { return d == ACL_FLOAT || d == ACL_FLOAT16 || d == ACL_BF16; }
+bool IsFloat(DataType d) {
+  return d == ACL_FLOAT || d == ACL_FLOAT16 || d == ACL_BF16 || d == ACL_DOUBLE;
+}
 Format FormatOf(DataType d) { return d == ACL_FLOAT16 ? kHalf : d == ACL_BF16 ? kBf16 : kSingle; }
 uint64_t CanonicalNan(DataType d) {
   return d == ACL_FLOAT16 ? 0x7e00u : d == ACL_BF16 ? 0x7fc0u : 0x7fc00000u;
@@ -108,6 +122,19 @@ int64_t SignExtend(uint64_t bits, size_t bytes) {
   return static_cast<int64_t>(bits << shift) >> shift;
 }
 
+// The value of an integer element: uint8 is the one unsigned dtype.
+int64_t IntegerValue(DataType d, uint64_t bits) {
+  return d == ACL_UINT8 ? static_cast<int64_t>(bits & 0xff) : SignExtend(bits, DataTypeSize(d));
+}
+
+// NaN wins; on a tie (or +-0) the later operand is kept.
+double Fold(ReduceOp op, double acc, double x) {
+  if (op == ReduceOp::kSum) return acc + x;
+  if (op == ReduceOp::kProd) return acc * x;
+  if (op == ReduceOp::kMax) return (acc > x || std::isnan(acc)) ? acc : x;
+  return (acc < x || std::isnan(acc)) ? acc : x;
+}
+
 uint64_t Reference(DataType d, ReduceOp op, const std::vector<uint64_t>& in) {
   const size_t bytes = DataTypeSize(d);
   const uint64_t mask = bytes == 8 ? ~0ull : (1ull << (8 * bytes)) - 1;
@@ -115,7 +142,7 @@ uint64_t Reference(DataType d, ReduceOp op, const std::vector<uint64_t>& in) {
   if (!IsFloat(d)) {
     uint64_t acc = in[0];
     for (size_t k = 1; k < in.size(); ++k) {
-      const int64_t a = SignExtend(acc, bytes), b = SignExtend(in[k], bytes);
+      const int64_t a = IntegerValue(d, acc), b = IntegerValue(d, in[k]);
       if (op == ReduceOp::kSum) acc = acc + in[k];
       if (op == ReduceOp::kProd) acc = acc * in[k];
       if (op == ReduceOp::kMax) acc = static_cast<uint64_t>(std::max(a, b));
@@ -124,17 +151,15 @@ uint64_t Reference(DataType d, ReduceOp op, const std::vector<uint64_t>& in) {
     }
     return acc;
   }
+  if (d == ACL_DOUBLE) {  // folded in double itself: nothing to round
+    double acc = DoubleOf(in[0]);
+    for (size_t k = 1; k < in.size(); ++k) acc = Fold(op, acc, DoubleOf(in[k]));
+    return std::isnan(acc) ? 0x7ff8000000000000ull : BitsOfDouble(acc);
+  }
   const Format f = FormatOf(d);
   double acc = Decode(static_cast<uint32_t>(in[0]), f);
   for (size_t k = 1; k < in.size(); ++k) {
-    const double x = Decode(static_cast<uint32_t>(in[k]), f);
-    double r = 0;
-    if (op == ReduceOp::kSum) r = acc + x;
-    if (op == ReduceOp::kProd) r = acc * x;
-    // NaN wins; on a tie (or +-0) the later operand is kept.
-    if (op == ReduceOp::kMax) r = (acc > x || std::isnan(acc)) ? acc : x;
-    if (op == ReduceOp::kMin) r = (acc < x || std::isnan(acc)) ? acc : x;
-    acc = Round(r, kSingle);
+    acc = Round(Fold(op, acc, Decode(static_cast<uint32_t>(in[k]), f)), kSingle);
   }
   return std::isnan(acc) ? CanonicalNan(d) : Encode(Round(acc, f), f);
 }
@@ -164,6 +189,8 @@ Buffer RandomBuffer(DataType d, size_t count, std::mt19937_64& rng, bool any_bit
     const uint64_t bits = rng();
     if (!IsFloat(d) || any_bits || bits % 16 == 0) {
       b.Set(i, bits);
+    } else if (d == ACL_DOUBLE) {
+      b.Set(i, BitsOfDouble(moderate(rng)));
     } else {
       const double v = Round(moderate(rng), FormatOf(d));
       b.Set(i, d == ACL_FLOAT ? BitsOf(static_cast<float>(v)) : Encode(v, FormatOf(d)));
@@ -290,6 +317,19 @@ TEST(ReduceWrap, IntegersWrapOnOverflow) {
   EXPECT_EQ(ReduceTwo<int64_t>(ACL_INT64, ReduceOp::kProd, INT64_MIN, -1), INT64_MIN);
   EXPECT_EQ(ReduceTwo<int64_t>(ACL_INT64, ReduceOp::kMin, INT64_MIN, INT64_MAX), INT64_MIN);
   EXPECT_EQ(ReduceTwo<int8_t>(ACL_INT8, ReduceOp::kMax, -128, 127), 127);
+  // uint8 compares unsigned (200 > 100, where int8 would read -56) and wraps mod 256.
+  EXPECT_EQ(ReduceTwo<uint8_t>(ACL_UINT8, ReduceOp::kSum, 255, 1), 0);
+  EXPECT_EQ(ReduceTwo<uint8_t>(ACL_UINT8, ReduceOp::kProd, 16, 17), 16);  // 272 - 256
+  EXPECT_EQ(ReduceTwo<uint8_t>(ACL_UINT8, ReduceOp::kMax, 200, 100), 200);
+  EXPECT_EQ(ReduceTwo<uint8_t>(ACL_UINT8, ReduceOp::kMin, 200, 100), 100);
+}
+
+TEST(ReduceSpecial, Float64KeepsItsOwnRangeAndPrecision) {
+  // Neither result survives a float32 round trip.
+  EXPECT_EQ(ReduceTwo<double>(ACL_DOUBLE, ReduceOp::kProd, 1e300, 10.0), 1e301);
+  EXPECT_EQ(ReduceTwo<double>(ACL_DOUBLE, ReduceOp::kSum, 1.0, 0x1p-40), 1.0 + 0x1p-40);
+  const double nan = ReduceTwo<double>(ACL_DOUBLE, ReduceOp::kMax, std::nan("0x123"), 1.0);
+  EXPECT_EQ(BitsOfDouble(nan), 0x7ff8000000000000ull);  // the canonical quiet NaN
 }
 
 // ---- Special values and the fold's precision.
@@ -449,8 +489,7 @@ TEST(ReduceNames, ParseAndNameRoundTrip) {
   for (const char* bad : {"", "SUM", "avg", "sum ", "mean"})
     EXPECT_FALSE(ParseReduceOp(bad, &unused));
   for (DataType d : kDtypes) EXPECT_TRUE(IsReducibleDtype(d)) << DataTypeName(d);
-  for (DataType d : {ACL_UINT8, ACL_DOUBLE, ACL_BOOL, ACL_DT_UNDEFINED})
-    EXPECT_FALSE(IsReducibleDtype(d));
+  for (DataType d : {ACL_BOOL, ACL_DT_UNDEFINED}) EXPECT_FALSE(IsReducibleDtype(d));
 }
 
 Status StatusOf(DataType dtype, size_t n, const void* const* srcs, void* dst, size_t count) {
@@ -465,15 +504,16 @@ Status StatusOf(DataType dtype, size_t n, const void* const* srcs, void* dst, si
 TEST(ReduceArgs, RejectsBadDtypeZeroInputsAndPartialOverlap) {
   int64_t a[4] = {}, b[4] = {};
   const void* srcs[] = {a, b};
-  for (DataType d : {ACL_UINT8, ACL_DOUBLE, ACL_BOOL}) {
+  for (DataType d : {ACL_BOOL, ACL_DT_UNDEFINED}) {
     EXPECT_EQ(StatusOf(d, 2, srcs, a, 4), ERROR_INVALID_TENSOR_DTYPE) << DataTypeName(d);
     EXPECT_EQ(StatusOf(d, 2, srcs, a, 0), ERROR_INVALID_TENSOR_DTYPE) << DataTypeName(d);
   }
   try {
-    ReduceArrays(ACL_DOUBLE, ReduceOp::kSum, srcs, 2, a, 4);
+    ReduceArrays(ACL_BOOL, ReduceOp::kSum, srcs, 2, a, 4);
     ADD_FAILURE() << "no throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(DataTypeName(ACL_DOUBLE)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(DataTypeName(ACL_BOOL)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(ReducibleDtypesText()), std::string::npos) << e.what();
   }
   EXPECT_EQ(StatusOf(ACL_INT64, 0, srcs, a, 4), ERROR_INTERNAL_ERROR);
   EXPECT_EQ(StatusOf(ACL_INT32, 2, srcs, reinterpret_cast<int32_t*>(a) + 1, 4),

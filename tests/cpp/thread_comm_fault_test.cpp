@@ -104,7 +104,7 @@ TEST(ThreadCommFaults, InvalidRanksAndPeersAreRejected) {
   EXPECT_EQ(CaughtStatus([&] { comm->Send(&x, 1, ACL_INT32, 0); }, &message), ERROR_INVALID_PARAM);
   EXPECT_THAT(message, HasSubstr("peer = 0"));
   EXPECT_EQ(CaughtStatus([&] { comm->Broadcast(&x, 1, ACL_INT32, 1); }), ERROR_INVALID_PARAM);
-  EXPECT_EQ(CaughtStatus([&] { comm->AllReduce(&x, &x, 1, ACL_UINT8, ReduceOp::kSum); }),
+  EXPECT_EQ(CaughtStatus([&] { comm->AllReduce(&x, &x, 1, ACL_BOOL, ReduceOp::kSum); }),
             ERROR_INVALID_TENSOR_DTYPE);
   EXPECT_FALSE(comm->Broken());
 }

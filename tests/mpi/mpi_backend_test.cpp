@@ -298,8 +298,12 @@ TEST(MpiProgress, WaitsInsideAHostDriveTheEngine) {
   }
   status = Guarded([&] { comm->Barrier(); });
   EXPECT_EQ(status, NO_ERROR) << "rank " << rank << ": " << LastErrorMessage();
-  if (rank == 0) EXPECT_EQ(MPI_Wait(&request, MPI_STATUS_IGNORE), MPI_SUCCESS);
-  if (rank == 1) EXPECT_TRUE(received == payload);
+  if (rank == 0) {
+    EXPECT_EQ(MPI_Wait(&request, MPI_STATUS_IGNORE), MPI_SUCCESS);
+  }
+  if (rank == 1) {
+    EXPECT_TRUE(received == payload);
+  }
 }
 
 TEST(MpiErrors, MpiErrorsBecomeCommFail) {

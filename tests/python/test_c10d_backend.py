@@ -27,13 +27,36 @@ def _collectives(ctx):
         t = _data(rank)
         dist.all_reduce(t, op=op)
         torch.testing.assert_close(t, want, msg=f"allreduce {op}")
-    for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.bfloat16,
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bfloat16,
                   torch.float16):
         t = _data(rank, dtype=dtype)
         dist.all_reduce(t)
         want = torch.stack([_data(r, dtype=dtype).float() for r in range(world)]).sum(0)
         torch.testing.assert_close(t.float(), want, atol=0, rtol=2 ** -7)
         assert t.dtype == dtype
+    # float64 keeps what float32 would lose; complex is reduced as its (real, imag) pairs.
+    fine = [_data(r, dtype=torch.float64) + 2.0 ** -40 * (r + 1) for r in range(world)]
+    t = fine[rank].clone()
+    dist.all_reduce(t)
+    assert torch.equal(t, sum(fine)), (t, sum(fine))
+    for dtype in (torch.complex64, torch.complex128):
+        z = [torch.complex(_data(r), -_data(r + 1)).to(dtype) for r in range(world)]
+        t = z[rank].clone()
+        dist.all_reduce(t)
+        assert torch.equal(t, sum(z)), dtype
+    # bool as gloo and NCCL reduce it: SUM/MAX = any, PRODUCT/MIN = all; results stay bool.
+    flags = [torch.tensor([r == 0, True, False, r == world - 1]) for r in range(world)]
+    for op, want in ((dist.ReduceOp.SUM, torch.stack(flags).any(0)),
+                     (dist.ReduceOp.MAX, torch.stack(flags).any(0)),
+                     (dist.ReduceOp.PRODUCT, torch.stack(flags).all(0)),
+                     (dist.ReduceOp.MIN, torch.stack(flags).all(0))):
+        t = flags[rank].clone()
+        dist.all_reduce(t, op=op)
+        assert t.dtype == torch.bool and torch.equal(t, want), (op, t)
+        assert t.view(torch.uint8).max() <= 1
+    part = torch.empty(2, dtype=torch.bool)
+    dist.reduce_scatter_single(part, torch.tensor([rank == 0, False] * world))
+    assert torch.equal(part, torch.tensor([True, False]))
 
     # A strided (transposed) tensor is reduced in place through a contiguous copy.
     m = (torch.arange(6.0).view(2, 3) + rank).t()
@@ -131,13 +154,21 @@ def _collectives(ctx):
                                                  dist.group.WORLD)
     assert torch.equal(sa, world * torch.arange(rank * 2.0, rank * 2 + 2))
 
-    # Reductions on a dtype lccl cannot reduce fail on every rank with a message, never hang.
-    try:
-        dist.all_reduce(torch.ones(2, dtype=torch.bool))
-    except RuntimeError as e:
-        assert "reductions support" in str(e), e
-    else:
-        raise AssertionError("bool allreduce did not raise")
+    # Reductions on a dtype collops cannot reduce, or AVG of integers, fail on every rank with a
+    # message before any data moves, never hang.
+    for bad, op, message in ((torch.ones(2, dtype=torch.uint16), dist.ReduceOp.SUM,
+                              "reductions support"),
+                             (torch.ones(2, dtype=torch.int32), dist.ReduceOp.AVG,
+                              "AVG needs a floating-point tensor")):
+        try:
+            dist.all_reduce(bad, op=op)
+        except RuntimeError as e:
+            assert message in str(e), e
+        else:
+            raise AssertionError(f"{bad.dtype} {op} allreduce did not raise")
+    t = torch.ones(2)
+    dist.all_reduce(t)  # and the group still works
+    assert torch.equal(t, torch.full((2,), float(world)))
 
 
 def _subgroups(ctx):

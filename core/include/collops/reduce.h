@@ -14,8 +14,12 @@ enum class ReduceOp : int32_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 const char* ReduceOpName(ReduceOp op);
 /// Parses "sum" | "prod" | "max" | "min"; false for anything else.
 bool ParseReduceOp(const std::string& name, ReduceOp* op);
-/// True for the dtypes reductions accept: int8, int16, int32, int64, float16, bfloat16, float32.
+/// True for the dtypes communicators reduce: int8, uint8, int16, int32, int64, float16, bfloat16,
+/// float32, float64. Operations accept fewer (DESIGN.md section 4: not uint8 nor float64, as ATB);
+/// the communicators take what torch.distributed users reduce through them (gloo and NCCL do).
 bool IsReducibleDtype(DataType dtype);
+/// The dtypes IsReducibleDtype accepts, for error messages.
+const char* ReducibleDtypesText();
 
 /// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[n-1][i], folded left to right in that order.
 /// float16 and bfloat16 accumulate in float32 over all n inputs and round to nearest-even once, so

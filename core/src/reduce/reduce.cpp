@@ -41,16 +41,22 @@ bool ParseReduceOp(const std::string& name, ReduceOp* op) {
 bool IsReducibleDtype(DataType dtype) {
   switch (dtype) {
     case ACL_INT8:
+    case ACL_UINT8:
     case ACL_INT16:
     case ACL_INT32:
     case ACL_INT64:
     case ACL_FLOAT16:
     case ACL_BF16:
     case ACL_FLOAT:
+    case ACL_DOUBLE:
       return true;
     default:
       return false;
   }
+}
+
+const char* ReducibleDtypesText() {
+  return "int8, uint8, int16, int32, int64, float16, bfloat16, float32 and float64";
 }
 
 namespace reduce_internal {
@@ -160,7 +166,7 @@ void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n
   using reduce_internal::Overlaps;
   if (!IsReducibleDtype(dtype)) {
     Fail(ERROR_INVALID_TENSOR_DTYPE, "reduction does not support dtype ", DataTypeName(dtype),
-         "; it accepts int8, int16, int32, int64, float16, bfloat16 and float32");
+         "; it accepts ", ReducibleDtypesText());
   }
   if (static_cast<uint32_t>(op) > static_cast<uint32_t>(ReduceOp::kMin)) {
     Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: unknown reduce op ", static_cast<int32_t>(op));

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__F16C__)
