@@ -112,6 +112,14 @@ DataType ReduceDtype(const at::Tensor& t) {
   }
 }
 
+// ReduceOp's Python name, for messages.
+const char* OpName(const c10d::ReduceOp& op) {
+  static const char* const kNames[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
+                                       "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
+  const auto i = static_cast<size_t>(op.op_);
+  return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
+}
+
 // AVG is SUM followed by a division on every rank (as gloo does for floats).
 ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   switch (op.op_) {
@@ -126,9 +134,7 @@ ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
       return ReduceOp::kMax;
     default:
       TORCH_CHECK(false, "collops backend: ", what,
-                  " supports SUM, AVG, PRODUCT, MIN and MAX, "
-                  "not reduce op ",
-                  static_cast<int>(op.op_));
+                  " supports SUM, AVG, PRODUCT, MIN and MAX, not ReduceOp.", OpName(op));
   }
 }
 
@@ -149,6 +155,16 @@ Reduction ReductionOf(const at::Tensor& t, const c10d::ReduceOp& op, const char*
     if (r.op == ReduceOp::kProd) r.op = ReduceOp::kMin;
   }
   return r;
+}
+
+// Complex tensors reduce as their (real, imag) pairs, as gloo does; only SUM and AVG mean the
+// same on pairs as on complex numbers.
+at::Tensor RealView(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  if (!t.is_complex()) return t;
+  TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG,
+              "collops backend: ", what, " of complex tensors takes SUM or AVG, not ReduceOp.",
+              OpName(op));
+  return at::view_as_real(t);
 }
 
 void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
@@ -176,6 +192,15 @@ void InPlace(at::Tensor& t, const char* what, Body body) {
   t.copy_(c);
 }
 
+// `t` as a flat uint8 tensor (a copy when strided). contiguous() alone is not enough: torch calls
+// a tensor contiguous whatever the strides of its size-1 dims, and a dtype view needs stride 1.
+at::Tensor AsBytes(const at::Tensor& t) {
+  at::Tensor flat = t.reshape(-1);
+  if (flat.numel() > 0 && flat.stride(0) != 1)
+    flat = at::empty({flat.numel()}, t.options()).copy_(flat);
+  return flat.view(at::kByte);
+}
+
 // Flattens a list of tensors into one byte buffer; `counts`/`displs` get each one's bytes.
 at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
                 std::vector<int64_t>* displs) {
@@ -188,7 +213,7 @@ at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
   at::Tensor buf = at::empty({total}, at::kByte);
   for (size_t i = 0; i < ts.size(); ++i) {
     CheckCpu(ts[i], "a tensor list");
-    buf.narrow(0, (*displs)[i], (*counts)[i]).copy_(ts[i].contiguous().view(-1).view(at::kByte));
+    buf.narrow(0, (*displs)[i], (*counts)[i]).copy_(AsBytes(ts[i]));
   }
   return buf;
 }
@@ -279,7 +304,7 @@ class CollopsBackend final : public c10d::Backend {
     return Run(c10d::OpType::REDUCE, tensors, [&] {
       for (auto& t : tensors) {
         at::Tensor scratch = t.contiguous().clone();
-        AllReduceOne(scratch, opts.reduceOp);
+        AllReduceOne(scratch, opts.reduceOp, "reduce");
         if (getRank() == opts.rootRank) t.copy_(scratch);
       }
     });
@@ -552,8 +577,9 @@ class CollopsBackend final : public c10d::Backend {
     return all;
   }
 
-  void AllReduceOne(at::Tensor& t, const c10d::ReduceOp& op) {
-    const Reduction r = ReductionOf(t, op, "allreduce");
+  void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce") {
+    at::Tensor t = RealView(tensor, op, what);
+    const Reduction r = ReductionOf(t, op, what);
     InPlace(t, "allreduce", [&](at::Tensor& c) {
       Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), r.dtype, r.op);
       FinishAvg(op, c, getSize());
@@ -597,13 +623,16 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   // counts/displs in elements of `output`'s dtype.
-  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
-                        const std::vector<int64_t>& counts, const std::vector<int64_t>& displs,
-                        const c10d::ReduceOp& op) {
-    const Reduction r = ReductionOf(output, op, "reduce_scatter");
+  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in, std::vector<int64_t> counts,
+                        std::vector<int64_t> displs, const c10d::ReduceOp& op) {
     TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
                 output.numel(), " elements but this rank's slice has ", counts[getRank()]);
-    InPlace(output, "reduce_scatter", [&](at::Tensor& c) {
+    at::Tensor out = RealView(output, op, "reduce_scatter");
+    const int64_t lanes = output.is_complex() ? 2 : 1;  // (real, imag)
+    for (auto& c : counts) c *= lanes;
+    for (auto& d : displs) d *= lanes;
+    const Reduction r = ReductionOf(out, op, "reduce_scatter");
+    InPlace(out, "reduce_scatter", [&](at::Tensor& c) {
       Comm().ReduceScatterV(in.data_ptr(), counts.data(), displs.data(), c.data_ptr(), c.numel(),
                             r.dtype, r.op);
       FinishAvg(op, c, getSize());

@@ -7,8 +7,9 @@
   rank_probe.py collops <rank> <world> <master_addr> <port>
       the "collops" torch.distributed backend (TCP store at master_addr:port): every collective
       of tests/python/test_c10d_backend.py's golden job and the isend/irecv rings of
-      test_c10d_p2p.py, then the engine the group ran on
-      (collops._c10d_backend.communicator_name()). Needs tests/python on PYTHONPATH.
+      test_c10d_p2p.py, a random schedule of calls (tests/python/dist_schedule.py, 40 steps),
+      then the engine the group ran on (collops._c10d_backend.communicator_name()). Needs
+      tests/python on PYTHONPATH.
   rank_probe.py lccl <rank> <world> <domain>
       collops AllReduce through OperationTorch, backend "lccl", commMode 0 (processes), on
       [rank + 1] * 4 (COLLOPS_JOB_ID and COLLOPS_TIMEOUT from the environment).
@@ -46,6 +47,7 @@ def collops_backend(rank, world, master_addr, port):
     import torch.distributed as dist
 
     import collops  # noqa: F401  (registers the "collops" backend)
+    import dist_schedule
     import test_c10d_backend
     import test_c10d_p2p
     from collops import _c10d_backend
@@ -56,7 +58,9 @@ def collops_backend(rank, world, master_addr, port):
     try:
         test_c10d_backend._collectives(RankContext(rank, world, 0, ""))
         test_c10d_p2p._rings(RankContext(rank, world, 0, ""))
-        return {"result": "collectives passed", "engine": _c10d_backend.communicator_name()}
+        steps = dist_schedule.Schedule(seed=11, steps=40, max_elems=100_000).run()
+        return {"result": "collectives passed", "schedule_steps": steps,
+                "engine": _c10d_backend.communicator_name()}
     finally:
         dist.destroy_process_group()
 

@@ -9,7 +9,8 @@ namespaces' eth0.
     namespaces (test_netns_lccl.py), so a passing job could not have run on lccl alone.
 
 And the "collops" torch.distributed backend itself across the hosts: test_c10d_backend.py's
-golden collectives on a default group of 4 ranks, which must report the hierarchical engine.
+golden collectives and a random schedule of calls (dist_schedule.py) on a default group of 4
+ranks, which must report the hierarchical engine.
 """
 import json
 import os
@@ -73,3 +74,4 @@ def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
         assert code == 0 and lines, f"rank {r} (exit {code}): {out[-3000:]}{err[-3000:]}"
         rows.append(json.loads(lines[-1]))
     assert [row.get("engine") for row in rows] == ["hccl(lccl+c10d)"] * 4, rows
+    assert [row.get("schedule_steps") for row in rows] == [40] * 4, rows
