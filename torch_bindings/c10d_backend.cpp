@@ -228,8 +228,10 @@ void Unpack(const at::Tensor& buf, std::vector<at::Tensor>& ts,
 
 class CollopsBackend final : public c10d::Backend {
  public:
-  CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
-      : Backend(rank, size), store_(store) {
+  // timeoutSeconds: init_process_group's timeout, 0 = COLLOPS_TIMEOUT (CommParam::timeoutSeconds).
+  CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 double timeoutSeconds)
+      : Backend(rank, size), store_(store), timeoutSeconds_(timeoutSeconds) {
     // Agree on a domain now, while every rank is constructing; the communicator itself is
     // created on first use, so groups that never communicate cost no rendezvous.
     if (rank == 0) {
@@ -510,13 +512,14 @@ class CollopsBackend final : public c10d::Backend {
     return *comm_;
   }
 
-  static CommParam LcclParam(const std::string& domain, int rank, int size) {
+  CommParam LcclParam(const std::string& domain, int rank, int size) const {
     CommParam p;
     p.rank = rank;
     p.rankSize = size;
     p.backend = "lccl";
     p.commMode = COMM_MULTI_PROCESS;
     p.commDomain = domain;
+    p.timeoutSeconds = timeoutSeconds_;
     return p;
   }
 
@@ -531,12 +534,13 @@ class CollopsBackend final : public c10d::Backend {
                                      static_cast<int>(layout_.RanksOn(host).size())));
     const std::string prefix = Concat("collops/hier.", generation_++, "/");
     auto flat = std::make_shared<ProcessGroupCommunicator>(
-        MakeGlooBackend(store_, prefix + "flat/", rank, getSize()), store_, prefix + "flat");
+        MakeGlooBackend(store_, prefix + "flat/", rank, getSize(), timeoutSeconds_), store_,
+        prefix + "flat");
     std::shared_ptr<Communicator> inter;
     if (layout_.Leader(host) == rank) {
       inter = std::make_shared<ProcessGroupCommunicator>(
-          MakeGlooBackend(store_, prefix + "leaders/", host, layout_.HostCount()), store_,
-          prefix + "leaders");
+          MakeGlooBackend(store_, prefix + "leaders/", host, layout_.HostCount(), timeoutSeconds_),
+          store_, prefix + "leaders");
     }
     return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter),
                                         layout_);
@@ -677,17 +681,31 @@ class CollopsBackend final : public c10d::Backend {
   std::string domain_;
   c10::intrusive_ptr<c10d::Store> store_;
   HostLayout layout_;
-  int generation_ = 0;  // hierarchical communicators created so far
+  double timeoutSeconds_;  // init_process_group's timeout, 0 = COLLOPS_TIMEOUT
+  int generation_ = 0;     // hierarchical communicators created so far
   std::mutex mu_;
   std::shared_ptr<DeferredP2P> p2p_;
   std::shared_ptr<Communicator> comm_;
 };
 
+// The group's timeout in seconds when the caller chose one; 0 when it is torch's default (what
+// every group gets from an init_process_group or new_group without timeout=), so COLLOPS_TIMEOUT
+// (default 300 s) stays in charge rather than torch's 30 minutes.
+double ChosenTimeoutSeconds(const pybind11::object& timeout) {
+  if (timeout.is_none()) return 0;
+  const pybind11::object fallback =
+      pybind11::module_::import("torch.distributed.constants").attr("default_pg_timeout");
+  if (timeout.equal(fallback)) return 0;
+  const double seconds = timeout.attr("total_seconds")().cast<double>();
+  TORCH_CHECK(seconds > 0, "collops backend: the process group's timeout must be positive, got ",
+              seconds, " s");
+  return seconds;
+}
+
 c10::intrusive_ptr<c10d::Backend> CreateBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                 int rank, int size,
-                                                const pybind11::object& /*timeout*/) {
-  // COLLOPS_TIMEOUT bounds every wait inside lccl; torch's per-group timeout is not mapped.
-  return c10::make_intrusive<CollopsBackend>(store, rank, size);
+                                                const pybind11::object& timeout) {
+  return c10::make_intrusive<CollopsBackend>(store, rank, size, ChosenTimeoutSeconds(timeout));
 }
 
 std::string CommunicatorName(const c10::intrusive_ptr<c10d::Backend>& backend) {

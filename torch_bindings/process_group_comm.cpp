@@ -591,13 +591,15 @@ std::shared_ptr<Communicator> ProcessGroupCommunicator::Split(int color, int key
 }
 
 c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  const std::string& prefix, int rank, int size) {
+                                                  const std::string& prefix, int rank, int size,
+                                                  double timeoutSeconds) {
   RequirePython("creating a gloo group");
   PythonLock lock;
   try {
     py::module_ dist = py::module_::import("torch.distributed");
     py::object prefixed = dist.attr("PrefixStore")(prefix, py::cast(store));
-    py::object timeout = py::module_::import("datetime").attr("timedelta")(0, CommTimeoutSeconds());
+    const double seconds = timeoutSeconds > 0 ? timeoutSeconds : CommTimeoutSeconds();
+    py::object timeout = py::module_::import("datetime").attr("timedelta")(0, seconds);
     py::object gloo = dist.attr("ProcessGroupGloo")(prefixed, rank, size, timeout);
     return gloo.cast<c10::intrusive_ptr<c10d::Backend>>();
   } catch (py::error_already_set& e) {

@@ -100,9 +100,11 @@ class ProcessGroupCommunicator final : public Communicator {
 
 /// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those
 /// ranks (each passes its `rank`). Made through torch's Python binding under the GIL (the torch
-/// wheel ships no gloo headers), so it honours GLOO_SOCKET_IFNAME like torch's own groups.
+/// wheel ships no gloo headers), so it honours GLOO_SOCKET_IFNAME like torch's own groups. Its
+/// waits are bounded by `timeoutSeconds`, 0 = CommTimeoutSeconds().
 c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  const std::string& prefix, int rank, int size);
+                                                  const std::string& prefix, int rank, int size,
+                                                  double timeoutSeconds = 0);
 
 /// The "c10d" factory (commMode 0): adopts the torch.distributed group named param.commDomain
 /// ("" = the default group). Throws ERROR_BACKEND_UNAVAILABLE when torch.distributed is not

@@ -88,4 +88,13 @@ double CommTimeoutSeconds() {
   return (end != text && seconds > 0) ? seconds : 300.0;
 }
 
+double CommTimeoutSeconds(const CommParam& param, const char** source) {
+  if (param.timeoutSeconds > 0) {
+    *source = "the caller's timeout";
+    return param.timeoutSeconds;
+  }
+  *source = "COLLOPS_TIMEOUT";
+  return CommTimeoutSeconds();
+}
+
 }  // namespace collops

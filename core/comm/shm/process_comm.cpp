@@ -153,13 +153,14 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
     Fail(ERROR_INVALID_PARAM, "lccl: rank ", rank_, " of rankSize ", size_,
          " is not a valid rank (0 <= rank < rankSize <= 4096)");
   }
-  timeoutSeconds_ = CommTimeoutSeconds();
+  timeoutSeconds_ = CommTimeoutSeconds(param, &timeoutSource_);
   RendezvousSpec spec;
   spec.jobKey = JobKeyFromEnv();
   spec.domain = param.commDomain;
   spec.rank = rank_;
   spec.rankSize = size_;
   spec.timeoutSeconds = timeoutSeconds_;
+  spec.timeoutSource = timeoutSource_;
   RendezvousResult joined = Rendezvous(spec, [&] {
     UniqueFd fd;
     Segment created = Segment::Create(
@@ -275,7 +276,7 @@ void ProcessCommunicator::WaitAll() {
     }
     Break(ERROR_TIMEOUT, first,
           Concat(Where(), "rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
-                 " did not arrive within ", timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
+                 " did not arrive within ", timeoutSeconds_, " s (", timeoutSource_, ")"));
   }
 }
 

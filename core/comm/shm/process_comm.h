@@ -126,7 +126,7 @@ class ProcessCommunicator final : public Communicator {
     if (!word.Wait(ready, deadline_, [&] { AfterSlice(checkPeers); })) {
       Break(ERROR_TIMEOUT, peer,
             Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
-                   timeoutSeconds_, " s (COLLOPS_TIMEOUT)"));
+                   timeoutSeconds_, " s (", timeoutSource_, ")"));
     }
   }
   /// What a wait does after each sleep slice: checkPeers(), then the idle hook.
@@ -278,8 +278,9 @@ class ProcessCommunicator final : public Communicator {
   uint64_t round_ = 0;
   std::vector<uint64_t> sendMessages_, recvMessages_, sendChunks_, recvChunks_;
   double timeoutSeconds_ = 300;
-  WaitBudget budget_;               ///< SegmentHeader::spinNanos and yieldNanos
-  std::function<void()> idleHook_;  ///< SetIdleHook's
+  const char* timeoutSource_ = "COLLOPS_TIMEOUT";  ///< where timeoutSeconds_ came from
+  WaitBudget budget_;                              ///< SegmentHeader::spinNanos and yieldNanos
+  std::function<void()> idleHook_;                 ///< SetIdleHook's
   const char* op_ = "";
   bool agreementPending_ = false;  ///< Agree() wrote a record that the next Round() carries
   CallSignature agreement_;        ///< its names, for the messages

@@ -293,7 +293,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   if (arrived < size) {
     failAll(ERROR_TIMEOUT,
             Concat(Describe(spec), ": ", MissingRanks(peers), " did not arrive within ",
-                   spec.timeoutSeconds, " s (COLLOPS_TIMEOUT)"));
+                   spec.timeoutSeconds, " s (", spec.timeoutSource, ")"));
   }
   if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
   for (int r = 1; r < size; ++r) {
@@ -338,7 +338,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       }
       if (deadline.Passed()) {
         Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ", spec.timeoutSeconds,
-             " s (COLLOPS_TIMEOUT); this is rank ", spec.rank);
+             " s (", spec.timeoutSource, "); this is rank ", spec.rank);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(backoffMicros));
       backoffMicros = std::min(backoffMicros * 2, 50'000);

@@ -30,6 +30,7 @@ struct RendezvousSpec {
   int rank = 0;
   int rankSize = 0;
   double timeoutSeconds = 300;  ///< how long rank 0 waits for the others (and they for it)
+  const char* timeoutSource = "COLLOPS_TIMEOUT";  ///< where timeoutSeconds came from
 };
 
 /// COLLOPS_JOB_ID, else "MASTER_ADDR:MASTER_PORT" when both are set, else "default".

@@ -33,4 +33,9 @@ std::vector<std::string> ListCommunicatorBackends();
 /// COLLOPS_TIMEOUT in seconds (default 300): how long any wait for a peer may last.
 double CommTimeoutSeconds();
 
+/// The bound on the waits of `param`'s communicator: param.timeoutSeconds when the caller set one
+/// (the torch backend passes init_process_group's timeout), else CommTimeoutSeconds(). `*source`
+/// names where it came from, for messages.
+double CommTimeoutSeconds(const CommParam& param, const char** source);
+
 }  // namespace collops

@@ -30,8 +30,11 @@ struct CommParam {
   std::string rankTableFile;               ///< HCCL-style rank table path, "" = none
   std::string commDomain;  ///< ranks with equal domains share a communicator; <= 128 chars
   std::array<uint8_t, kRsvSize> rsv{};  ///< reserved (ATB); any nonzero byte is rejected
+  /// C++ only: bound on the communicator's waits, seconds; 0 = COLLOPS_TIMEOUT. The torch backend
+  /// sets it from init_process_group(timeout=...). Read when the communicator is created.
+  double timeoutSeconds = 0;
 
-  /// Visits every JSON-visible field as v(key, field). `comm` is C++ only.
+  /// Visits every JSON-visible field as v(key, field). `comm` and `timeoutSeconds` are C++ only.
   template <class Visitor>
   void VisitFields(Visitor& v) {
     v("rank", rank);
