@@ -435,7 +435,10 @@ void ProcessGroupCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
     }
     at::Tensor dst =
         outPacked ? Bytes(out, recvBytes) : at::empty({recvBytes}, OptionsOf(at::kByte));
-    Wait(BackendFor(device)->alltoall_base(dst, src, outSplits, inSplits, c10d::AllToAllOptions()));
+    // Copies: alltoall_base takes the split vectors by reference and gloo's moves them into its
+    // Work, leaving ours empty for the placement below.
+    std::vector<int64_t> outArg = outSplits, inArg = inSplits;
+    Wait(BackendFor(device)->alltoall_base(dst, src, outArg, inArg, c10d::AllToAllOptions()));
     if (outPacked) return;
     auto* base = static_cast<uint8_t*>(out);
     int64_t at = 0;

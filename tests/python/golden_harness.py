@@ -259,21 +259,28 @@ def alltoallv_layout(seed, world_size, tag=""):
     return C, sdispls
 
 
-def alltoallv_rank(seed, world_size, rank, dtype, tag=""):
-    """(x, sendCounts, sdispls, recvCounts, rdispls, golden y) of `rank` for alltoallv_layout."""
+def alltoallv_rank(seed, world_size, rank, dtype, tag="", reverse_recv=False):
+    """(x, sendCounts, sdispls, recvCounts, rdispls, golden y) of `rank` for alltoallv_layout.
+    Received blocks are packed in rank order, or in reverse rank order with `reverse_recv` (a
+    layout torch's split sizes cannot express, so engines must place the blocks themselves)."""
     C, sdispls = alltoallv_layout(seed, world_size, tag)
     xs = [rank_tensor(seed, j, (sum(C[j]) + world_size,), dtype) for j in range(world_size)]
     recv = [C[j][rank] for j in range(world_size)]
-    rdispls = [sum(recv[:j]) for j in range(world_size)]
+    order = list(reversed(range(world_size))) if reverse_recv else list(range(world_size))
+    rdispls = [0] * world_size
+    at = 0
+    for j in order:
+        rdispls[j], at = at, at + recv[j]
     golden = torch.cat([xs[j][sdispls[j][rank]:sdispls[j][rank] + recv[j]]
-                        for j in range(world_size)]).reshape(1, -1)
+                        for j in order]).reshape(1, -1)
     return xs[rank], C[rank], sdispls[rank], recv, rdispls, golden
 
 
 def case_all_to_allv(ctx, seed):
     """AllToAllV: counts and displacements as params; y [1, sum(recvCounts)]."""
-    for dtype in MOVABLE:
-        x, send, sd, recv, rd, golden = alltoallv_rank(seed, ctx.world_size, ctx.rank, dtype)
+    for i, dtype in enumerate(MOVABLE):
+        x, send, sd, recv, rd, golden = alltoallv_rank(seed, ctx.world_size, ctx.rank, dtype,
+                                                       reverse_recv=i % 2 == 1)
         op = make_op("AllToAllVOperation", ctx.param(sendCounts=send, sdispls=sd,
                                                      recvCounts=recv, rdispls=rd))
         (y,) = op.execute([x])
@@ -309,7 +316,7 @@ def case_all_to_allvv2(ctx, seed):
     op = make_op("AllToAllVV2Operation", ctx.param())
     for step, dtype in enumerate(MOVABLE):
         x, send, sd, recv, rd, golden = alltoallv_rank(seed, ctx.world_size, ctx.rank, dtype,
-                                                       tag=str(step))
+                                                       tag=str(step), reverse_recv=step % 2 == 1)
         bind(op, sendCounts=send, sdispls=sd, recvCounts=recv, rdispls=rd)
         ins = [x, counts(*send), counts(*sd), counts(*recv), counts(*rd),
                torch.zeros(sum(recv), dtype=torch.int8)]
