@@ -39,7 +39,7 @@ SEED = 11222026
 # replaced by case_default_and_subgroup here).
 GROUP_CASES = ["all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "reduce_scatter_v",
                "broadcast", "all_to_all", "all_to_allv", "all_to_allvv2", "send_recv",
-               "send_recv_ring", "zero_size"]
+               "send_recv_ring", "zero_size", "random_schedule"]
 
 
 def expect_error(fn, status, *needles):

@@ -415,6 +415,13 @@ def case_rank_mismatch(ctx, seed=None):
     raise AssertionError(f"{ctx}: mismatched counts were not detected")
 
 
+def case_random_schedule(ctx, seed):
+    """24 random operations with random layouts (op_schedule.py)."""
+    import op_schedule  # imported here: it builds on this module
+
+    op_schedule.case_random_schedule(ctx, seed)
+
+
 GOLDEN_CASES = {
     "all_reduce": case_all_reduce,
     "all_gather": case_all_gather,
@@ -429,4 +436,5 @@ GOLDEN_CASES = {
     "send_recv_ring": case_send_recv_ring,
     "two_domains": case_two_domains,
     "zero_size": case_zero_size,
+    "random_schedule": case_random_schedule,
 }
