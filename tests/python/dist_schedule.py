@@ -109,7 +109,9 @@ class Schedule:
         return self.shared.randint(self.max_elems // 3, self.max_elems)
 
     def _shape(self, n):
-        """A 1-d or 2-d shape of n elements."""
+        """A 0-d (n = 1: a loss, a flag), 1-d or 2-d shape of n elements."""
+        if n == 1 and self.shared.random() < 0.5:
+            return ()
         if n > 1 and self.shared.random() < 0.4:
             for cols in (3, 2, 5, 7):
                 if n % cols == 0:
