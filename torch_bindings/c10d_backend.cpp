@@ -498,7 +498,10 @@ class CollopsBackend final : public c10d::Backend {
   // (rendezvous included) on first use.
   Communicator& Comm() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!comm_ || comm_->Broken()) {
+    // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
+    // fast with its error, as torch's own backends do. Rebuilding it would start a rendezvous
+    // that waits the whole timeout for a rank that is gone.
+    if (!comm_) {
       std::shared_ptr<Communicator> inner;
       if (layout_.SingleHost()) {
         inner = CreateCommunicator(LcclParam(domain_, getRank(), getSize()));

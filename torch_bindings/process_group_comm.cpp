@@ -284,16 +284,21 @@ void ProcessGroupCommunicator::Guard(const char* primitive, Body body) {
   } catch (const Error&) {
     throw;
   } catch (const c10::Error& e) {
-    const Status status = StatusOfTorchError(e.what_without_backtrace());
-    broken_ = status == ERROR_TIMEOUT || status == ERROR_PEER_LOST;
-    Fail(status, "backend c10d: ", primitive, " on ", Describe(), ", rank ", rank_, " of ", size_,
-         ", failed: ", e.what_without_backtrace());
+    Failed(primitive, e.what_without_backtrace());
   } catch (const std::exception& e) {
-    const Status status = StatusOfTorchError(e.what());
-    broken_ = status == ERROR_TIMEOUT || status == ERROR_PEER_LOST;
-    Fail(status, "backend c10d: ", primitive, " on ", Describe(), ", rank ", rank_, " of ", size_,
-         ", failed: ", e.what());
+    Failed(primitive, e.what());
   }
+}
+
+void ProcessGroupCommunicator::Failed(const char* primitive, const std::string& what) {
+  const Status status = StatusOfTorchError(what);
+  const std::string message = Concat("backend c10d: ", primitive, " on ", Describe(), ", rank ",
+                                     rank_, " of ", size_, ", failed: ", what);
+  if (status == ERROR_TIMEOUT || status == ERROR_PEER_LOST) {
+    broken_ = true;
+    if (failureHook_) failureHook_(status, message);
+  }
+  Fail(status, message);
 }
 
 void ProcessGroupCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {

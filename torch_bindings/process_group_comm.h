@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -74,6 +75,9 @@ class ProcessGroupCommunicator final : public Communicator {
   /// A new gloo group per color over a PrefixStore of this group's store (CPU tensors only,
   /// whatever this group's backend is).
   std::shared_ptr<Communicator> Split(int color, int key) override;
+  void SetFailureHook(std::function<void(Status, const std::string&)> hook) override {
+    failureHook_ = std::move(hook);
+  }
 
   /// "group \"0\" (gloo)": how messages name this communicator.
   std::string Describe() const;
@@ -83,6 +87,9 @@ class ProcessGroupCommunicator final : public Communicator {
   void Wait(const c10::intrusive_ptr<c10d::Work>& work) const;
   template <class Body>
   void Guard(const char* primitive, Body body);
+  /// Throws the error of a failed torch call; a lost peer or timeout breaks this communicator
+  /// for good and runs the failure hook first.
+  [[noreturn]] void Failed(const char* primitive, const std::string& what);
   void ReduceScatterPadded(at::Tensor& packed, at::Tensor& result, ReduceOp op);
   /// The ops of one group (Send and Recv are groups of one).
   void RunGroup(const std::vector<PointToPoint>& ops);
@@ -96,6 +103,7 @@ class ProcessGroupCommunicator final : public Communicator {
   int splits_ = 0;                   // Splits so far: every rank calls them in the same order
   std::atomic<bool> broken_{false};  // read by the pool from any thread
   bool noReduceScatter_ = false;     // the backend lacks reduce_scatter: allreduce + slice instead
+  std::function<void(Status, const std::string&)> failureHook_;  // SetFailureHook's
 };
 
 /// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those

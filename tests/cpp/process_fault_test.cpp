@@ -238,6 +238,42 @@ TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
       options);
 }
 
+TEST(ProcessFaultTest, AbortStopsThePeersWaitingForThisRankAtOnce) {
+  // Rank 0 is alive but gives up (as a hierarchical leader does when its cross-host engine
+  // fails): ranks waiting for its broadcast stop within the second, well before the 30 s
+  // timeout, naming rank 0 and the reason, and every later call on either side fails.
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        auto comm = MakeLcclComm(rank, 3, "abort");
+        comm->Barrier();
+        int32_t value = rank;
+        if (rank == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others wait
+          comm->Abort(ERROR_PEER_LOST, "lost a peer elsewhere");
+          comm->Abort(ERROR_TIMEOUT, "a second abort changes nothing");
+          EXPECT_TRUE(comm->Broken());
+          EXPECT_THROW(comm->Broadcast(&value, 1, ACL_INT32, 0), Error);
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          comm->Broadcast(&value, 1, ACL_INT32, 0);
+          ADD_FAILURE() << "the broadcast passed without its root";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_PEER_LOST) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "rank 0 (pid ")) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "stopped this communicator")) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+        EXPECT_TRUE(comm->Broken());
+        EXPECT_THROW(comm->Barrier(), Error);
+      },
+      options);
+}
+
 TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
   // The pool creates the replacement of a broken communicator before it drops the old one, so
   // the new rendezvous must succeed while the broken one (same job, domain, size) is alive.

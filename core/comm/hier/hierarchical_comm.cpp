@@ -75,6 +75,26 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator>
   intra_->SetIdleHook([engine] {
     if (std::shared_ptr<Communicator> e = engine.lock()) e->Progress();
   });
+  // When the engine loses a peer or times out on this rank, the ranks of this host may be waiting
+  // in lccl for this one (a leader's broadcast of the cross-host result): stop them now rather
+  // than when this process exits or their timeout runs out.
+  std::weak_ptr<Communicator> host = intra_;
+  auto stopHost = [host, rank = rank_](Status status, const std::string& why) {
+    if (std::shared_ptr<Communicator> h = host.lock()) {
+      h->Abort(status, Concat("hierarchical rank ", rank, "'s cross-host engine failed: ", why));
+    }
+  };
+  flat_->SetFailureHook(stopHost);
+  if (inter_ != nullptr) inter_->SetFailureHook(stopHost);
+}
+
+void HierarchicalCommunicator::CheckUsable(const char* primitive) {
+  agreed_.clear();
+  if (Broken()) {
+    Fail(ERROR_COMM_FAIL, "hierarchical ", primitive, " (rank ", rank_, " of ", size_,
+         "): the communicator failed earlier (timeout or lost peer); the error of that call says "
+         "where");
+  }
 }
 
 std::string HierarchicalCommunicator::BackendName() const {
@@ -124,7 +144,7 @@ bool HierarchicalCommunicator::TakeAgreedCounts(const int64_t* sendCounts,
 
 void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                          ReduceOp op) {
-  agreed_.clear();
+  CheckUsable("AllReduce");
   if (count == 0) return;
   if (HostCount() > 1 && NeedsWideAccumulation(dtype, op)) {
     std::vector<float> wide(count);
@@ -146,7 +166,7 @@ void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count
 void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                           const int64_t* recvCounts, const int64_t* rdispls,
                                           DataType dtype) {
-  agreed_.clear();
+  CheckUsable("AllGatherV");
   const size_t es = DataTypeSize(dtype);
   std::vector<int64_t> hostCounts(HostCount(), 0);
   for (int r = 0; r < size_; ++r) hostCounts[hostOf_[r]] += recvCounts[r];
@@ -182,7 +202,7 @@ void HierarchicalCommunicator::AllGatherV(const void* in, size_t sendCount, void
 }
 
 void HierarchicalCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
-  agreed_.clear();
+  CheckUsable("Broadcast");
   if (count == 0) return;
   const int rootHost = hostOf_[root];
   if (host_ == rootHost) intra_->Broadcast(buf, count, dtype, localOf_[root]);
@@ -205,7 +225,7 @@ void HierarchicalCommunicator::Recv(void* buf, size_t count, DataType dtype, int
 // both. That a send between hosts returns only once its data is through is the engine's part of
 // the Exchange contract (the mpi engine waits for a delivery report; gloo progresses by itself).
 void HierarchicalCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
-  agreed_.clear();
+  CheckUsable("Exchange");
   std::vector<PointToPoint> local, remote;
   for (const PointToPoint& op : ops) {
     if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
@@ -236,7 +256,7 @@ void HierarchicalCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
 }
 
 void HierarchicalCommunicator::Barrier() {
-  agreed_.clear();
+  CheckUsable("Barrier");
   intra_->Barrier();
   if (HostCount() == 1) return;
   if (AcrossHosts()) inter_->Barrier();

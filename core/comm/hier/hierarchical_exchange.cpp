@@ -33,7 +33,7 @@ void CopyElements(uint8_t* dst, const uint8_t* src, int64_t count, size_t es) {
 void HierarchicalCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                                               const int64_t* sdispls, void* out, size_t recvCount,
                                               DataType dtype, ReduceOp op) {
-  agreed_.clear();
+  CheckUsable("ReduceScatterV");
   const std::vector<int>& local = ranksOn_[host_];
   if (HostCount() == 1) {
     // One host: the ranks are in global order on intra, so the call passes through unchanged.
@@ -89,6 +89,7 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
                                          const int64_t* sdispls, void* out,
                                          const int64_t* recvCounts, const int64_t* rdispls,
                                          DataType dtype) {
+  if (Broken()) CheckUsable("AllToAllV");  // not on the way in: the Agree records must stay
   const int R = size_, H = HostCount();
   const std::vector<int>& local = ranksOn_[host_];
   const int n = static_cast<int>(local.size()), me = localOf_[rank_];

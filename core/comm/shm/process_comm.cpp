@@ -294,6 +294,12 @@ void ProcessCommunicator::CheckPeer(int peer) {
     const AbortRecord abort = UnpackAbort(word);
     const int culprit = abort.culprit >= 0 && abort.culprit < size_ ? abort.culprit : 0;
     const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
+    if (abort.reporter == culprit) {  // Abort(): alive, but it failed outside this communicator
+      Break(status, culprit,
+            Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit],
+                   ") stopped this communicator after a failure outside it (", StatusName(status),
+                   ", e.g. a lost peer on another host); that rank's error says which"));
+    }
     Break(status, culprit,
           Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit], ") ",
                  status == ERROR_TIMEOUT ? "stopped responding" : "died", " (detected by rank ",
@@ -301,6 +307,17 @@ void ProcessCommunicator::CheckPeer(int peer) {
   }
   if (PeerDead(peer)) {
     Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") died"));
+  }
+}
+
+void ProcessCommunicator::Abort(Status status, const std::string& why) {
+  if (failureStatus_ != NO_ERROR) return;
+  try {
+    // This rank as its own culprit: how the peers tell an abort from a loss they detected.
+    Break(status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST, rank_,
+          Concat("lccl (rank ", rank_, " of ", size_, "): aborted: ", why));
+  } catch (const Error&) {
+    // Break throws for the call that found a failure; Abort's caller has its own error.
   }
 }
 

@@ -76,6 +76,7 @@ class ProcessCommunicator final : public Communicator {
   void* AllocateShared(size_t bytes) override { return heap_.Allocate(bytes); }
   bool FreeShared(void* p) override { return heap_.Free(p); }
   void SetIdleHook(std::function<void()> hook) override { idleHook_ = std::move(hook); }
+  void Abort(Status status, const std::string& why) override;
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collops/reduce.h"
+#include "collops/status.h"
 #include "collops/tensor.h"
 
 namespace collops {
@@ -136,6 +137,21 @@ class Communicator {
   /// True once the communicator has failed for good (timeout, lost peer): every later call
   /// throws the same error, and the pool replaces it on the next Get().
   virtual bool Broken() const { return false; }
+
+  /// Breaks this communicator for good on every rank, as a lost peer would, without throwing:
+  /// the peers' waits end with `status` naming this rank, and every later call fails. A
+  /// communicator built from others calls it on the healthy ones when one fails, so ranks waiting
+  /// there for this one stop at once instead of at their timeout. The default does nothing.
+  virtual void Abort(Status status, const std::string& why) {
+    (void)status;
+    (void)why;
+  }
+
+  /// `hook(status, message)` runs when this communicator breaks for good (a lost peer or a
+  /// timeout), before the call that found it throws. The hierarchical communicator aborts its
+  /// lccl communicator from its engine's hook. The default ignores it (lccl reports to its own
+  /// peers through shared memory).
+  virtual void SetFailureHook(std::function<void(Status, const std::string&)> hook) { (void)hook; }
 
  protected:
   /// Throws ERROR_BACKEND_UNAVAILABLE: "backend <BackendName()> does not support <what>".

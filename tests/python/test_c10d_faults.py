@@ -1,0 +1,71 @@
+"""A rank of a "collops" group dies (SIGKILL) in the middle of its collectives: every other rank's
+call raises RuntimeError ERROR_PEER_LOST within seconds -- far before the group's timeout -- and
+every later call on the group fails fast instead of starting a new rendezvous that waits the
+whole timeout for the dead rank. On one host (lccl) and on 2 pretend hosts x 2 ranks
+(hierarchical: lccl inside a host, gloo between; there the survivors learn it from lccl, from
+gloo's closed connection, or from a local leader that exited after its own error)."""
+import os
+import signal
+import tempfile
+import time
+
+import pytest
+
+import rank_harness
+
+TIMEOUT = 60  # the group's timeout; a lost peer must be reported long before it
+
+
+def _killed_mid_collective(ctx, store, hosts):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import collops  # noqa: F401  (registers the "collops" backend)
+
+    if hosts is not None:
+        os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
+    dist.init_process_group("collops", init_method=f"file://{store}", rank=ctx.rank,
+                            world_size=ctx.world_size,
+                            timeout=datetime.timedelta(seconds=TIMEOUT))
+    victim = ctx.world_size - 1
+    x = torch.ones(1 << 20)
+    for step in range(1000):
+        if ctx.rank == victim and step == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(x)
+        except RuntimeError as e:
+            lost, message = time.monotonic() - start, str(e)
+            break
+        x.fill_(1.0)
+    else:
+        raise AssertionError("1000 all_reduces ran without the victim")
+    assert "ERROR_PEER_LOST" in message, message
+    if hosts is None:  # one lccl communicator: it names the rank that died
+        assert f"rank {victim}" in message, message
+    assert lost < TIMEOUT / 4, f"the loss took {lost:.1f} s to surface: {message}"
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="ERROR_PEER_LOST|failed earlier"):
+        dist.broadcast(x, src=0)
+    assert time.monotonic() - start < 5, "a call after the loss did not fail fast"
+    return lost
+
+
+@pytest.mark.parametrize("world, hosts", [(3, None), (4, (0, 0, 1, 1))],
+                         ids=["one-host", "pretend-hosts"])
+def test_a_killed_rank_is_reported_as_lost_by_every_other_rank(world, hosts):
+    store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
+    try:
+        with pytest.raises(rank_harness.RankFailure) as failure:
+            rank_harness.run_process_ranks(world, _killed_mid_collective, store, hosts,
+                                           timeout=120)
+    finally:
+        if os.path.exists(store):
+            os.remove(store)
+    # Only the victim failed: every survivor saw the loss and passed its checks.
+    report = str(failure.value)
+    assert f"1 of {world} process ranks failed" in report, report
+    assert f"rank {world - 1}: killed by signal 9" in report, report
