@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from c10d_ranks import run_group_job
+from side_by_side import train_side_by_side
 
 STEPS = 4
 
@@ -34,20 +35,8 @@ def _job(ctx, mixed):
     meshes = {"collops": DeviceMesh.from_group(dist.group.WORLD, "cpu"),
               "gloo": DeviceMesh.from_group(gloo, "cpu")}
     nets = {name: _sharded(mesh, mixed) for name, mesh in meshes.items()}
-    opts = {name: torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-            for name, net in nets.items()}
-    data = torch.Generator().manual_seed(ctx.rank)
-    compared = 0
-    for _ in range(STEPS):
-        x, y = torch.randn(6, 10, generator=data), torch.randn(6, 5, generator=data)
-        for name, net in nets.items():
-            opts[name].zero_grad()
-            torch.nn.functional.mse_loss(net(x).float(), y).backward()
-            opts[name].step()
-        for (n, p), q in zip(nets["collops"].named_parameters(), nets["gloo"].parameters()):
-            torch.testing.assert_close(p.full_tensor(), q.full_tensor(), rtol=1e-6, atol=1e-6,
-                                       msg=n)
-            compared += 1
+    compared = train_side_by_side(ctx.rank, nets, STEPS, ((6, 10), (6, 5)), lr=0.05,
+                                  full=lambda p: p.full_tensor())
     # The parameters moved: training happened, not a no-op that leaves both equal.
     start = _model()
     moved = [not torch.equal(p.full_tensor(), q)
