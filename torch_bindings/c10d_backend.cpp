@@ -140,14 +140,25 @@ ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
 
 // What the communicator reduces for a torch reduction of `t`, checked before any rank moves data.
 struct Reduction {
+  at::Tensor data;  ///< `t`, or for complex its (real, imag) view
+  int64_t lanes;    ///< elements of `data` per element of `t`
   DataType dtype;
   ReduceOp op;
 };
 
 Reduction ReductionOf(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
-  TORCH_CHECK(op.op_ != c10d::ReduceOp::AVG || at::isFloatingType(t.scalar_type()),
+  at::Tensor data = t;
+  int64_t lanes = 1;
+  if (t.is_complex()) {  // as gloo: pairs, on which only SUM and AVG mean what they do on complex
+    TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG,
+                "collops backend: ", what, " of complex tensors takes SUM or AVG, not ReduceOp.",
+                OpName(op));
+    data = at::view_as_real(t);
+    lanes = 2;
+  }
+  TORCH_CHECK(op.op_ != c10d::ReduceOp::AVG || at::isFloatingType(data.scalar_type()),
               "collops backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
-  Reduction r{ReduceDtype(t), ToCollopsOp(op, what)};
+  Reduction r{data, lanes, ReduceDtype(data), ToCollopsOp(op, what)};
   // bool as gloo and NCCL reduce it: SUM is logical or, PRODUCT logical and (on 0/1 bytes, max
   // and min), so every result byte stays a valid bool.
   if (t.scalar_type() == at::kBool) {
@@ -155,16 +166,6 @@ Reduction ReductionOf(const at::Tensor& t, const c10d::ReduceOp& op, const char*
     if (r.op == ReduceOp::kProd) r.op = ReduceOp::kMin;
   }
   return r;
-}
-
-// Complex tensors reduce as their (real, imag) pairs, as gloo does; only SUM and AVG mean the
-// same on pairs as on complex numbers.
-at::Tensor RealView(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
-  if (!t.is_complex()) return t;
-  TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG,
-              "collops backend: ", what, " of complex tensors takes SUM or AVG, not ReduceOp.",
-              OpName(op));
-  return at::view_as_real(t);
 }
 
 void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
@@ -585,9 +586,8 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce") {
-    at::Tensor t = RealView(tensor, op, what);
-    const Reduction r = ReductionOf(t, op, what);
-    InPlace(t, "allreduce", [&](at::Tensor& c) {
+    Reduction r = ReductionOf(tensor, op, what);
+    InPlace(r.data, "allreduce", [&](at::Tensor& c) {
       Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), r.dtype, r.op);
       FinishAvg(op, c, getSize());
     });
@@ -634,12 +634,10 @@ class CollopsBackend final : public c10d::Backend {
                         std::vector<int64_t> displs, const c10d::ReduceOp& op) {
     TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
                 output.numel(), " elements but this rank's slice has ", counts[getRank()]);
-    at::Tensor out = RealView(output, op, "reduce_scatter");
-    const int64_t lanes = output.is_complex() ? 2 : 1;  // (real, imag)
-    for (auto& c : counts) c *= lanes;
-    for (auto& d : displs) d *= lanes;
-    const Reduction r = ReductionOf(out, op, "reduce_scatter");
-    InPlace(out, "reduce_scatter", [&](at::Tensor& c) {
+    Reduction r = ReductionOf(output, op, "reduce_scatter");
+    for (auto& c : counts) c *= r.lanes;
+    for (auto& d : displs) d *= r.lanes;
+    InPlace(r.data, "reduce_scatter", [&](at::Tensor& c) {
       Comm().ReduceScatterV(in.data_ptr(), counts.data(), displs.data(), c.data_ptr(), c.numel(),
                             r.dtype, r.op);
       FinishAvg(op, c, getSize());

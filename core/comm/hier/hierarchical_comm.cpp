@@ -90,6 +90,10 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator>
 
 void HierarchicalCommunicator::CheckUsable(const char* primitive) {
   agreed_.clear();
+  ThrowIfBroken(primitive);
+}
+
+void HierarchicalCommunicator::ThrowIfBroken(const char* primitive) const {
   if (Broken()) {
     Fail(ERROR_COMM_FAIL, "hierarchical ", primitive, " (rank ", rank_, " of ", size_,
          "): the communicator failed earlier (timeout or lost peer); the error of that call says "

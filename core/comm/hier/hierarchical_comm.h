@@ -75,6 +75,8 @@ class HierarchicalCommunicator final : public Communicator {
   /// Every primitive starts here: forgets the last Agree()'s records and throws ERROR_COMM_FAIL
   /// once any part has broken, so no rank of this host starts a call its peers cannot finish.
   void CheckUsable(const char* primitive);
+  /// CheckUsable's check alone, for AllToAllV, which reads the records of the Agree() before it.
+  void ThrowIfBroken(const char* primitive) const;
   int HostCount() const { return static_cast<int>(ranksOn_.size()); }
   /// The leaders' part of a collective: runs only on leaders, and only when there is more than one
   /// host (with one host the inter communicator has nothing to add).

@@ -89,7 +89,7 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
                                          const int64_t* sdispls, void* out,
                                          const int64_t* recvCounts, const int64_t* rdispls,
                                          DataType dtype) {
-  if (Broken()) CheckUsable("AllToAllV");  // not on the way in: the Agree records must stay
+  ThrowIfBroken("AllToAllV");
   const int R = size_, H = HostCount();
   const std::vector<int>& local = ranksOn_[host_];
   const int n = static_cast<int>(local.size()), me = localOf_[rank_];

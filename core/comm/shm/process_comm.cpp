@@ -312,16 +312,17 @@ void ProcessCommunicator::CheckPeer(int peer) {
 
 void ProcessCommunicator::Abort(Status status, const std::string& why) {
   if (failureStatus_ != NO_ERROR) return;
-  try {
-    // This rank as its own culprit: how the peers tell an abort from a loss they detected.
-    Break(status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST, rank_,
-          Concat("lccl (rank ", rank_, " of ", size_, "): aborted: ", why));
-  } catch (const Error&) {
-    // Break throws for the call that found a failure; Abort's caller has its own error.
-  }
+  // This rank as its own culprit: how the peers tell an abort from a loss they detected.
+  MarkBroken(status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST, rank_,
+             Concat("lccl (rank ", rank_, " of ", size_, "): aborted: ", why));
 }
 
 void ProcessCommunicator::Break(Status status, int culprit, const std::string& message) {
+  MarkBroken(status, culprit, message);
+  throw Error(status, message);
+}
+
+void ProcessCommunicator::MarkBroken(Status status, int culprit, const std::string& message) {
   failureStatus_ = status;
   failureMessage_ = message;
   // A broken communicator never rendezvous again: free its rank's name now, so the replacement
@@ -335,7 +336,6 @@ void ProcessCommunicator::Break(Status status, int culprit, const std::string& m
     segment_.Rank(r).word.Notify();
     segment_.Rank(r).bell.Notify();
   }
-  throw Error(status, message);
 }
 
 void ProcessCommunicator::Barrier() {

@@ -141,6 +141,9 @@ class ProcessCommunicator final : public Communicator {
   bool PeerDead(int peer) const;
   /// Records the failure, publishes it to the other ranks, throws it.
   [[noreturn]] void Break(Status status, int culprit, const std::string& message);
+  /// Break without the throw: records the failure and tells the peers (the abort record names
+  /// `culprit`, this rank reporting).
+  void MarkBroken(Status status, int culprit, const std::string& message);
   /// "lccl AllReduce (rank 1 of 4): "
   std::string Where() const;
 
