@@ -5,7 +5,8 @@ graph-captured ``torch.ops.collops.*`` ops (no graph break) whose results are co
 caller's tensors, exactly as the eager calls would fill them: all_reduce, all_gather,
 all_gather_single and reduce_scatter_single (and their names before torch 2.13,
 all_gather_into_tensor and reduce_scatter_tensor), all_to_all_single (uneven splits too),
-all_to_all, broadcast. Outside compilation, and for ``async_op=True``, the original functions run unchanged.
+all_to_all, broadcast. Outside compilation, and for ``async_op=True``, the original functions run
+unchanged.
 DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too when it is importable.
 """
 import functools

@@ -8,25 +8,36 @@ import time
 import rank_harness
 
 
-def run_group_job(world_size, fn, *args, backend="collops", timeout=None):
-    """Runs fn(ctx, *args) on `world_size` spawned ranks inside an initialised default group."""
+def run_group_job(world_size, fn, *args, backend="collops", timeout=None, hosts=None,
+                  group_timeout=None):
+    """Runs fn(ctx, *args) on `world_size` spawned ranks inside an initialised default group.
+
+    hosts: rank r joins as if it ran on pretend host hosts[r] (COLLOPS_HOST_ID), so a "collops"
+    group spanning several runs hierarchically. group_timeout: init_process_group's timeout, in
+    seconds (None: torch's default). timeout: the harness deadline."""
     store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
     kwargs = {} if timeout is None else {"timeout": timeout}
     try:
         return rank_harness.run_process_ranks(world_size, _in_group, fn, backend, store, args,
-                                              **kwargs)
+                                              hosts, group_timeout, **kwargs)
     finally:
         if os.path.exists(store):
             os.remove(store)
 
 
-def _in_group(ctx, fn, backend, store, args):
+def _in_group(ctx, fn, backend, store, args, hosts, group_timeout):
+    import datetime
+
     import torch.distributed as dist
 
     import collops  # noqa: F401  (registers the "collops" backend)
 
+    if hosts is not None:
+        os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
+    kwargs = ({} if group_timeout is None
+              else {"timeout": datetime.timedelta(seconds=group_timeout)})
     dist.init_process_group(backend, init_method=f"file://{store}", rank=ctx.rank,
-                            world_size=ctx.world_size)
+                            world_size=ctx.world_size, **kwargs)
     try:
         return fn(ctx, *args)
     finally:

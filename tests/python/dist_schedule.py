@@ -17,6 +17,7 @@ Guards and gaps around each tensor must come back untouched.
 The C++ twin is tests/cpp/random_schedule.cpp (communicator level); this one covers what only
 the binding does: strided and aliased tensors, lists, complex and bool, async Work, sub-groups.
 """
+import math
 import os
 import random
 
@@ -49,9 +50,7 @@ class _Placed:
     """A tensor of `shape` laid out as `layout`, with the memory around it to check afterwards."""
 
     def __init__(self, shape, dtype, layout, group):
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         self.base = None
         if layout == "shared" and group is not None:
             import collops.distributed as cdist
@@ -73,13 +72,10 @@ class _Placed:
         """True when nothing outside the tensor's own elements changed."""
         if self.base is None:
             return True
-        mask = torch.ones_like(self.base, dtype=torch.bool)
         inside = torch.zeros_like(self.base, dtype=torch.bool)
-        view = inside.as_strided(self.tensor.shape, self.tensor.stride(),
-                                 self.tensor.storage_offset() - self.base.storage_offset())
-        view.fill_(True)
-        mask &= ~inside
-        return torch.equal(self.base[mask], self.before[mask])
+        inside.as_strided(self.tensor.shape, self.tensor.stride(),
+                          self.tensor.storage_offset() - self.base.storage_offset()).fill_(True)
+        return torch.equal(self.base[~inside], self.before[~inside])
 
 
 class Schedule:
@@ -93,7 +89,6 @@ class Schedule:
         members = sorted(self.shared.sample(range(self.world), self.shared.randint(1, self.world)))
         sub = dist.new_group(members, backend="collops")  # every rank creates it
         self.groups = [(dist.group.WORLD, list(range(self.world))), (sub, members)]
-        self.log = []
 
     # ---- shared draws
     def _count(self):
@@ -125,9 +120,7 @@ class Schedule:
     def values(self, step, rank, shape, dtype, tag=0, for_prod=False):
         """Small integers (and halves for floats): exact in every dtype, summed or multiplied."""
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 1009 + rank * 31 + tag)
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         if dtype == torch.bool:
             return torch.randint(0, 2, (n,), generator=g).bool().view(shape)
         if for_prod:
@@ -197,13 +190,12 @@ class Schedule:
             self.members = members
             call = getattr(self, "_" + kind)
             what = f"step {step} {kind} on ranks {members}"
-            self.log.append(what)
             if os.environ.get("COLLOPS_TEST_SCHEDULE_TRACE"):  # names the call that hangs
                 print(f"rank {self.rank}: {what}", flush=True)
             if self.rank in members:
                 call(what, group)
         self.drain()
-        return len(self.log)
+        return self.steps
 
     def _me(self):
         return self.members.index(self.rank)
@@ -319,9 +311,14 @@ class Schedule:
             self.expect(f"{what} {dtype} from {j} counts {counts}", o.tensor,
                         self._data(j, (counts[j][me],), dtype, tag=me), [o])
 
+    @staticmethod
+    def _global(group, r):
+        """The global rank of group rank r (what dist's src/dst/peer arguments take)."""
+        return r if group is dist.group.WORLD else dist.get_global_rank(group, r)
+
     def _root(self, group):
         r = self.shared.randrange(len(self.members))
-        return r, dist.get_global_rank(group, r) if group is not dist.group.WORLD else r
+        return r, self._global(group, r)
 
     def _broadcast(self, what, group):
         dtype = self.shared.choice(MOVABLE)
@@ -377,11 +374,10 @@ class Schedule:
         sizes = [self._count() for _ in range(world)]  # sizes[i]: what member i sends
         dtype = self.shared.choice(MOVABLE)
         source = perm.index(me)
-        glob = (lambda r: r) if group is dist.group.WORLD else (
-            lambda r: dist.get_global_rank(group, r))
         got = _Placed((sizes[source],), dtype, self._layout(), group)
-        ops = [dist.P2POp(dist.isend, self._data(me, (sizes[me],), dtype), glob(perm[me]), group),
-               dist.P2POp(dist.irecv, got.tensor, glob(source), group)]
+        ops = [dist.P2POp(dist.isend, self._data(me, (sizes[me],), dtype),
+                          self._global(group, perm[me]), group),
+               dist.P2POp(dist.irecv, got.tensor, self._global(group, source), group)]
         if self.shared.random() < 0.5:
             ops.reverse()
         for work in dist.batch_isend_irecv(ops):

@@ -29,11 +29,10 @@ class _Step:
         self.reused = reused
         self.what = f"{ctx} step {step}"
 
-    def count(self, low=0):
+    def count(self):
         kind = self.draw.randrange(8)
-        n = (0 if kind == 0 else self.draw.randint(1, 40) if kind < 4 else
-             self.draw.randint(200, 5000) if kind < 7 else self.draw.randint(15_000, 60_000))
-        return max(n, low)
+        return (0 if kind == 0 else self.draw.randint(1, 40) if kind < 4 else
+                self.draw.randint(200, 5000) if kind < 7 else self.draw.randint(15_000, 60_000))
 
     def data(self, rank, shape, dtype, tag=""):
         return golden.rank_tensor(f"{self.seed}/{tag}", rank, tuple(shape), dtype)

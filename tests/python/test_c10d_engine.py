@@ -88,44 +88,35 @@ def test_c10d_over_a_collops_group():
 
 # ---- the "collops" torch.distributed backend across (pretend) hosts ----------------------------
 
-def _on_pretend_hosts(ctx, store, hosts, body):
-    """Joins a "collops" default group as if rank r ran on host hosts[r] (COLLOPS_HOST_ID), runs
-    body(ctx) and returns the engine the group ran on."""
-    import torch.distributed as dist
-
+def _with_engine(ctx, body):
+    """body(ctx), and the engine the default group ran it on."""
     from collops import _c10d_backend
 
-    os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
-    dist.init_process_group("collops", init_method=f"file://{store}", rank=ctx.rank,
-                            world_size=ctx.world_size)
-    try:
-        result = body(ctx)
-        return _c10d_backend.communicator_name(), result
-    finally:
-        dist.destroy_process_group()
+    result = body(ctx)
+    return _c10d_backend.communicator_name(), result
 
 
-def _run_on_pretend_hosts(hosts, body, tmp_path):
-    from rank_harness import run_process_ranks
+def _run_on_pretend_hosts(hosts, body):
+    """body(ctx) on a "collops" default group as if rank r ran on host hosts[r]."""
+    from c10d_ranks import run_group_job
 
-    store = str(tmp_path / "store")
-    return run_process_ranks(len(hosts), _on_pretend_hosts, store, hosts, body)
+    return run_group_job(len(hosts), _with_engine, body, hosts=hosts)
 
 
-def test_collops_backend_across_pretend_hosts_2x2(tmp_path):
+def test_collops_backend_across_pretend_hosts_2x2():
     """Every collective of the collops torch.distributed backend (test_c10d_backend's goldens)
     on 2 hosts x 2 ranks: hierarchical (lccl per host, gloo between hosts)."""
     import test_c10d_backend
 
-    results = _run_on_pretend_hosts([0, 0, 1, 1], test_c10d_backend._collectives, tmp_path)
+    results = _run_on_pretend_hosts([0, 0, 1, 1], test_c10d_backend._collectives)
     assert [engine for engine, _ in results] == ["hccl(lccl+c10d)"] * 4
 
 
-def test_collops_backend_across_uneven_pretend_hosts_with_subgroups(tmp_path):
+def test_collops_backend_across_uneven_pretend_hosts_with_subgroups():
     """3 ranks on hosts [0, 0, 1], collectives and sub-groups spanning both hosts."""
     import test_c10d_backend
 
-    results = _run_on_pretend_hosts([0, 0, 1], test_c10d_backend._job, tmp_path)
+    results = _run_on_pretend_hosts([0, 0, 1], test_c10d_backend._job)
     assert results == [("hccl(lccl+c10d)", "collops")] * 3
 
 
@@ -138,9 +129,9 @@ def _all_reduce_sum(ctx):
     assert torch.equal(t, torch.full((5,), float(sum(range(1, ctx.world_size + 1))))), t
 
 
-def test_collops_backend_on_one_host_stays_lccl(tmp_path):
+def test_collops_backend_on_one_host_stays_lccl():
     """A group whose ranks share a host runs on one lccl communicator, exactly as before."""
-    results = _run_on_pretend_hosts([0, 0, 0], _all_reduce_sum, tmp_path)
+    results = _run_on_pretend_hosts([0, 0, 0], _all_reduce_sum)
     assert [engine for engine, _ in results] == ["lccl"] * 3
 
 

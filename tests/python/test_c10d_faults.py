@@ -6,29 +6,20 @@ whole timeout for the dead rank. On one host (lccl) and on 2 pretend hosts x 2 r
 gloo's closed connection, or from a local leader that exited after its own error)."""
 import os
 import signal
-import tempfile
 import time
 
 import pytest
 
 import rank_harness
+from c10d_ranks import run_group_job
 
 TIMEOUT = 60  # the group's timeout; a lost peer must be reported long before it
 
 
-def _killed_mid_collective(ctx, store, hosts):
-    import datetime
-
+def _killed_mid_collective(ctx, hosts):
     import torch
     import torch.distributed as dist
 
-    import collops  # noqa: F401  (registers the "collops" backend)
-
-    if hosts is not None:
-        os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
-    dist.init_process_group("collops", init_method=f"file://{store}", rank=ctx.rank,
-                            world_size=ctx.world_size,
-                            timeout=datetime.timedelta(seconds=TIMEOUT))
     victim = ctx.world_size - 1
     x = torch.ones(1 << 20)
     for step in range(1000):
@@ -57,14 +48,9 @@ def _killed_mid_collective(ctx, store, hosts):
 @pytest.mark.parametrize("world, hosts", [(3, None), (4, (0, 0, 1, 1))],
                          ids=["one-host", "pretend-hosts"])
 def test_a_killed_rank_is_reported_as_lost_by_every_other_rank(world, hosts):
-    store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
-    try:
-        with pytest.raises(rank_harness.RankFailure) as failure:
-            rank_harness.run_process_ranks(world, _killed_mid_collective, store, hosts,
-                                           timeout=120)
-    finally:
-        if os.path.exists(store):
-            os.remove(store)
+    with pytest.raises(rank_harness.RankFailure) as failure:
+        run_group_job(world, _killed_mid_collective, hosts, timeout=120, hosts=hosts,
+                      group_timeout=TIMEOUT)
     # Only the victim failed: every survivor saw the loss and passed its checks.
     report = str(failure.value)
     assert f"1 of {world} process ranks failed" in report, report

@@ -7,13 +7,10 @@ network namespaces).
 
 COLLOPS_TEST_SCHEDULE_SEED / COLLOPS_TEST_SCHEDULE_STEPS replay or lengthen a run (soak)."""
 import os
-import tempfile
-import time
 
 import pytest
 
 import dist_schedule
-import rank_harness
 from c10d_ranks import run_group_job
 
 SEED = int(os.environ.get("COLLOPS_TEST_SCHEDULE_SEED", "0"))
@@ -25,27 +22,13 @@ def test_random_schedule_matches_its_golden(world):
     assert run_group_job(world, dist_schedule.run_schedule, SEED + world, STEPS) == [STEPS] * world
 
 
-def _on_pretend_host(ctx, store, seed, steps):
-    os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{ctx.rank // 2}"
-    import torch.distributed as dist
-
-    import collops  # noqa: F401  (registers the "collops" backend)
+def _schedule_and_engine(ctx, seed, steps):
     from collops import _c10d_backend
 
-    dist.init_process_group("collops", init_method=f"file://{store}", rank=ctx.rank,
-                            world_size=ctx.world_size)
-    try:
-        done = dist_schedule.Schedule(seed, steps, max_elems=100_000).run()
-        return done, _c10d_backend.communicator_name()
-    finally:
-        dist.destroy_process_group()
+    done = dist_schedule.Schedule(seed, steps, max_elems=100_000).run()
+    return done, _c10d_backend.communicator_name()
 
 
 def test_random_schedule_across_pretend_hosts():
-    store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
-    try:
-        results = rank_harness.run_process_ranks(4, _on_pretend_host, store, SEED + 11, STEPS)
-    finally:
-        if os.path.exists(store):
-            os.remove(store)
+    results = run_group_job(4, _schedule_and_engine, SEED + 11, STEPS, hosts=[0, 0, 1, 1])
     assert results == [(STEPS, "hccl(lccl+c10d)")] * 4
