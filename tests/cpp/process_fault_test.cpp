@@ -297,11 +297,14 @@ TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
       options);
 }
 
-TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
+/// Two jobs of 3 ranks run at once in one domain; `nameJob(base, job)` sets the environment
+/// that gives process `job`'s ranks their job key.
+template <typename NameJob>
+void TwoJobsShareOneDomain(NameJob nameJob) {
   const std::string base = testing::NewJobId();
-  RunProcessRanks(6, [&base](int index) {
+  RunProcessRanks(6, [&base, &nameJob](int index) {
     const int job = index / 3, rank = index % 3;
-    setenv("COLLOPS_JOB_ID", (base + "-job" + std::to_string(job)).c_str(), 1);
+    nameJob(base, job);
     auto comm = MakeLcclComm(rank, 3, "shared-domain");
     for (int iteration = 0; iteration < 200; ++iteration) {
       std::vector<int32_t> in(1000 + iteration, (job + 1) * 100 + rank), out(in.size());
@@ -309,6 +312,58 @@ TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
       const int32_t want = 3 * (job + 1) * 100 + 0 + 1 + 2;
       ASSERT_EQ(out, std::vector<int32_t>(in.size(), want)) << "job " << job << " rank " << rank;
     }
+  });
+}
+
+TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
+  TwoJobsShareOneDomain([](const std::string& base, int job) {
+    setenv("COLLOPS_JOB_ID", (base + "-job" + std::to_string(job)).c_str(), 1);
+  });
+}
+
+void UnsetJobKeyEnv() {
+  for (const char* name : {"COLLOPS_JOB_ID", "MASTER_ADDR", "MASTER_PORT", "PMIX_NAMESPACE",
+                           "SLURM_JOB_ID", "SLURM_STEP_ID"}) {
+    unsetenv(name);
+  }
+}
+
+// Two mpirun (or srun) jobs on one host, neither with COLLOPS_JOB_ID: the launcher's job names
+// keep them apart. With the fixed "default" key the second job's ranks found their rank names
+// taken ("already held by pid ...").
+TEST(ProcessFaultTest, JobsOfTwoMpirunsWithTheSameDomainNeverCrossTalk) {
+  TwoJobsShareOneDomain([](const std::string& base, int job) {
+    UnsetJobKeyEnv();
+    setenv("PMIX_NAMESPACE", (base + "-mpirun" + std::to_string(job)).c_str(), 1);
+  });
+}
+
+TEST(ProcessFaultTest, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
+  TwoJobsShareOneDomain([](const std::string& base, int job) {
+    UnsetJobKeyEnv();
+    setenv("SLURM_JOB_ID", base.c_str(), 1);
+    setenv("SLURM_STEP_ID", std::to_string(job).c_str(), 1);
+  });
+}
+
+TEST(ProcessFaultTest, JobKeyComesFromTheFirstSourceThatIsSet) {
+  RunProcessRanks(1, [](int) {
+    UnsetJobKeyEnv();
+    EXPECT_EQ(shm::JobKeyFromEnv(), "default");
+    setenv("SLURM_JOB_ID", "77", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "default") << "a job id without its step";
+    setenv("SLURM_STEP_ID", "3", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "slurm:77.3");
+    setenv("PMIX_NAMESPACE", "", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "slurm:77.3") << "empty means unset";
+    setenv("PMIX_NAMESPACE", "870187009", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "pmix:870187009");
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "pmix:870187009") << "MASTER_ADDR without MASTER_PORT";
+    setenv("MASTER_PORT", "29500", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "10.0.0.1:29500");
+    setenv("COLLOPS_JOB_ID", "mine", 1);
+    EXPECT_EQ(shm::JobKeyFromEnv(), "mine");
   });
 }
 

@@ -7,8 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include <cstdint>
 #include <memory>
@@ -19,6 +22,7 @@
 #include "collops/collops.h"
 #include "core/comm/mpi/mpi_runtime.h"
 #include "core/comm/mpi/mpi_types.h"
+#include "core/comm/shm/process_rendezvous.h"
 #include "exchange_cases.h"
 #include "mpi_job.h"
 #include "op_harness.h"
@@ -304,6 +308,59 @@ TEST(MpiProgress, WaitsInsideAHostDriveTheEngine) {
   if (rank == 1) {
     EXPECT_TRUE(received == payload);
   }
+}
+
+/// Run by ctest MpiConcurrentJobs.R2 (concurrent_jobs.sh): two jobs of this test at once, in one
+/// lccl domain, without COLLOPS_JOB_ID. Each job's rank 0 marks the directory once its job holds
+/// its communicator and then waits for the other job's mark, so both jobs hold theirs at the same
+/// time; with one job key for both, the later job's ranks would find their names taken.
+TEST(DISABLED_MpiJobKey, JobsOfTwoMpirunsHoldOneDomainAtOnce) {
+  const char* dir = std::getenv("COLLOPS_TEST_CONCURRENT_JOBS_DIR");
+  ASSERT_NE(dir, nullptr) << "run through tests/mpi/concurrent_jobs.sh";
+  const char* mpirunJob = std::getenv("PMIX_NAMESPACE");
+  ASSERT_NE(mpirunJob, nullptr) << "mpirun sets PMIX_NAMESPACE";
+  EXPECT_EQ(shm::JobKeyFromEnv(), std::string("pmix:") + mpirunJob);
+  // The job's own coordination goes through MPI (and initialises it).
+  Status status;
+  std::string message;
+  auto job = TryCreate(MpiParam("job-key", WorldRank(), WorldSize()), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  CommParam param;
+  param.backend = "lccl";
+  param.commMode = COMM_MULTI_PROCESS;
+  param.commDomain = "concurrent";
+  param.rank = WorldRank();
+  param.rankSize = WorldSize();
+  auto comm = TryCreate(param, &status, &message);
+  // Every rank of this job learns whether all of them got one.
+  int32_t failed = status != NO_ERROR, anyFailed = 0;
+  job->AllReduce(&failed, &anyFailed, 1, ACL_INT32, ReduceOp::kMax);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  ASSERT_EQ(anyFailed, 0) << "another rank of this job could not create its communicator";
+  int32_t in = WorldRank() + 1, sum = 0;
+  comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
+  EXPECT_EQ(sum, WorldSize() * (WorldSize() + 1) / 2);
+  int32_t bothUp = 1;
+  if (WorldRank() == 0) {
+    const std::string mine = std::string(dir) + "/up-" + JobTag();
+    std::FILE* mark = std::fopen(mine.c_str(), "w");
+    ASSERT_NE(mark, nullptr);
+    std::fclose(mark);
+    bothUp = 0;
+    for (int tries = 0; tries < 600 && !bothUp; ++tries) {
+      int marks = 0;
+      if (DIR* d = opendir(dir)) {
+        while (dirent* entry = readdir(d)) marks += std::string(entry->d_name).rfind("up-", 0) == 0;
+        closedir(d);
+      }
+      bothUp = marks >= 2;
+      if (!bothUp) usleep(100 * 1000);
+    }
+  }
+  job->Broadcast(&bothUp, 1, ACL_INT32, 0);
+  EXPECT_TRUE(bothUp) << "the other job never held its communicator";
+  comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);  // still ours, still whole
+  EXPECT_EQ(sum, WorldSize() * (WorldSize() + 1) / 2);
 }
 
 TEST(MpiErrors, MpiErrorsBecomeCommFail) {

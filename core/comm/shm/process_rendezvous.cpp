@@ -303,16 +303,26 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   return result;
 }
 
+const char* NonEmptyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
 }  // namespace
 
 std::string JobKeyFromEnv() {
-  const char* job = std::getenv("COLLOPS_JOB_ID");
-  if (job != nullptr && *job != '\0') return job;
-  const char* addr = std::getenv("MASTER_ADDR");
-  const char* port = std::getenv("MASTER_PORT");
-  if (addr != nullptr && *addr != '\0' && port != nullptr && *port != '\0') {
-    return Concat(addr, ":", port);
-  }
+  if (const char* job = NonEmptyEnv("COLLOPS_JOB_ID")) return job;
+  const char* addr = NonEmptyEnv("MASTER_ADDR");
+  const char* port = NonEmptyEnv("MASTER_PORT");
+  if (addr != nullptr && port != nullptr) return Concat(addr, ":", port);
+  // The launcher's name for this job: every process of one mpirun (OpenMPI, also across its
+  // nodes) or of one PMIx-launched srun step shares it, and two jobs never do, so two mpirun
+  // jobs on one host (ctest -j2 does that) do not claim each other's ranks.
+  if (const char* pmix = NonEmptyEnv("PMIX_NAMESPACE")) return Concat("pmix:", pmix);
+  const char* slurmJob = NonEmptyEnv("SLURM_JOB_ID");
+  const char* slurmStep = NonEmptyEnv("SLURM_STEP_ID");
+  if (slurmJob != nullptr && slurmStep != nullptr)
+    return Concat("slurm:", slurmJob, ".", slurmStep);
   return "default";
 }
 

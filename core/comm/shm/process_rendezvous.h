@@ -33,7 +33,8 @@ struct RendezvousSpec {
   const char* timeoutSource = "COLLOPS_TIMEOUT";  ///< where timeoutSeconds came from
 };
 
-/// COLLOPS_JOB_ID, else "MASTER_ADDR:MASTER_PORT" when both are set, else "default".
+/// COLLOPS_JOB_ID, else "MASTER_ADDR:MASTER_PORT" when both are set, else the launcher's job
+/// ("pmix:<PMIX_NAMESPACE>", "slurm:<SLURM_JOB_ID>.<SLURM_STEP_ID>"), else "default".
 std::string JobKeyFromEnv();
 
 /// The abstract socket name (without the leading NUL) that holds `rank` of the job described by
