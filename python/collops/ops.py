@@ -207,3 +207,8 @@ def _register():
 
 
 _LIB = _register()
+
+# After the ops exist: the formulas call them (and import resolve_group from here).
+from . import _gradients  # noqa: E402
+
+_gradients.register(_NS, _LIB)

@@ -1,0 +1,132 @@
+"""Gradients of ``torch.ops.collops.*``, so training code differentiates through them, eager and
+under ``torch.compile`` (AOTAutograd traces these formulas into the backward graph, where the
+collectives keep their ordered effect).
+
+The loss being differentiated is the sum of every rank's loss, as in DDP and
+``torch.distributed.nn.functional``: each backward is itself a collective that every rank of
+the group runs, in the reverse order of the forward calls. Each formula uses only collops ops, so
+the backward is as fast, and as uneven, as the forward:
+
+- all_gather(_v) <-> reduce_scatter(_v) "sum" (the adjoint pairs);
+- all_to_all(_v): the same exchange with the splits swapped;
+- broadcast: the sum of every rank's gradient, on `src` only;
+- all_reduce and reduce_scatter(_v) by op: "sum" passes the summed gradient, "avg" divides it by
+  the group size, "max"/"min" give it to the ranks holding the extreme (split evenly between
+  ties, as torch.amax does), "prod" multiplies it by the product of the other ranks' inputs
+  (exact with zeros: no division).
+
+torch's own ``_c10d_functional`` ops differentiate only "sum" reductions; these cover every op the
+forward takes.
+"""
+import torch
+import torch.distributed as dist
+
+from .ops import resolve_group
+
+_C = torch.ops.collops
+
+
+def _group_size(group_name):
+    return dist.get_world_size(resolve_group(group_name))
+
+
+def _group_rank(group_name):
+    return dist.get_rank(resolve_group(group_name))
+
+
+def _others_product(x, group_name):
+    """The elementwise product of every other rank's `x` (none of them divided by anything)."""
+    rows = _C.all_gather(x.reshape(1, -1), group_name)
+    rows[_group_rank(group_name)] = 1
+    return rows.prod(0).view(x.shape)
+
+
+def _reduction_grad(op, x, whole, grad, group_name):
+    """dL/dx for `whole` = op over the ranks' `x`, elementwise, where `grad` is dL/d`whole` summed
+    over the ranks holding each element of it."""
+    if op == "sum":
+        return grad
+    if op == "avg":
+        return grad / _group_size(group_name)
+    if op in ("max", "min"):
+        hit = (x == whole).to(grad.dtype)
+        ties = _C.all_reduce(hit, "sum", group_name)
+        return grad * hit / ties.clamp(min=1)
+    return grad * _others_product(x, group_name)  # prod / product
+
+
+def _save_reduction(ctx, inputs, output):
+    x, op, group_name = inputs[0], inputs[-2], inputs[-1]
+    ctx.op, ctx.group_name = op.lower(), group_name
+    ctx.sizes = inputs[1] if len(inputs) == 4 else None
+    # Only the extreme and product gradients read the values.
+    keep = ctx.op in ("max", "min", "prod", "product")
+    ctx.save_for_backward(x if keep else None, output if keep else None)
+
+
+def _all_reduce_grad(ctx, grad):
+    x, y = ctx.saved_tensors
+    total = _C.all_reduce(grad, "sum", ctx.group_name)
+    return _reduction_grad(ctx.op, x, y, total, ctx.group_name), None, None
+
+
+def _reduce_scatter_grad(ctx, grad):
+    # Each element of the reduction lives on exactly one rank, so gathering the blocks' gradients
+    # gives dL/d(whole reduction) with no sum.
+    x, y = ctx.saved_tensors
+    if ctx.sizes is None:
+        gather = lambda t: _C.all_gather(t, ctx.group_name)  # noqa: E731
+    else:
+        gather = lambda t: _C.all_gather_v(t, ctx.sizes, ctx.group_name)  # noqa: E731
+    whole = gather(y) if y is not None else None
+    dx = _reduction_grad(ctx.op, x, whole, gather(grad), ctx.group_name)
+    return (dx, None, None) if ctx.sizes is None else (dx, None, None, None)
+
+
+def _save_group(ctx, inputs, output):
+    ctx.group_name = inputs[-1]
+    ctx.args = inputs[1:-1]
+
+
+def _all_gather_grad(ctx, grad):
+    return _C.reduce_scatter(grad, "sum", ctx.group_name), None
+
+
+def _all_gather_v_grad(ctx, grad):
+    (sizes,) = ctx.args
+    return _C.reduce_scatter_v(grad, sizes, "sum", ctx.group_name), None, None
+
+
+def _all_to_all_grad(ctx, grad):
+    return _C.all_to_all(grad, ctx.group_name), None
+
+
+def _all_to_all_v_grad(ctx, grad):
+    output_split_sizes, input_split_sizes = ctx.args
+    back = _C.all_to_all_v(grad, input_split_sizes, output_split_sizes, ctx.group_name)
+    return back, None, None, None
+
+
+def _broadcast_grad(ctx, grad):
+    (src,) = ctx.args
+    total = _C.all_reduce(grad, "sum", ctx.group_name)
+    dx = total if _group_rank(ctx.group_name) == src else torch.zeros_like(total)
+    return dx, None, None
+
+
+_FORMULAS = {
+    "all_reduce": (_all_reduce_grad, _save_reduction),
+    "reduce_scatter": (_reduce_scatter_grad, _save_reduction),
+    "reduce_scatter_v": (_reduce_scatter_grad, _save_reduction),
+    "all_gather": (_all_gather_grad, _save_group),
+    "all_gather_v": (_all_gather_v_grad, _save_group),
+    "all_to_all": (_all_to_all_grad, _save_group),
+    "all_to_all_v": (_all_to_all_v_grad, _save_group),
+    "broadcast": (_broadcast_grad, _save_group),
+}
+
+
+def register(namespace, lib):
+    for name, (backward, setup_context) in _FORMULAS.items():
+        torch.library.register_autograd(f"{namespace}::{name}", backward,
+                                        setup_context=setup_context, lib=lib)
