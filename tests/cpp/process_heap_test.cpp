@@ -7,6 +7,7 @@
 #include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -39,14 +40,18 @@ constexpr uint64_t kPage = 4096;
 class HeapFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    fd_.Reset(memfd_create("heap-test", MFD_CLOEXEC));
+    fd_.Reset(memfd_create("heap-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     ASSERT_TRUE(fd_.Valid());
     ASSERT_EQ(ftruncate(fd_.Get(), kBytes + kPage), 0);
     void* base = mmap(nullptr, kBytes + kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.Get(), 0);
     ASSERT_NE(base, MAP_FAILED);
     base_ = static_cast<uint8_t*>(base);
     // The heap starts a page into the file, as a rank's heap starts inside the segment.
-    heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes);
+    heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes, 0);
+  }
+  /// Starts over with a cache of `cacheBytes` (the fixture's heap caches nothing).
+  void ResetWithCache(uint64_t cacheBytes) {
+    heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes, cacheBytes);
   }
   void TearDown() override {
     if (base_ != nullptr) munmap(base_, kBytes + kPage);
@@ -63,7 +68,7 @@ class HeapFixture : public ::testing::Test {
   shm::SharedHeap heap_;
 };
 
-TEST_F(HeapFixture, AllocatesPagesAndReturnsThemOnFree) {
+TEST_F(HeapFixture, WithoutACacheFreedPagesGoBackToTheSystem) {
   EXPECT_EQ(ResidentBytes(), 0u);
   auto* a = static_cast<uint8_t*>(heap_.Allocate(10 * kPage + 1));
   ASSERT_NE(a, nullptr);
@@ -77,6 +82,58 @@ TEST_F(HeapFixture, AllocatesPagesAndReturnsThemOnFree) {
   auto* again = static_cast<uint8_t*>(heap_.Allocate(kPage));
   ASSERT_EQ(again, a);  // first fit: the freed range comes back, zeroed
   for (uint64_t i = 0; i < kPage; ++i) ASSERT_EQ(again[i], 0) << i;
+}
+
+TEST_F(HeapFixture, FreedPagesStayUpToTheCacheLimit) {
+  ResetWithCache(16 * kPage);
+  auto* a = static_cast<uint8_t*>(heap_.Allocate(11 * kPage));
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 0x5a, 11 * kPage);
+  EXPECT_TRUE(heap_.Free(a));
+  EXPECT_EQ(heap_.CachedBytes(), 11 * kPage);
+  EXPECT_EQ(ResidentBytes(), 11 * kPage);  // kept: no unmapping, no faulting in again
+  // A range partly cached: its first 11 pages are reused as they are, 5 more are allocated.
+  auto* b = static_cast<uint8_t*>(heap_.Allocate(16 * kPage));
+  ASSERT_EQ(b, a);
+  EXPECT_EQ(b[0], 0x5a);  // not cleared: the data is this rank's own, as malloc's would be
+  EXPECT_EQ(b[11 * kPage], 0);
+  EXPECT_EQ(heap_.CachedBytes(), 0u);
+  EXPECT_EQ(ResidentBytes(), 16 * kPage);
+  // A middle piece of a cached range: the cached pieces on either side stay cached.
+  EXPECT_TRUE(heap_.Free(b));
+  auto* c = static_cast<uint8_t*>(heap_.Allocate(4 * kPage));
+  ASSERT_EQ(c, b);
+  EXPECT_EQ(heap_.CachedBytes(), 12 * kPage);
+  EXPECT_EQ(ResidentBytes(), 16 * kPage);
+  EXPECT_TRUE(heap_.Free(c));
+  EXPECT_EQ(heap_.CachedBytes(), 16 * kPage);
+  // Beyond the limit a freed range goes back to the system.
+  auto* d = static_cast<uint8_t*>(heap_.Allocate(40 * kPage));
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(heap_.CachedBytes(), 0u);
+  EXPECT_EQ(ResidentBytes(), 40 * kPage);
+  EXPECT_TRUE(heap_.Free(d));
+  EXPECT_EQ(heap_.CachedBytes(), 0u);
+  EXPECT_EQ(ResidentBytes(), 0u);
+}
+
+TEST_F(HeapFixture, RangeTheSystemCannotBackGivesNullAndKeepsNoPages) {
+  // The file ends 8 pages into the heap and may not grow: pages past that cannot be allocated,
+  // as when the system is out of memory. The cache is let go first, then the range itself.
+  ASSERT_EQ(ftruncate(fd_.Get(), 9 * kPage), 0);
+  ASSERT_EQ(fcntl(fd_.Get(), F_ADD_SEALS, F_SEAL_GROW), 0);
+  ResetWithCache(kBytes);
+  void* a = heap_.Allocate(6 * kPage);
+  ASSERT_NE(a, nullptr);
+  void* b = heap_.Allocate(kPage);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(heap_.Free(a));
+  EXPECT_EQ(heap_.CachedBytes(), 6 * kPage);
+  EXPECT_EQ(heap_.Allocate(10 * kPage), nullptr);  // offset 7: 3 pages past the end
+  EXPECT_EQ(heap_.CachedBytes(), 0u);
+  EXPECT_EQ(ResidentBytes(), kPage);        // b only
+  EXPECT_EQ(heap_.Allocate(6 * kPage), a);  // the freed range still works
+  EXPECT_EQ(ResidentBytes(), 7 * kPage);
 }
 
 TEST_F(HeapFixture, FullHeapGivesNullAndFreedNeighboursMerge) {
@@ -469,6 +526,58 @@ TEST(ProcessHeap, BadHeapSizeIsRejectedByName) {
     ExpectEnvRejected("COLLOPS_SHM_HEAP_BYTES", value);
   }
 }
+
+TEST(ProcessHeap, BadHeapCacheSizeIsRejectedByName) {
+  for (const char* value : {"-1", "abc", "5X", "2048G"}) {
+    ExpectEnvRejected("COLLOPS_SHM_HEAP_CACHE_BYTES", value);
+  }
+}
+
+long MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+/// Minor page faults of this rank while it takes a 1 MiB range from the heap again, after freeing
+/// one, and writes it, and while its peer writes into it (AllToAllV output in the heap).
+void ExpectFaultsOfAReusedRange(bool cached) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_CACHE_BYTES"] = cached ? "4M" : "0";
+  RunProcessRanks(
+      2,
+      [cached](int rank) {
+        auto comm = MakeProcessComm(rank, 2, "heap-cache");
+        const int64_t piece = 512 << 10;
+        const std::vector<int64_t> counts = {piece, piece}, displs = {0, piece};
+        std::vector<uint8_t> in(2 * piece, static_cast<uint8_t>(rank + 1));
+        long faults = 0;
+        for (int round = 0; round < 3; ++round) {
+          const long before = MinorFaults();
+          auto* out = static_cast<uint8_t*>(comm->AllocateShared(2 * piece));
+          ASSERT_NE(out, nullptr);
+          std::memset(out, 0, piece);
+          comm->AllToAllV(in.data(), counts.data(), displs.data(), out, counts.data(),
+                          displs.data(), ACL_INT8);
+          ASSERT_EQ(out[0], 1);
+          ASSERT_EQ(out[piece], 2);
+          comm->Barrier();  // the peer is done writing before this rank frees
+          EXPECT_TRUE(comm->FreeShared(out));
+          if (round > 0) faults += MinorFaults() - before;
+        }
+        // 256 pages per round come back through faults without the cache; with it none should.
+        if (cached) {
+          EXPECT_LT(faults, 64) << "rank " << rank;
+        } else {
+          EXPECT_GE(faults, 2 * 128) << "rank " << rank;
+        }
+      },
+      options);
+}
+
+TEST(ProcessHeap, ReusedRangeIsNotFaultedInAgain) { ExpectFaultsOfAReusedRange(true); }
+
+TEST(ProcessHeap, WithoutACacheEveryReuseFaultsItsPagesIn) { ExpectFaultsOfAReusedRange(false); }
 
 TEST(ProcessHeap, ThreadModeHasNoHeap) {
   CommParam param;

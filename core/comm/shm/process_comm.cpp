@@ -154,6 +154,8 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
          " is not a valid rank (0 <= rank < rankSize <= 4096)");
   }
   timeoutSeconds_ = CommTimeoutSeconds(param, &timeoutSource_);
+  // Read before the rendezvous: a bad value fails here, naming the variable, not after joining.
+  const uint64_t heapCacheBytes = HeapCacheBytesFromEnv();
   RendezvousSpec spec;
   spec.jobKey = JobKeyFromEnv();
   spec.domain = param.commDomain;
@@ -174,7 +176,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   if (segment_.HasHeaps()) {
     const SegmentLayout& layout = segment_.Layout();
     heap_.Reset(memory_.Get(), segment_.Heap(rank_), layout.heapOffset + rank_ * layout.heapBytes,
-                layout.heapBytes);
+                layout.heapBytes, heapCacheBytes);
   }
   direct_.assign(size_, DirectPeer{});
   crossSend_.assign(size_, false);

@@ -13,15 +13,46 @@ constexpr uint64_t kPage = 4096;
 
 }  // namespace
 
-void SharedHeap::Reset(int fd, uint8_t* base, uint64_t fileOffset, uint64_t bytes) {
+void SharedHeap::Reset(int fd, uint8_t* base, uint64_t fileOffset, uint64_t bytes,
+                       uint64_t cacheBytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   fd_ = fd;
   base_ = base;
   fileOffset_ = fileOffset;
   bytes_ = bytes;
+  cacheLimit_ = cacheBytes;
+  cachedBytes_ = 0;
   free_.clear();
   used_.clear();
+  cached_.clear();
   if (bytes_ != 0) free_[0] = bytes_;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> SharedHeap::TakeCached(uint64_t offset,
+                                                                  uint64_t length) {
+  const uint64_t end = offset + length;
+  std::vector<std::pair<uint64_t, uint64_t>> uncached;
+  uint64_t at = offset;
+  auto it = cached_.upper_bound(offset);
+  if (it != cached_.begin() && std::prev(it)->first + std::prev(it)->second > offset) --it;
+  while (it != cached_.end() && it->first < end) {
+    const uint64_t start = it->first, stop = it->first + it->second;
+    if (start > at) uncached.emplace_back(at, start - at);
+    // Keep the parts of this cached range outside [offset, end).
+    const uint64_t taken = std::min(stop, end) - std::max(start, offset);
+    cachedBytes_ -= taken;
+    it = cached_.erase(it);
+    if (start < offset) cached_[start] = offset - start;
+    if (stop > end) cached_[end] = stop - end;
+    at = std::min(stop, end);
+  }
+  if (at < end) uncached.emplace_back(at, end - at);
+  return uncached;
+}
+
+void SharedHeap::Punch(uint64_t offset, uint64_t length) {
+  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length));
 }
 
 void* SharedHeap::Allocate(size_t bytes) {
@@ -32,9 +63,21 @@ void* SharedHeap::Allocate(size_t bytes) {
     const uint64_t offset = it->first;
     // The pages must exist before anyone touches them: a sparse page that the system cannot
     // supply would be a SIGBUS in whichever rank touched it first.
-    if (fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length)) !=
-        0) {
-      return nullptr;
+    bool backed = true;
+    for (const auto& part : TakeCached(offset, length)) {
+      backed = backed && fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + part.first),
+                                   static_cast<off_t>(part.second)) == 0;
+    }
+    if (!backed) {
+      // Out of memory: the cached pages go back first, then one more try.
+      for (const auto& range : cached_) Punch(range.first, range.second);
+      cached_.clear();
+      cachedBytes_ = 0;
+      if (fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length)) !=
+          0) {
+        Punch(offset, length);
+        return nullptr;
+      }
     }
     const uint64_t rest = it->second - length;
     free_.erase(it);
@@ -54,9 +97,12 @@ bool SharedHeap::Free(void* p) {
   uint64_t start = used->first;
   uint64_t length = used->second;
   used_.erase(used);
-  // Back to the system (and zero for the next Allocate); the range stays in the file.
-  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-            static_cast<off_t>(fileOffset_ + start), static_cast<off_t>(length));
+  if (cachedBytes_ + length <= cacheLimit_) {
+    cached_[start] = length;
+    cachedBytes_ += length;
+  } else {
+    Punch(start, length);
+  }
   auto next = free_.lower_bound(start);
   if (next != free_.end() && next->first == start + length) {
     length += next->second;
@@ -79,6 +125,11 @@ uint64_t SharedHeap::AllocatedBytes() const {
   uint64_t total = 0;
   for (const auto& range : used_) total += range.second;
   return total;
+}
+
+uint64_t SharedHeap::CachedBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cachedBytes_;
 }
 
 }  // namespace shm

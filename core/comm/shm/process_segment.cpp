@@ -101,6 +101,11 @@ uint64_t HeapBytesFromEnv() {
       kPage);
 }
 
+uint64_t HeapCacheBytesFromEnv() {
+  return SizeFromEnv("COLLOPS_SHM_HEAP_CACHE_BYTES", kDefaultHeapCacheBytes, 0, kMaxHeapBytes,
+                     "0 and 1024GiB");
+}
+
 uint8_t* Segment::Map(int fd, uint64_t bytes, uint64_t populate) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (base == MAP_FAILED) {

@@ -44,6 +44,8 @@ constexpr uint64_t kDefaultSlotBytes = 4ULL << 20;
 /// COLLOPS_SHM_HEAP_BYTES default: address space per rank for AllocateShared(). Costs no memory
 /// until allocated.
 constexpr uint64_t kDefaultHeapBytes = 1ULL << 30;
+/// COLLOPS_SHM_HEAP_CACHE_BYTES default: freed heap bytes per rank that keep their pages.
+constexpr uint64_t kDefaultHeapCacheBytes = 256ULL << 20;
 
 /// Collectives whose algorithm COLLOPS_ALGO_<OP> may force.
 enum AlgoChoice : int32_t {
@@ -192,6 +194,10 @@ uint64_t SlotBytesFromEnv(int rankSize);
 /// COLLOPS_SHM_HEAP_BYTES rounded up to the page size (0: no heap); kDefaultHeapBytes when unset.
 /// Throws ERROR_INVALID_PARAM for a value that is not a size.
 uint64_t HeapBytesFromEnv();
+/// COLLOPS_SHM_HEAP_CACHE_BYTES (0: every free gives its pages back); kDefaultHeapCacheBytes
+/// when unset. This rank's own policy: ranks need not agree. Throws ERROR_INVALID_PARAM for a
+/// value that is not a size.
+uint64_t HeapCacheBytesFromEnv();
 
 /// A mapping of the segment in this process. Unmapped on destruction; the memory itself lives
 /// until the last rank unmaps it.

@@ -113,8 +113,9 @@ class Communicator {
   /// input or output lies in it may move that data with one copy instead of two. Collectives
   /// accept any memory; this only makes them faster where the backend can use it (lccl between
   /// processes: a heap in its shared segment, COLLOPS_SHM_HEAP_BYTES). At least `bytes` bytes,
-  /// zeroed, 64-byte aligned; nullptr when the backend has no such memory or no room left, and
-  /// the caller then uses ordinary memory. Valid until FreeShared() or the communicator's end.
+  /// 64-byte aligned, not initialised (as malloc's: memory this rank freed may come back with
+  /// what it wrote there); nullptr when the backend has no such memory or no room left, and the
+  /// caller then uses ordinary memory. Valid until FreeShared() or the communicator's end.
   virtual void* AllocateShared(size_t bytes);
   /// Returns AllocateShared() memory; false when `p` did not come from this communicator.
   virtual bool FreeShared(void* p);
