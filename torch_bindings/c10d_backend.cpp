@@ -49,6 +49,7 @@
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
 #include "deferred_p2p.h"
+#include "intra_op_threads.h"
 #include "process_group_comm.h"
 #include "shared_tensor.h"
 
@@ -247,6 +248,7 @@ class CollopsBackend final : public c10d::Backend {
       domain_.assign(v.begin(), v.end());
     }
     layout_ = ExchangeHostLayout(*store, rank, size);
+    ShareCpusWithLocalRanks(static_cast<int>(layout_.RanksOn(layout_.hostOfRank[rank]).size()));
     p2p_ = std::make_shared<DeferredP2P>(
         [this](const std::vector<PointToPoint>& ops) { return RunP2P(ops); });
   }

@@ -25,6 +25,7 @@
 
 #include "collops/collops.h"
 #include "collops/operation_base.h"
+#include "intra_op_threads.h"
 #include "shared_tensor.h"
 
 namespace collops {
@@ -219,8 +220,7 @@ class OperationTorch : public torch::CustomClassHolder {
     uint64_t workspaceSize = 0;
     const Status status = Guarded([&] {
       RequireOperation("setup");
-      const VariantPack pack = BuildVariantPack(ins, outs);
-      Check(op_->Setup(pack, workspaceSize, nullptr));
+      SetupOp(BuildVariantPack(ins, outs), workspaceSize);
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     result["workspace_size"] = workspaceSize;
@@ -272,7 +272,7 @@ class OperationTorch : public torch::CustomClassHolder {
     RaiseOnError("execute_sync", Guarded([&] {
                    RequireOperation("execute_sync");
                    const VariantPack pack = BuildVariantPack(ins, outs);
-                   Check(op_->Setup(pack, workspaceSize, nullptr));
+                   SetupOp(pack, workspaceSize);
                    uint8_t* ws = nullptr;
                    uint64_t wsBytes = 0;
                    if (workspace.defined() && workspace.numel() > 0) {
@@ -397,11 +397,23 @@ class OperationTorch : public torch::CustomClassHolder {
     return base->commParam();
   }
 
+  // The op's Setup, which creates its communicator on first use. Ranks that are processes of one
+  // host (plain lccl) then share the CPUs (intra_op_threads.h); across hosts the ranks per host
+  // are not known here.
+  void SetupOp(const VariantPack& pack, uint64_t& workspaceSize) {
+    Check(op_->Setup(pack, workspaceSize, nullptr));
+    const CommParam& param = CommParamOf();
+    if (cpusShared_ || param.commMode != COMM_MULTI_PROCESS) return;
+    const std::shared_ptr<Communicator> comm = Communicators().Find(param);
+    if (comm != nullptr && comm->BackendName() == "lccl") ShareCpusWithLocalRanks(comm->Size());
+    cpusShared_ = true;
+  }
+
   // Setup then Execute with a workspace owned by this object (not the shared default context's,
   // which threads acting as ranks would race on).
   void RunWithOwnWorkspace(const VariantPack& pack) {
     uint64_t workspaceSize = 0;
-    Check(op_->Setup(pack, workspaceSize, nullptr));
+    SetupOp(pack, workspaceSize);
     if (workspace_.size() < workspaceSize) workspace_.resize(workspaceSize);
     Check(op_->Execute(pack, workspaceSize > 0 ? workspace_.data() : nullptr, workspaceSize,
                        nullptr));
@@ -412,6 +424,7 @@ class OperationTorch : public torch::CustomClassHolder {
   Json param_;                                    // the params of the held operation
   std::map<size_t, std::vector<int64_t>> bound_;  // input slot -> host counts
   std::vector<uint8_t> workspace_;
+  bool cpusShared_ = false;  // ShareCpusWithLocalRanks ran for this operation
 };
 
 }  // namespace
