@@ -50,6 +50,11 @@ std::vector<std::pair<uint64_t, uint64_t>> SharedHeap::TakeCached(uint64_t offse
   return uncached;
 }
 
+bool SharedHeap::Back(uint64_t offset, uint64_t length) {
+  return fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length)) ==
+         0;
+}
+
 void SharedHeap::Punch(uint64_t offset, uint64_t length) {
   fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
             static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length));
@@ -65,16 +70,14 @@ void* SharedHeap::Allocate(size_t bytes) {
     // supply would be a SIGBUS in whichever rank touched it first.
     bool backed = true;
     for (const auto& part : TakeCached(offset, length)) {
-      backed = backed && fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + part.first),
-                                   static_cast<off_t>(part.second)) == 0;
+      backed = backed && Back(part.first, part.second);
     }
     if (!backed) {
       // Out of memory: the cached pages go back first, then one more try.
       for (const auto& range : cached_) Punch(range.first, range.second);
       cached_.clear();
       cachedBytes_ = 0;
-      if (fallocate(fd_, 0, static_cast<off_t>(fileOffset_ + offset), static_cast<off_t>(length)) !=
-          0) {
+      if (!Back(offset, length)) {
         Punch(offset, length);
         return nullptr;
       }

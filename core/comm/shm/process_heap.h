@@ -57,6 +57,9 @@ class SharedHeap {
   /// Removes [offset, offset + length) from cached_ and returns the parts of it that were not
   /// cached (those need pages). Caller holds mutex_.
   std::vector<std::pair<uint64_t, uint64_t>> TakeCached(uint64_t offset, uint64_t length);
+  /// Allocates the pages of [offset, offset + length) in the memfd; false when the system has
+  /// no memory for them. Caller holds mutex_.
+  bool Back(uint64_t offset, uint64_t length);
   /// Gives the pages of [offset, offset + length) back to the system. Caller holds mutex_.
   void Punch(uint64_t offset, uint64_t length);
 
