@@ -606,8 +606,8 @@ c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d:
   try {
     py::module_ dist = py::module_::import("torch.distributed");
     py::object prefixed = dist.attr("PrefixStore")(prefix, py::cast(store));
-    const double seconds = timeoutSeconds > 0 ? timeoutSeconds : CommTimeoutSeconds();
-    py::object timeout = py::module_::import("datetime").attr("timedelta")(0, seconds);
+    py::object timeout =
+        py::module_::import("datetime").attr("timedelta")(0, CommTimeoutSeconds(timeoutSeconds));
     py::object gloo = dist.attr("ProcessGroupGloo")(prefixed, rank, size, timeout);
     return gloo.cast<c10::intrusive_ptr<c10d::Backend>>();
   } catch (py::error_already_set& e) {

@@ -88,13 +88,10 @@ double CommTimeoutSeconds() {
   return (end != text && seconds > 0) ? seconds : 300.0;
 }
 
-double CommTimeoutSeconds(const CommParam& param, const char** source) {
-  if (param.timeoutSeconds > 0) {
-    *source = "the caller's timeout";
-    return param.timeoutSeconds;
-  }
-  *source = "COLLOPS_TIMEOUT";
-  return CommTimeoutSeconds();
+double CommTimeoutSeconds(double chosenSeconds, const char** source) {
+  const bool chosen = chosenSeconds > 0;
+  if (source != nullptr) *source = chosen ? "the caller's timeout" : "COLLOPS_TIMEOUT";
+  return chosen ? chosenSeconds : CommTimeoutSeconds();
 }
 
 }  // namespace collops

@@ -153,7 +153,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
     Fail(ERROR_INVALID_PARAM, "lccl: rank ", rank_, " of rankSize ", size_,
          " is not a valid rank (0 <= rank < rankSize <= 4096)");
   }
-  timeoutSeconds_ = CommTimeoutSeconds(param, &timeoutSource_);
+  timeoutSeconds_ = CommTimeoutSeconds(param.timeoutSeconds, &timeoutSource_);
   // Read before the rendezvous: a bad value fails here, naming the variable, not after joining.
   const uint64_t heapCacheBytes = HeapCacheBytesFromEnv();
   RendezvousSpec spec;

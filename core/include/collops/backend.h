@@ -33,9 +33,9 @@ std::vector<std::string> ListCommunicatorBackends();
 /// COLLOPS_TIMEOUT in seconds (default 300): how long any wait for a peer may last.
 double CommTimeoutSeconds();
 
-/// The bound on the waits of `param`'s communicator: param.timeoutSeconds when the caller set one
-/// (the torch backend passes init_process_group's timeout), else CommTimeoutSeconds(). `*source`
-/// names where it came from, for messages.
-double CommTimeoutSeconds(const CommParam& param, const char** source);
+/// The bound on a communicator's waits: `chosenSeconds` when the caller set one (> 0:
+/// CommParam::timeoutSeconds, which the torch backend takes from init_process_group's timeout),
+/// else CommTimeoutSeconds(). `*source`, when given, names where it came from, for messages.
+double CommTimeoutSeconds(double chosenSeconds, const char** source = nullptr);
 
 }  // namespace collops
