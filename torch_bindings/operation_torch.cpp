@@ -173,6 +173,7 @@ class OperationTorch : public torch::CustomClassHolder {
     const Status status = CreateOperation(opName_, paramJson, &created);
     if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
     op_.reset(created);
+    cpusShared_ = false;              // the new params may name another communicator
     param_ = Json::parse(paramJson);  // CreateOperation accepted it, so it parses
     return ResultJson(NO_ERROR, "");
   }
@@ -402,11 +403,12 @@ class OperationTorch : public torch::CustomClassHolder {
   // are not known here.
   void SetupOp(const VariantPack& pack, uint64_t& workspaceSize) {
     Check(op_->Setup(pack, workspaceSize, nullptr));
+    if (cpusShared_) return;  // once: every later call of the hot path stops here
+    cpusShared_ = true;
     const CommParam& param = CommParamOf();
-    if (cpusShared_ || param.commMode != COMM_MULTI_PROCESS) return;
+    if (param.commMode != COMM_MULTI_PROCESS) return;
     const std::shared_ptr<Communicator> comm = Communicators().Find(param);
     if (comm != nullptr && comm->BackendName() == "lccl") ShareCpusWithLocalRanks(comm->Size());
-    cpusShared_ = true;
   }
 
   // Setup then Execute with a workspace owned by this object (not the shared default context's,
@@ -424,7 +426,7 @@ class OperationTorch : public torch::CustomClassHolder {
   Json param_;                                    // the params of the held operation
   std::map<size_t, std::vector<int64_t>> bound_;  // input slot -> host counts
   std::vector<uint8_t> workspace_;
-  bool cpusShared_ = false;  // ShareCpusWithLocalRanks ran for this operation
+  bool cpusShared_ = false;  // SetupOp's CPU sharing is done for the held operation
 };
 
 }  // namespace
