@@ -19,25 +19,16 @@ torch's own ``_c10d_functional`` ops differentiate only "sum" reductions; these 
 forward takes.
 """
 import torch
-import torch.distributed as dist
 
-from .ops import resolve_group
+from .ops import _rank, _world
 
 _C = torch.ops.collops
-
-
-def _group_size(group_name):
-    return dist.get_world_size(resolve_group(group_name))
-
-
-def _group_rank(group_name):
-    return dist.get_rank(resolve_group(group_name))
 
 
 def _others_product(x, group_name):
     """The elementwise product of every other rank's `x` (none of them divided by anything)."""
     rows = _C.all_gather(x.reshape(1, -1), group_name)
-    rows[_group_rank(group_name)] = 1
+    rows[_rank(group_name)] = 1
     return rows.prod(0).view(x.shape)
 
 
@@ -47,7 +38,7 @@ def _reduction_grad(op, x, whole, grad, group_name):
     if op == "sum":
         return grad
     if op == "avg":
-        return grad / _group_size(group_name)
+        return grad / _world(group_name)
     if op in ("max", "min"):
         hit = (x == whole).to(grad.dtype)
         ties = _C.all_reduce(hit, "sum", group_name)
@@ -110,7 +101,7 @@ def _all_to_all_v_grad(ctx, grad):
 def _broadcast_grad(ctx, grad):
     (src,) = ctx.args
     total = _C.all_reduce(grad, "sum", ctx.group_name)
-    dx = total if _group_rank(ctx.group_name) == src else torch.zeros_like(total)
+    dx = total if _rank(ctx.group_name) == src else torch.zeros_like(total)
     return dx, None, None
 
 

@@ -174,13 +174,17 @@ def _world(group_name):
     return dist.get_world_size(resolve_group(group_name))
 
 
+def _rank(group_name):
+    return dist.get_rank(resolve_group(group_name))
+
+
 _FAKES = {
     "all_reduce": lambda x, op, g: x.new_empty(x.shape),
     "all_gather": lambda x, g: x.new_empty((_world(g) * x.shape[0], *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
     "reduce_scatter": lambda x, op, g: x.new_empty((x.shape[0] // _world(g), *x.shape[1:])),
     "reduce_scatter_v": lambda x, sizes, op, g: x.new_empty(
-        (sizes[dist.get_rank(resolve_group(g))], *x.shape[1:])),
+        (sizes[_rank(g)], *x.shape[1:])),
     "all_to_all": lambda x, g: x.new_empty(x.shape),
     "all_to_all_v": lambda x, osz, isz, g: x.new_empty((sum(osz), *x.shape[1:])),
     "broadcast": lambda x, src, g: x.new_empty(x.shape),
@@ -208,7 +212,7 @@ def _register():
 
 _LIB = _register()
 
-# After the ops exist: the formulas call them (and import resolve_group from here).
+# After the ops exist: the formulas call them (and take _world and _rank from here).
 from . import _gradients  # noqa: E402
 
 _gradients.register(_NS, _LIB)
