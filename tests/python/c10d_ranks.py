@@ -9,23 +9,24 @@ import rank_harness
 
 
 def run_group_job(world_size, fn, *args, backend="collops", timeout=None, hosts=None,
-                  group_timeout=None):
+                  group_timeout=None, before_init=None):
     """Runs fn(ctx, *args) on `world_size` spawned ranks inside an initialised default group.
 
     hosts: rank r joins as if it ran on pretend host hosts[r] (COLLOPS_HOST_ID), so a "collops"
     group spanning several runs hierarchically. group_timeout: init_process_group's timeout, in
-    seconds (None: torch's default). timeout: the harness deadline."""
+    seconds (None: torch's default). before_init(ctx): runs in the rank just before it joins the
+    group (what the group reads when it is created). timeout: the harness deadline."""
     store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
     kwargs = {} if timeout is None else {"timeout": timeout}
     try:
         return rank_harness.run_process_ranks(world_size, _in_group, fn, backend, store, args,
-                                              hosts, group_timeout, **kwargs)
+                                              hosts, group_timeout, before_init, **kwargs)
     finally:
         if os.path.exists(store):
             os.remove(store)
 
 
-def _in_group(ctx, fn, backend, store, args, hosts, group_timeout):
+def _in_group(ctx, fn, backend, store, args, hosts, group_timeout, before_init):
     import datetime
 
     import torch.distributed as dist
@@ -36,6 +37,8 @@ def _in_group(ctx, fn, backend, store, args, hosts, group_timeout):
         os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
     kwargs = ({} if group_timeout is None
               else {"timeout": datetime.timedelta(seconds=group_timeout)})
+    if before_init is not None:
+        before_init(ctx)
     dist.init_process_group(backend, init_method=f"file://{store}", rank=ctx.rank,
                             world_size=ctx.world_size, **kwargs)
     try:
