@@ -310,6 +310,24 @@ TEST(MpiProgress, WaitsInsideAHostDriveTheEngine) {
   }
 }
 
+/// Leaves this job's mark "up-<job>" in `dir` and waits up to 60 s for another job's; false when
+/// none came (or the mark could not be made).
+bool MarkAndAwaitOtherJob(const std::string& dir) {
+  std::FILE* mark = std::fopen((dir + "/up-" + JobTag()).c_str(), "w");
+  if (mark == nullptr) return false;
+  std::fclose(mark);
+  for (int tries = 0; tries < 600; ++tries) {
+    int marks = 0;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* entry = readdir(d)) marks += std::string(entry->d_name).rfind("up-", 0) == 0;
+      closedir(d);
+    }
+    if (marks >= 2) return true;
+    usleep(100 * 1000);
+  }
+  return false;
+}
+
 /// Run by ctest MpiConcurrentJobs.R2 (concurrent_jobs.sh): two jobs of this test at once, in one
 /// lccl domain, without COLLOPS_JOB_ID. Each job's rank 0 marks the directory once its job holds
 /// its communicator and then waits for the other job's mark, so both jobs hold theirs at the same
@@ -340,25 +358,9 @@ TEST(DISABLED_MpiJobKey, JobsOfTwoMpirunsHoldOneDomainAtOnce) {
   int32_t in = WorldRank() + 1, sum = 0;
   comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
   EXPECT_EQ(sum, WorldSize() * (WorldSize() + 1) / 2);
-  int32_t bothUp = 1;
-  if (WorldRank() == 0) {
-    const std::string mine = std::string(dir) + "/up-" + JobTag();
-    std::FILE* mark = std::fopen(mine.c_str(), "w");
-    ASSERT_NE(mark, nullptr);
-    std::fclose(mark);
-    bothUp = 0;
-    for (int tries = 0; tries < 600 && !bothUp; ++tries) {
-      int marks = 0;
-      if (DIR* d = opendir(dir)) {
-        while (dirent* entry = readdir(d)) marks += std::string(entry->d_name).rfind("up-", 0) == 0;
-        closedir(d);
-      }
-      bothUp = marks >= 2;
-      if (!bothUp) usleep(100 * 1000);
-    }
-  }
+  int32_t bothUp = WorldRank() == 0 ? MarkAndAwaitOtherJob(dir) : 0;
   job->Broadcast(&bothUp, 1, ACL_INT32, 0);
-  EXPECT_TRUE(bothUp) << "the other job never held its communicator";
+  EXPECT_TRUE(bothUp) << "the other job never held its communicator (or no mark in " << dir << ")";
   comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);  // still ours, still whole
   EXPECT_EQ(sum, WorldSize() * (WorldSize() + 1) / 2);
 }
