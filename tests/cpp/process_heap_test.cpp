@@ -46,10 +46,10 @@ class HeapFixture : public ::testing::Test {
     void* base = mmap(nullptr, kBytes + kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.Get(), 0);
     ASSERT_NE(base, MAP_FAILED);
     base_ = static_cast<uint8_t*>(base);
-    // The heap starts a page into the file, as a rank's heap starts inside the segment.
-    heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes, 0);
+    ResetWithCache(0);  // the fixture's heap caches nothing
   }
-  /// Starts over with a cache of `cacheBytes` (the fixture's heap caches nothing).
+  /// Starts over with a cache of `cacheBytes`. The heap starts a page into the file, as a rank's
+  /// heap starts inside the segment.
   void ResetWithCache(uint64_t cacheBytes) {
     heap_.Reset(fd_.Get(), base_ + kPage, kPage, kBytes, cacheBytes);
   }
