@@ -34,26 +34,45 @@ size_t CopyBlocks(uint8_t* d, const uint8_t* s, size_t bytes) {
 }
 #endif
 
+/// Whether this CPU's `rep movsb` has the short-distance cliff. AMD Zen's does (glibc BZ 30994);
+/// Intel's does not, and there `rep movsb` (fast strings: whole-line stores without reading the
+/// line first) copies L2-sized blocks 1.5-2x faster than any vector loop (measured on a Xeon with
+/// AVX-512: 341 KiB 6.7 vs 11.1 us, 1 MiB 31.8 vs 42.1 us, at every distance), so the loop would
+/// be the slow path there.
+bool RepMovsbHasShortDistanceCliff() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
 /// Destination-after-source distances (mod 4 KiB) that put glibc's rep movsb on its slow path.
 bool SlowForMemcpy(const void* dst, const void* src) {
   const uintptr_t distance =
       (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
-  return distance != 0 && distance < 64;
+  return distance != 0 && distance < 64 && RepMovsbHasShortDistanceCliff();
 }
 
 }  // namespace
 
+void CopyBytesByVectors(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+  size_t i = 0;
+#if defined(__x86_64__) || defined(__i386__)
+  i = CopyBlocks<false>(d, s, bytes);
+#endif
+  std::memcpy(d + i, s + i, bytes - i);
+}
+
 void CopyBytes(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
-#if defined(__x86_64__) || defined(__i386__)
-  if (bytes >= 2048 && SlowForMemcpy(dst, src)) {
-    auto* d = static_cast<uint8_t*>(dst);
-    const auto* s = static_cast<const uint8_t*>(src);
-    const size_t i = CopyBlocks<false>(d, s, bytes);
-    std::memcpy(d + i, s + i, bytes - i);
-    return;
-  }
-#endif
+  if (bytes >= 2048 && SlowForMemcpy(dst, src)) return CopyBytesByVectors(dst, src, bytes);
   std::memcpy(dst, src, bytes);
 }
 
