@@ -32,6 +32,11 @@ def register(library_path):
     dist.Backend.register_backend(BACKEND_NAME, _factory.create_backend, devices=["cpu"])
 
 
+def factory():
+    """The module whose ``create_backend`` makes a collops backend (after :func:`register`)."""
+    return _factory
+
+
 def communicator_name(group=None):
     """The engine a "collops" group runs its CPU collectives on: "lccl" when its ranks share one
     host, "hccl(lccl+c10d)" when they span hosts (lccl inside each host, gloo between them), ""

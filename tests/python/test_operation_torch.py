@@ -346,6 +346,38 @@ def test_torch_npu_shim_runs_atb_idioms():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_torch_npu_shim_keeps_npu_moves_on_cpu_and_maps_hccl_to_collops():
+    done = run_python(
+        "import torch, torch_npu\n"
+        "import torch.distributed as dist\n"
+        "x = torch.ones(2, dtype=torch.int32)\n"
+        "for moved in (x.to('npu:1'), x.to('npu'), x.to(device='npu:0'),\n"
+        "              x.to('npu:0', torch.float64), x.to(device='npu:0', dtype=torch.float64)):\n"
+        "    assert moved.device.type == 'cpu' and torch.equal(moved.int(), x), moved\n"
+        "assert x.to('npu:0', torch.float64).dtype == torch.float64\n"
+        "assert x.to(torch.float16).dtype == torch.float16 and x.to('cpu') is x\n"
+        "m = torch.nn.Linear(2, 2)\n"
+        "assert m.to('npu:3') is m and m.weight.device.type == 'cpu'\n"
+        "assert m.to('npu:0', torch.float64).weight.dtype == torch.float64\n"
+        "for bad in ('npu:x', 'npu:-1'):\n"
+        "    try:\n"
+        "        x.to(bad)\n"
+        "        print('moved to', bad)\n"
+        "    except RuntimeError as e:\n"
+        "        assert bad in str(e), e\n"
+        "assert 'hccl' in dist.Backend.backend_list\n"
+        "assert dist.Backend.backend_capability['hccl'] == ['cpu']\n"
+        "dist.init_process_group('hccl', init_method='tcp://127.0.0.1:0', rank=0, world_size=1)\n"
+        "from collops import _c10d_backend as backend\n"
+        "assert backend.communicator_name() == '', 'no collective yet'\n"
+        "t = torch.full((3,), 2.0)\n"
+        "dist.all_reduce(t)\n"
+        "assert backend.communicator_name() == 'lccl', backend.communicator_name()\n"
+        "assert torch.equal(t, torch.full((3,), 2.0))\n"
+        "print('ok')\n")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
 def test_install_torch_npu_does_not_shadow_a_real_one():
     done = run_python(
         "import sys, types\n"

@@ -17,9 +17,10 @@ def check_device(device):
     if device is None or isinstance(device, int):
         return
     text = str(device)
-    if text == "cpu" or text == "npu" or text.startswith("npu:"):
+    if text == "cpu" or text == "npu" or (text.startswith("npu:") and text[4:].isdigit()):
         return
-    raise RuntimeError(f"collops torch_npu shim: unsupported device {device!r}")
+    raise RuntimeError(f"collops torch_npu shim: unsupported device {device!r} "
+                       "(cpu, npu, npu:<n>)")
 
 
 def set_device(device):

@@ -1,9 +1,10 @@
 """A CPU stand-in for the parts of ``torch_npu`` that ATB test scripts use.
 
 :func:`install` makes ``import torch_npu`` return this module, adds ``torch.npu`` (the
-:mod:`collops.compat.npu` namespace: ``set_device``, ``current_device``, ``synchronize``, ...), and
-makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself on CPU. Tensors therefore stay
-CPU tensors, which is what OperationTorch works on.
+:mod:`collops.compat.npu` namespace: ``set_device``, ``current_device``, ``synchronize``, ...),
+makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself and ``.to("npu:<n>")`` move to
+CPU, and registers the torch.distributed backend "hccl" as a collops group for CPU tensors.
+Tensors therefore stay CPU tensors, which is what OperationTorch and collops groups work on.
 """
 import sys
 
@@ -41,6 +42,48 @@ def _module_npu(self, device=None):
     return self
 
 
+def _is_npu(device):
+    return isinstance(device, str) and (device == "npu" or device.startswith("npu:"))
+
+
+def _on_cpu(args, kwargs):
+    """`args`/`kwargs` of a ``.to`` call with an "npu[:n]" device (checked) made "cpu"."""
+    if not any(_is_npu(a) for a in args) and not _is_npu(kwargs.get("device")):
+        return args, kwargs
+    for device in [*args, kwargs.get("device")]:
+        if _is_npu(device):
+            npu.check_device(device)
+    args = tuple("cpu" if _is_npu(a) else a for a in args)
+    if _is_npu(kwargs.get("device")):
+        kwargs = dict(kwargs, device="cpu")
+    return args, kwargs
+
+
+def _moving_to_cpu(to):
+    """Wraps Tensor.to / Module.to so that ``.to("npu:<n>")`` stays on CPU, as ``.npu()`` does."""
+    if getattr(to, "__collops_original__", None) is not None:
+        return to
+
+    def call(self, *args, **kwargs):
+        args, kwargs = _on_cpu(args, kwargs)
+        return to(self, *args, **kwargs)
+
+    call.__collops_original__ = to
+    call.__doc__ = to.__doc__
+    return call
+
+
+def _register_hccl():
+    """``init_process_group("hccl")`` makes a collops group for CPU tensors, as it makes an HCCL
+    group on an NPU."""
+    import torch.distributed as dist
+
+    from .. import _c10d_backend
+    if dist.is_available() and not hasattr(dist.Backend, "HCCL"):
+        dist.Backend.register_backend("hccl", _c10d_backend.factory().create_backend,
+                                      devices=["cpu"])
+
+
 def install():
     """Installs the shim (idempotent) and returns the module to use as ``torch_npu``."""
     this = sys.modules[__name__]
@@ -54,6 +97,9 @@ def install():
     torch.npu = npu
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
+    torch.Tensor.to = _moving_to_cpu(torch.Tensor.to)
+    torch.nn.Module.to = _moving_to_cpu(torch.nn.Module.to)
+    _register_hccl()
     return this
 
 

@@ -1,0 +1,1 @@
+from collops.compat.torchair import CompilerConfig  # noqa: F401

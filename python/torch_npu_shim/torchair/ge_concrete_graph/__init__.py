@@ -1,0 +1,1 @@
+"""Mirrors TorchAir's package path (collops CPU shim)."""
