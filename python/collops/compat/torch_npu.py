@@ -97,7 +97,9 @@ def install():
     torch.npu = npu
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
-    torch.Tensor.to = _moving_to_cpu(torch.Tensor.to)
+    # Dynamo cannot inline a Python wrapper of the builtin Tensor.to (a graph break at every
+    # compiled .to); in the graph as one call, AOTAutograd traces it into aten ops instead.
+    torch.Tensor.to = torch.compiler.allow_in_graph(_moving_to_cpu(torch.Tensor.to))
     torch.nn.Module.to = _moving_to_cpu(torch.nn.Module.to)
     _register_hccl()
     return this
