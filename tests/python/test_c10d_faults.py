@@ -45,6 +45,60 @@ def _killed_mid_collective(ctx, hosts):
     return lost
 
 
+CHILD_SECONDS = 20  # a forked child's life: longer than any survivor may take to see the death
+
+
+def _killed_beside_a_forked_child(ctx, pid_dir):
+    """Every rank forks a child after joining, as DataLoader workers are forked; each child
+    holds every file its rank had (sockets, memfds, pidfds) and outlives the victim, so the
+    survivors must learn of the death from the victim's process, not from closed files."""
+    import torch
+    import torch.distributed as dist
+
+    x = torch.ones(1 << 16)
+    dist.all_reduce(x)
+    child = os.fork()
+    if child == 0:
+        time.sleep(CHILD_SECONDS)
+        os._exit(0)
+    victim = ctx.world_size - 1
+    if ctx.rank == victim:
+        with open(os.path.join(pid_dir, "victim-child"), "w") as f:
+            f.write(str(child))
+    try:
+        for step in range(1000):
+            if ctx.rank == victim and step == 20:
+                os.kill(os.getpid(), signal.SIGKILL)
+            x.fill_(1.0)
+            start = time.monotonic()
+            try:
+                dist.all_reduce(x)
+            except RuntimeError as e:
+                lost, message = time.monotonic() - start, str(e)
+                break
+            assert torch.equal(x, torch.full_like(x, ctx.world_size))
+        else:
+            raise AssertionError("1000 all_reduces ran without the victim")
+        assert lost < CHILD_SECONDS / 4, f"the loss took {lost:.1f} s to surface: {message}"
+        assert "ERROR_PEER_LOST" in message and f"rank {victim}" in message, message
+        with open(os.path.join(pid_dir, "victim-child")) as f:
+            victim_child = int(f.read())
+        os.kill(victim_child, 0)  # still alive: it held the victim's files while we learned
+        return lost
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
+def test_a_rank_killed_while_its_forked_child_holds_its_files_is_reported_as_lost(tmp_path):
+    with pytest.raises(rank_harness.RankFailure) as failure:
+        run_group_job(3, _killed_beside_a_forked_child, str(tmp_path), timeout=120,
+                      group_timeout=TIMEOUT)
+    report = str(failure.value)
+    assert "1 of 3 process ranks failed" in report, report
+    assert "rank 2: killed by signal 9" in report, report
+
+
 @pytest.mark.parametrize("world, hosts", [(3, None), (4, (0, 0, 1, 1))],
                          ids=["one-host", "pretend-hosts"])
 def test_a_killed_rank_is_reported_as_lost_by_every_other_rank(world, hosts):
