@@ -16,24 +16,32 @@ from c10d_ranks import run_group_job
 TIMEOUT = 60  # the group's timeout; a lost peer must be reported long before it
 
 
+def _all_reduce_until_the_victim_dies(ctx, x, victim):
+    """All-reduces ones until a call fails; the victim kills itself at its 21st call. Checks every
+    result before the failure and returns (seconds the failed call took, its message)."""
+    import torch
+    import torch.distributed as dist
+
+    for step in range(1000):
+        if ctx.rank == victim and step == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        x.fill_(1.0)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(x)
+        except RuntimeError as e:
+            return time.monotonic() - start, str(e)
+        assert torch.equal(x, torch.full_like(x, ctx.world_size))
+    raise AssertionError("1000 all_reduces ran without the victim")
+
+
 def _killed_mid_collective(ctx, hosts):
     import torch
     import torch.distributed as dist
 
     victim = ctx.world_size - 1
     x = torch.ones(1 << 20)
-    for step in range(1000):
-        if ctx.rank == victim and step == 20:
-            os.kill(os.getpid(), signal.SIGKILL)
-        start = time.monotonic()
-        try:
-            dist.all_reduce(x)
-        except RuntimeError as e:
-            lost, message = time.monotonic() - start, str(e)
-            break
-        x.fill_(1.0)
-    else:
-        raise AssertionError("1000 all_reduces ran without the victim")
+    lost, message = _all_reduce_until_the_victim_dies(ctx, x, victim)
     assert "ERROR_PEER_LOST" in message, message
     if hosts is None:  # one lccl communicator: it names the rank that died
         assert f"rank {victim}" in message, message
@@ -66,19 +74,7 @@ def _killed_beside_a_forked_child(ctx, pid_dir):
         with open(os.path.join(pid_dir, "victim-child"), "w") as f:
             f.write(str(child))
     try:
-        for step in range(1000):
-            if ctx.rank == victim and step == 20:
-                os.kill(os.getpid(), signal.SIGKILL)
-            x.fill_(1.0)
-            start = time.monotonic()
-            try:
-                dist.all_reduce(x)
-            except RuntimeError as e:
-                lost, message = time.monotonic() - start, str(e)
-                break
-            assert torch.equal(x, torch.full_like(x, ctx.world_size))
-        else:
-            raise AssertionError("1000 all_reduces ran without the victim")
+        lost, message = _all_reduce_until_the_victim_dies(ctx, x, victim)
         assert lost < CHILD_SECONDS / 4, f"the loss took {lost:.1f} s to surface: {message}"
         assert "ERROR_PEER_LOST" in message and f"rank {victim}" in message, message
         with open(os.path.join(pid_dir, "victim-child")) as f:
