@@ -46,17 +46,12 @@ def _is_npu(device):
     return isinstance(device, str) and (device == "npu" or device.startswith("npu:"))
 
 
-def _on_cpu(args, kwargs):
-    """`args`/`kwargs` of a ``.to`` call with an "npu[:n]" device (checked) made "cpu"."""
-    if not any(_is_npu(a) for a in args) and not _is_npu(kwargs.get("device")):
-        return args, kwargs
-    for device in [*args, kwargs.get("device")]:
-        if _is_npu(device):
-            npu.check_device(device)
-    args = tuple("cpu" if _is_npu(a) else a for a in args)
-    if _is_npu(kwargs.get("device")):
-        kwargs = dict(kwargs, device="cpu")
-    return args, kwargs
+def _cpu_for_npu(arg):
+    """`arg` of a ``.to`` call, with an "npu[:n]" device (checked) made "cpu"."""
+    if not _is_npu(arg):
+        return arg
+    npu.check_device(arg)
+    return "cpu"
 
 
 def _moving_to_cpu(to):
@@ -65,8 +60,9 @@ def _moving_to_cpu(to):
         return to
 
     def call(self, *args, **kwargs):
-        args, kwargs = _on_cpu(args, kwargs)
-        return to(self, *args, **kwargs)
+        if "device" in kwargs:
+            kwargs = dict(kwargs, device=_cpu_for_npu(kwargs["device"]))
+        return to(self, *map(_cpu_for_npu, args), **kwargs)
 
     call.__collops_original__ = to
     call.__doc__ = to.__doc__
@@ -84,12 +80,17 @@ def _register_hccl():
                                       devices=["cpu"])
 
 
+def real_torch_npu():
+    """The imported torch_npu module when it is not this shim (Ascend's own), else None."""
+    loaded = sys.modules.get("torch_npu")
+    return None if loaded is None or getattr(loaded, "_collops_shim", False) else loaded
+
+
 def install():
     """Installs the shim (idempotent) and returns the module to use as ``torch_npu``."""
     this = sys.modules[__name__]
-    existing = sys.modules.get("torch_npu")
-    if existing is not None and existing is not this and not getattr(existing, "_collops_shim",
-                                                                       False):
+    existing = real_torch_npu()
+    if existing is not None:
         raise RuntimeError("collops torch_npu shim: a real torch_npu is already imported "
                            f"({getattr(existing, '__file__', existing)}); not shadowing it")
     sys.modules["torch_npu"] = this

@@ -18,18 +18,17 @@ Unchanged scripts put ``<repo>/python/torch_npu_shim`` on ``PYTHONPATH``, whose 
 package re-exports this module; the torch_npu shim there maps ``init_process_group("hccl")`` and
 ``.to("npu:<n>")`` to CPU (:mod:`collops.compat.torch_npu`).
 """
-import sys
-
 import torch
 
 from ..patch import patch_torch_distributed
+from .torch_npu import real_torch_npu
 
 __all__ = ["patch_for_hcom", "patch_for_hcom_allreduce", "get_npu_backend", "CompilerConfig"]
 
 
 def _refuse_beside_a_real_torch_npu():
-    loaded = sys.modules.get("torch_npu")
-    if loaded is not None and not getattr(loaded, "_collops_shim", False):
+    loaded = real_torch_npu()
+    if loaded is not None:
         raise RuntimeError("collops torchair shim: a real torch_npu is imported "
                            f"({getattr(loaded, '__file__', loaded)}); use the real torchair")
 
@@ -73,9 +72,4 @@ def get_npu_backend(*, compiler_config=None):
         raise TypeError("collops torchair shim: compiler_config must be a "
                         f"torchair.configs.compiler_config.CompilerConfig, got "
                         f"{type(compiler_config).__name__}")
-    inductor = torch._dynamo.lookup_backend("inductor")
-
-    def npu_backend(graph_module, example_inputs, **kwargs):
-        return inductor(graph_module, example_inputs, **kwargs)
-
-    return npu_backend
+    return torch._dynamo.lookup_backend("inductor")
