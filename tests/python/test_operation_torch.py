@@ -385,6 +385,44 @@ def test_torch_npu_shim_keeps_npu_moves_on_cpu_and_maps_hccl_to_collops():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
+def test_torch_npu_shim_makes_factory_calls_on_npu_cpu_tensors():
+    done = run_python(
+        "import torch, torch_npu\n"
+        "x = torch.arange(3.0)\n"
+        "made = [torch.ones(2, device='npu:0'), torch.zeros(2, 3, device='npu'),\n"
+        "        torch.empty(4, dtype=torch.int8, device='npu:1'), torch.full((2,), 7, device='npu'),\n"
+        "        torch.randn(5, device='npu:0'), torch.arange(4, device='npu'),\n"
+        "        torch.tensor([1, 2], device='npu:0'), torch.zeros_like(x, device='npu'),\n"
+        "        x.new_ones(2, device='npu:0'), torch.eye(2, device='npu')]\n"
+        "assert all(t.device.type == 'cpu' for t in made), [t.device for t in made]\n"
+        "assert torch.equal(made[3], torch.full((2,), 7)) and made[2].dtype == torch.int8\n"
+        "assert torch.equal(made[6], torch.tensor([1, 2]))\n"
+        "def f(y):  # in compiled code too, in the one graph\n"
+        "    return y + torch.ones(3, device='npu:0') + torch.arange(3, device='npu')\n"
+        "assert torch.equal(torch.compile(f, fullgraph=True)(x), f(x))\n"
+        "try:\n"
+        "    torch.ones(2, device='npu:x')\n"
+        "    print('made on npu:x')\n"
+        "except RuntimeError as e:\n"
+        "    assert 'npu:x' in str(e), e\n"
+        "assert torch.ones(1, device='cpu').device.type == 'cpu'\n"
+        "import torch_npu as again  # a second install leaves one mode, not two\n"
+        "again.install()\n"
+        "from torch.overrides import _get_current_function_mode_stack as stack\n"
+        "assert len(stack()) == 1, stack()\n"
+        "import threading  # modes are per thread: another thread installs for itself\n"
+        "seen = []\n"
+        "def other():\n"
+        "    torch_npu.install()\n"
+        "    seen.append(torch.ones(1, device='npu:0').device.type)\n"
+        "worker = threading.Thread(target=other)\n"
+        "worker.start()\n"
+        "worker.join()\n"
+        "assert seen == ['cpu'], seen\n"
+        "print('ok')\n")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
 def test_install_torch_npu_does_not_shadow_a_real_one():
     done = run_python(
         "import sys, types\n"

@@ -2,8 +2,8 @@
 
 :func:`install` makes ``import torch_npu`` return this module, adds ``torch.npu`` (the
 :mod:`collops.compat.npu` namespace: ``set_device``, ``current_device``, ``synchronize``, ...),
-makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself and ``.to("npu:<n>")`` move to
-CPU, and registers the torch.distributed backend "hccl" as a collops group for CPU tensors.
+makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself, ``.to("npu:<n>")`` move to
+CPU and factory calls given ``device="npu[:n]"`` make CPU tensors, and registers the torch.distributed backend "hccl" as a collops group for CPU tensors.
 Tensors therefore stay CPU tensors, which is what OperationTorch and collops groups work on.
 """
 import sys
@@ -69,6 +69,29 @@ def _moving_to_cpu(to):
     return call
 
 
+class _NpuDevicesOnCpu(torch.overrides.TorchFunctionMode):
+    """Calls given ``device="npu[:n]"`` (``torch.ones(2, device="npu:0")``,
+    ``x.new_zeros(3, device="npu")``) make CPU tensors, as ``.npu()`` and ``.to("npu")`` keep
+    them on CPU. A torch function mode, as ``torch.set_default_device`` is one: it sees every
+    factory call from Python, and dynamo traces through it (no graph break in compiled code).
+    ``torch.device("npu:0")`` itself stays an error: making "npu" a device type would make it
+    torch's accelerator, whose tensors CPU kernels cannot run."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _is_npu(kwargs.get("device")):
+            kwargs = dict(kwargs, device=_cpu_for_npu(kwargs["device"]))
+        return func(*args, **kwargs)
+
+
+def _enter_npu_devices_on_cpu():
+    """Enters the mode for good in this thread, once (torch function modes are per thread, as
+    set_default_device's is)."""
+    stack = torch.overrides._get_current_function_mode_stack()
+    if not any(isinstance(mode, _NpuDevicesOnCpu) for mode in stack):
+        _NpuDevicesOnCpu().__enter__()
+
+
 def _register_hccl():
     """``init_process_group("hccl")`` makes a collops group for CPU tensors, as it makes an HCCL
     group on an NPU."""
@@ -102,6 +125,7 @@ def install():
     # compiled .to); in the graph as one call, AOTAutograd traces it into aten ops instead.
     torch.Tensor.to = torch.compiler.allow_in_graph(_moving_to_cpu(torch.Tensor.to))
     torch.nn.Module.to = _moving_to_cpu(torch.nn.Module.to)
+    _enter_npu_devices_on_cpu()
     _register_hccl()
     return this
 
