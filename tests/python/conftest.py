@@ -9,10 +9,10 @@ run when it is not built.
 import os
 import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_PYTHON_DIR = os.path.join(_REPO, "python")
-if _PYTHON_DIR not in sys.path:
-    sys.path.insert(0, _PYTHON_DIR)
+from repo_paths import PYTHON_DIR
+
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
 
 # A rank that never arrives must fail the test in a minute, not after the 300 s default.
 os.environ.setdefault("COLLOPS_TIMEOUT", "60")

@@ -43,7 +43,8 @@ import sys
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import REPO
+
 RSH_AGENT = os.path.join(REPO, "tests", "netns", "rsh_agent.sh")
 NS_PREFIX = "collops-"
 BRIDGE_PREFIX = "colbr"

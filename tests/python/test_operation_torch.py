@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import collops  # noqa: F401  (registers torch.classes.OperationTorch)
+from repo_paths import REPO, SHIM_PYTHONPATH
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OperationTorch = torch.classes.OperationTorch.OperationTorch
 
 ALL_OPS = ["AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
@@ -318,8 +318,7 @@ def run_python(code, package_lib=False, **env):
     package_lib=True makes collops load python/collops/lib/ rather than a selected build."""
     base = {k: v for k, v in os.environ.items()
             if not (package_lib and k in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR"))}
-    full_env = dict(base, PYTHONPATH=os.pathsep.join(
-        [os.path.join(REPO, "python", "torch_npu_shim"), os.path.join(REPO, "python")]), **env)
+    full_env = dict(base, PYTHONPATH=SHIM_PYTHONPATH, **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=120)
 

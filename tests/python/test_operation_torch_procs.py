@@ -15,9 +15,9 @@ import pytest
 import collops  # noqa: F401
 import golden_harness as golden
 from rank_harness import RankFailure, run_process_ranks
+from repo_paths import PYTHON_DIR, REPO, SHIM_PYTHONPATH
 
 SEED = 11212026
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -53,7 +53,7 @@ def test_rank_mismatch_fails_every_process():
 def test_seeds_script_passes_all_7_dtypes():
     """examples/python/all_to_allvv2.py, as a user runs it."""
     script = os.path.join(REPO, "examples", "python", "all_to_allvv2.py")
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
     env.pop("COLLOPS_JOB_ID", None)
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env,
                           timeout=400)
@@ -142,8 +142,7 @@ def test_unchanged_atb_style_script_runs_with_the_shim(tmp_path):
     script.write_text(ATB_STYLE_SCRIPT)
     env = {k: v for k, v in os.environ.items()
            if k not in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR", "COLLOPS_JOB_ID")}
-    env.update(PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python", "torch_npu_shim"),
-                                           os.path.join(REPO, "python")]),
+    env.update(PYTHONPATH=SHIM_PYTHONPATH,
                ATB_HOME_PATH=os.path.join(REPO, "python", "collops"),
                COLLOPS_JOB_ID=f"atb-style-{os.getpid()}-{time.time_ns()}")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,

@@ -6,15 +6,15 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import REPO, SHIM_PYTHONPATH
+
 SEED_SCRIPT = os.path.join(REPO, "examples", "python", "torchair_all_reduce.py")
 
 
 def _shim_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("COLLOPS_JOB_ID", "MASTER_ADDR", "MASTER_PORT", "TORCH_LOGS")}
-    env.update(PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python", "torch_npu_shim"),
-                                           os.path.join(REPO, "python")]),
+    env.update(PYTHONPATH=SHIM_PYTHONPATH,
                COLLOPS_JOB_ID=f"torchair-{os.getpid()}-{time.time_ns()}", **extra)
     return env
 
