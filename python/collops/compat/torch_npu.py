@@ -54,15 +54,20 @@ def _cpu_for_npu(arg):
     return "cpu"
 
 
+def _device_kwarg_on_cpu(kwargs):
+    """`kwargs`, or a copy of them whose "npu[:n]" ``device`` (checked) is "cpu"."""
+    if not _is_npu(kwargs.get("device")):
+        return kwargs
+    return dict(kwargs, device=_cpu_for_npu(kwargs["device"]))
+
+
 def _moving_to_cpu(to):
     """Wraps Tensor.to / Module.to so that ``.to("npu:<n>")`` stays on CPU, as ``.npu()`` does."""
     if getattr(to, "__collops_original__", None) is not None:
         return to
 
     def call(self, *args, **kwargs):
-        if "device" in kwargs:
-            kwargs = dict(kwargs, device=_cpu_for_npu(kwargs["device"]))
-        return to(self, *map(_cpu_for_npu, args), **kwargs)
+        return to(self, *map(_cpu_for_npu, args), **_device_kwarg_on_cpu(kwargs))
 
     call.__collops_original__ = to
     call.__doc__ = to.__doc__
@@ -78,10 +83,7 @@ class _NpuDevicesOnCpu(torch.overrides.TorchFunctionMode):
     torch's accelerator, whose tensors CPU kernels cannot run."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if _is_npu(kwargs.get("device")):
-            kwargs = dict(kwargs, device=_cpu_for_npu(kwargs["device"]))
-        return func(*args, **kwargs)
+        return func(*args, **_device_kwarg_on_cpu(kwargs or {}))
 
 
 def _enter_npu_devices_on_cpu():
