@@ -31,6 +31,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -277,6 +278,20 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   const std::string getBackendName() const override { return kBackendName; }
+
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the group in torch's ProcessGroupWrapper, which sets the
+  // number here and then compares it across ranks before every collective, naming ranks that ran
+  // a different number of collectives. Every rank constructs its backend in the same
+  // collective call, so all count from 0 (as gloo does); nothing needs agreeing.
+  void setSequenceNumberForGroup() override {}
+  // The wrapper asks for the number first thing in every collective, before its own gloo barrier
+  // across the ranks: queued sends and receives must run now, as they would at the start of the
+  // collective without the wrapper. Else a rank whose peer waits in recv for its un-waited isend
+  // enters that barrier, and both wait for ever.
+  uint64_t getSequenceNumberForGroup() override {
+    p2p_->Flush();
+    return collectivesIssued_.load();
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -557,6 +572,7 @@ class CollopsBackend final : public c10d::Backend {
   template <class Body>
   c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs,
                                      Body body) {
+    ++collectivesIssued_;
     p2p_->Flush();  // queued sends and receives come first, as the program issued them
     try {
       body();
@@ -689,6 +705,7 @@ class CollopsBackend final : public c10d::Backend {
   std::mutex mu_;
   std::shared_ptr<DeferredP2P> p2p_;
   std::shared_ptr<Communicator> comm_;
+  std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
 };
 
 // The group's timeout in seconds when the caller chose one; 0 when it is torch's default (what

@@ -37,14 +37,22 @@ def factory():
     return _factory
 
 
+def _collops_backend(group):
+    """The collops backend object of `group`'s CPU tensors. Under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    torch wraps it in a ProcessGroupWrapper (which checks every collective over gloo first); the
+    backend is then the wrapper's ``wrapped_pg``."""
+    import torch
+
+    group = group if group is not None else dist.group.WORLD
+    backend = group._get_backend(torch.device("cpu"))
+    return getattr(backend, "wrapped_pg", backend)
+
+
 def communicator_name(group=None):
     """The engine a "collops" group runs its CPU collectives on: "lccl" when its ranks share one
     host, "hccl(lccl+c10d)" when they span hosts (lccl inside each host, gloo between them), ""
     before the group's first collective. `group` defaults to the default group."""
-    import torch
-
-    group = group if group is not None else dist.group.WORLD
-    return _factory.communicator_name(group._get_backend(torch.device("cpu")))
+    return _factory.communicator_name(_collops_backend(group))
 
 
 def empty_shared(shape, dtype=None, group=None):
@@ -59,9 +67,8 @@ def empty_shared(shape, dtype=None, group=None):
     import torch
     from torch.utils.dlpack import from_dlpack
 
-    group = group if group is not None else dist.group.WORLD
     dtype = dtype if dtype is not None else torch.get_default_dtype()
     shape = tuple(shape) if isinstance(shape, (tuple, list, torch.Size)) else (shape,)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    raw = from_dlpack(_factory.empty_shared_bytes(group._get_backend(torch.device("cpu")), nbytes))
+    raw = from_dlpack(_factory.empty_shared_bytes(_collops_backend(group), nbytes))
     return raw.view(dtype).view(shape)

@@ -1,5 +1,9 @@
 """The torch.distributed backend "collops": every collective against golden values computed
-independently on each rank, futures, strided tensors, sub-groups, and a clear dtype error."""
+independently on each rank, futures, strided tensors, sub-groups, a clear dtype error, and the
+group under TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+import os
+
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -247,3 +251,86 @@ def _shared_buffers(ctx):
 
 def test_c10d_backend_shared_buffers():
     assert run_group_job(3, _shared_buffers) == [True] * 3
+
+
+def _debug_detail(ctx):
+    # The level is read when the group is created; set in the rank before init_process_group.
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+
+
+def _under_debug_detail(ctx):
+    import collops.distributed as cdist
+    from collops import _c10d_backend
+
+    rank, world = ctx.rank, ctx.world_size
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    # torch checks every collective of the group over gloo first, through its wrapper.
+    assert type(backend).__name__ == "_ProcessGroupWrapper", type(backend)
+    # The wrapper compares the number of collectives each rank issued: one more per collective.
+    before = backend._get_sequence_number_for_group()
+    t = torch.full((4,), float(rank))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(sum(range(world)))))
+    split = [rank + j + 1 for j in range(world)]
+    out = torch.empty(sum(j + rank + 1 for j in range(world)), dtype=torch.int8)
+    dist.all_to_all_single(out, torch.full((sum(split),), rank, dtype=torch.int8),
+                           [j + rank + 1 for j in range(world)], split)
+    assert torch.equal(out, torch.cat([torch.full((j + rank + 1,), j, dtype=torch.int8)
+                                       for j in range(world)]))
+    dist.barrier()
+    assert backend._get_sequence_number_for_group() == before + 3
+    numbers = [None] * world
+    dist.all_gather_object(numbers, backend._get_sequence_number_for_group())
+    assert len(set(numbers)) == 1, numbers
+
+    # The collops helpers find the backend inside the wrapper.
+    assert _c10d_backend.communicator_name() == "lccl"
+    assert in_lccl_segment(cdist.empty_shared((1000,), torch.float32))
+
+    # An isend nobody waited for still runs before the next collective: before the wrapper's own
+    # barrier, which the receiving rank would never reach.
+    if rank == 0:
+        pending = dist.isend(torch.arange(9.0), 1)
+    elif rank == 1:
+        got = torch.empty(9)
+        dist.recv(got, 0)
+        assert torch.equal(got, torch.arange(9.0))
+    dist.all_reduce(t)
+    if rank == 0:
+        assert pending.is_completed() and pending.wait()
+
+    # DDP trains (over plain gloo it crashes in this mode, torch 2.13): after two steps both
+    # ranks hold the parameters of a local model trained on the mean of both ranks' losses.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(7)
+    reference = torch.nn.Linear(4, 2)
+    ddp = DDP(torch.nn.Linear(4, 2))
+    ddp.module.load_state_dict(reference.state_dict())
+    ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(2):
+        batches = [torch.randn(3, 4, generator=torch.Generator().manual_seed(10 * step + r))
+                   for r in range(world)]
+        ddp(batches[rank]).pow(2).sum().backward()
+        ddp_opt.step()
+        ddp_opt.zero_grad()
+        (sum(reference(b).pow(2).sum() for b in batches) / world).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    for mine, want in zip(ddp.module.parameters(), reference.parameters()):
+        torch.testing.assert_close(mine, want)
+
+    # Ranks that call different collectives get torch's description of both.
+    with pytest.raises(RuntimeError, match="Detected mismatch between collectives") as raised:
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, 0)
+    return str(raised.value)
+
+
+def test_c10d_backend_under_torch_distributed_debug_detail():
+    for message in run_group_job(2, _under_debug_detail, before_init=_debug_detail):
+        assert "OpType=ALLREDUCE" in message and "OpType=BROADCAST" in message, message
