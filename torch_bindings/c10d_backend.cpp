@@ -9,7 +9,8 @@
 // rings and batch_isend_irecv behave as on gloo.
 //
 // Group identity: torch hands each group's backend a Store prefixed with the group's name. Rank 0
-// of the group writes a random token there and every rank reads it, so the lccl commDomain is
+// of the group draws a random token there that every rank takes (group_join.h, which also keeps
+// a restarted job's ranks from taking the token of its dead attempt), so the lccl commDomain is
 // unique per group and per job: sub-groups from dist.new_group get their own communicators, and
 // two jobs on one host never meet even when they share MASTER_PORT or COLLOPS_JOB_ID.
 //
@@ -36,7 +37,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -50,6 +50,7 @@
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
 #include "deferred_p2p.h"
+#include "group_join.h"
 #include "intra_op_threads.h"
 #include "process_group_comm.h"
 #include "shared_tensor.h"
@@ -62,8 +63,6 @@ namespace collops {
 namespace {
 
 constexpr char kBackendName[] = "collops";
-constexpr char kDomainKey[] = "collops/comm_domain";
-constexpr char kHostKeyPrefix[] = "collops/host_identity/";
 
 // A Work that finished before it was returned: the communicator is synchronous.
 class CompletedWork final : public c10d::Work {
@@ -237,18 +236,12 @@ class CollopsBackend final : public c10d::Backend {
       : Backend(rank, size), store_(store), timeoutSeconds_(timeoutSeconds) {
     // Agree on a domain now, while every rank is constructing; the communicator itself is
     // created on first use, so groups that never communicate cost no rendezvous.
-    if (rank == 0) {
-      std::random_device rd;
-      std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-                          std::chrono::steady_clock::now().time_since_epoch().count());
-      std::string token = Concat("c10d.", std::hex, gen(), gen());
-      store->set(kDomainKey, std::vector<uint8_t>(token.begin(), token.end()));
-      domain_ = token;
-    } else {
-      std::vector<uint8_t> v = store->get(kDomainKey);
-      domain_.assign(v.begin(), v.end());
+    try {
+      domain_ = JoinGroup(*store, rank, size, timeoutSeconds);
+    } catch (const Error& e) {
+      TORCH_CHECK(false, StatusName(e.status()), ": ", e.what());
     }
-    layout_ = ExchangeHostLayout(*store, rank, size);
+    layout_ = ExchangeHostLayout(*store, domain_, rank, size);
     ShareCpusWithLocalRanks(static_cast<int>(layout_.RanksOn(layout_.hostOfRank[rank]).size()));
     p2p_ = std::make_shared<DeferredP2P>(
         [this](const std::vector<PointToPoint>& ops) { return RunP2P(ops); });
@@ -500,18 +493,6 @@ class CollopsBackend final : public c10d::Backend {
   }
 
  private:
-  // Every rank's HostIdentity(), through the Store, as a layout of ranks over hosts.
-  static HostLayout ExchangeHostLayout(c10d::Store& store, int rank, int size) {
-    const std::string mine = HostIdentity();
-    store.set(Concat(kHostKeyPrefix, rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-    std::vector<std::string> identities;
-    for (int r = 0; r < size; ++r) {
-      std::vector<uint8_t> v = store.get(Concat(kHostKeyPrefix, r));
-      identities.emplace_back(v.begin(), v.end());
-    }
-    return LayoutFromIdentities(identities);
-  }
-
   // The lccl communicator of this group (one host), or the hierarchical one (several), created
   // (rendezvous included) on first use.
   Communicator& Comm() {
@@ -553,7 +534,8 @@ class CollopsBackend final : public c10d::Backend {
     std::shared_ptr<Communicator> intra =
         CreateCommunicator(LcclParam(Concat(domain_, "@host", host), layout_.LocalIndex(rank),
                                      static_cast<int>(layout_.RanksOn(host).size())));
-    const std::string prefix = Concat("collops/hier.", generation_++, "/");
+    // Under the token: the Store outlives restarts (group_join.h).
+    const std::string prefix = Concat("collops/hier.", domain_, ".", generation_++, "/");
     auto flat = std::make_shared<ProcessGroupCommunicator>(
         MakeGlooBackend(store_, prefix + "flat/", rank, getSize(), timeoutSeconds_), store_,
         prefix + "flat");
