@@ -18,9 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kTokenKey[] = "collops/comm_domain";  // the token being joined, or kFinished
-constexpr char kFinished[] = "finished";             // rank 0 released the ranks of that token
-constexpr char kJoinedPrefix[] = "collops/joined/";  // + token + "/" + rank: that rank took it
+constexpr char kTokenKey[] = "collops/comm_domain";      // the token being joined, or kFinished
+constexpr char kFinished[] = "finished";                 // rank 0 released the ranks of that token
+constexpr char kJoinedPrefix[] = "collops/joined/";      // + token + "/" + rank: that rank took it
 constexpr char kReleasedPrefix[] = "collops/released/";  // + token: every rank took it
 constexpr char kHostKeyPrefix[] = "collops/host_identity/";
 
@@ -55,9 +55,8 @@ bool PollUntil(Clock::time_point deadline, Done done) {
 std::string JoinGroup(c10d::Store& store, int rank, int size, double timeoutSeconds) {
   const char* source = nullptr;
   const double seconds = CommTimeoutSeconds(timeoutSeconds, &source);
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(seconds));
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
   if (rank == 0) {
     const std::string token = RandomToken();
     store.set(kTokenKey, Bytes(token));
@@ -73,7 +72,7 @@ std::string JoinGroup(c10d::Store& store, int rank, int size, double timeoutSeco
       std::string names;
       for (int r : missing) names += Concat(names.empty() ? "" : ", ", r);
       Fail(ERROR_TIMEOUT, "collops backend: group of ", size, " ranks: rank(s) ", names,
-                 " did not join within ", seconds, " s (", source, "); this is rank 0");
+           " did not join within ", seconds, " s (", source, "); this is rank 0");
     }
     // Finished before released: a token still published was never released (group_join.h).
     store.set(kTokenKey, Bytes(kFinished));
@@ -96,8 +95,8 @@ std::string JoinGroup(c10d::Store& store, int rank, int size, double timeoutSeco
   });
   if (!released) {
     Fail(ERROR_TIMEOUT, "collops backend: group of ", size, " ranks: rank 0 did not ",
-               taken.empty() ? "publish the group's token" : "release the group", " within ",
-               seconds, " s (", source, "); this is rank ", rank);
+         taken.empty() ? "publish the group's token" : "release the group", " within ", seconds,
+         " s (", source, "); this is rank ", rank);
   }
   return taken;
 }
