@@ -81,11 +81,13 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     assert "ERROR_TIMEOUT" in message and "rank 0 did not release the group" in message, message
 
 
-def test_torchrun_restarts_a_job_whose_rank_died():
+def test_torchrun_restarts_a_job_whose_rank_died(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [PYTHON_DIR, os.environ.get("PYTHONPATH", "")]), COLLOPS_TIMEOUT="30")
+    # --log-dir: else torchrun leaves a torchelastic_* directory in /tmp.
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc-per-node", "2", "--max-restarts", "1", RESTARTED_JOB],
+                          "--nproc-per-node", "2", "--max-restarts", "1",
+                          "--log-dir", str(tmp_path), RESTARTED_JOB],
                          env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
     for rank in (0, 1):

@@ -77,14 +77,16 @@ def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
     assert [row.get("schedule_steps") for row in rows] == [40] * 4, rows
 
 
-def test_torchrun_across_hosts_restarts_a_job_whose_rank_died(hosts):
+def test_torchrun_across_hosts_restarts_a_job_whose_rank_died(hosts, tmp_path):
     # One torchrun agent per host (static rendezvous on host 0's address, as multi-node jobs
     # start), both with one restart: rank 1 dies in the first attempt, every rank's agent restarts
     # its ranks, and the new attempt's group must not take the dead one's token from the Store.
     job = os.path.join(nh.REPO, "tests", "python", "restarted_job.py")
     jobs = [(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                  "--nproc-per-node", "2", "--node-rank", str(i), "--master-addr", hosts.addr(0),
-                 "--master-port", "29540", "--max-restarts", "1", job]) for i in range(2)]
+                 "--master-port", "29540", "--max-restarts", "1",
+                 # else each agent leaves a torchelastic_* directory in /tmp
+                 "--log-dir", str(tmp_path / f"host{i}"), job]) for i in range(2)]
     env = dict(job_env(hosts), COLLOPS_TIMEOUT="30")
     results = hosts.run_all(jobs, env=env, timeout=300)
     for i, (code, out, err) in enumerate(results):
