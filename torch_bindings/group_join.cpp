@@ -60,24 +60,21 @@ std::string JoinGroup(c10d::Store& store, int rank, int size, double timeoutSeco
   if (rank == 0) {
     const std::string token = RandomToken();
     store.set(kTokenKey, Bytes(token));
-    std::vector<int> missing;
-    for (int r = 1; r < size; ++r) missing.push_back(r);
-    const bool all = PollUntil(deadline, [&] {
-      missing.erase(std::remove_if(missing.begin(), missing.end(),
-                                   [&](int r) { return store.check({JoinedKey(token, r)}); }),
-                    missing.end());
-      return missing.empty();
-    });
-    if (!all) {
+    std::vector<std::string> joined;
+    for (int r = 1; r < size; ++r) joined.push_back(JoinedKey(token, r));
+    // One Store round trip per poll for all ranks; which ones are missing only matters at the end.
+    if (!PollUntil(deadline, [&] { return store.check(joined); })) {
       std::string names;
-      for (int r : missing) names += Concat(names.empty() ? "" : ", ", r);
+      for (int r = 1; r < size; ++r) {
+        if (!store.check({joined[r - 1]})) names += Concat(names.empty() ? "" : ", ", r);
+      }
       Fail(ERROR_TIMEOUT, "collops backend: group of ", size, " ranks: rank(s) ", names,
            " did not join within ", seconds, " s (", source, "); this is rank 0");
     }
     // Finished before released: a token still published was never released (group_join.h).
     store.set(kTokenKey, Bytes(kFinished));
     store.set(Concat(kReleasedPrefix, token), Bytes("1"));
-    for (int r = 1; r < size; ++r) store.deleteKey(JoinedKey(token, r));
+    for (const std::string& key : joined) store.deleteKey(key);
     return token;
   }
   std::string taken;  // the token this rank last took, "" before any

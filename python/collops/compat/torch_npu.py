@@ -3,7 +3,8 @@
 :func:`install` makes ``import torch_npu`` return this module, adds ``torch.npu`` (the
 :mod:`collops.compat.npu` namespace: ``set_device``, ``current_device``, ``synchronize``, ...),
 makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself, ``.to("npu:<n>")`` move to
-CPU and factory calls given ``device="npu[:n]"`` make CPU tensors, and registers the torch.distributed backend "hccl" as a collops group for CPU tensors.
+CPU and factory calls given ``device="npu[:n]"`` make CPU tensors, and registers the
+torch.distributed backend "hccl" as a collops group for CPU tensors.
 Tensors therefore stay CPU tensors, which is what OperationTorch and collops groups work on.
 """
 import sys
