@@ -137,14 +137,6 @@ void BindToOwnCpu(int rank, int rankSize) {
   }
 }
 
-int OpenPidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-#else
-  return -1;
-#endif
-}
-
 }  // namespace
 
 ProcessCommunicator::ProcessCommunicator(const CommParam& param)
@@ -183,10 +175,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   crossRecv_.assign(size_, false);
   claim_ = std::move(joined.claim);
   pids_ = std::move(joined.pids);
-  pidfds_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) pidfds_[r].Reset(OpenPidfd(pids_[r]));
-  }
+  pidfds_ = std::move(joined.pidfds);
   sendMessages_.assign(size_, 0);
   recvMessages_.assign(size_, 0);
   sendChunks_.assign(size_, 0);
@@ -283,11 +272,7 @@ void ProcessCommunicator::WaitAll() {
 }
 
 bool ProcessCommunicator::PeerDead(int peer) const {
-  if (pidfds_[peer].Valid()) {
-    pollfd pfd{pidfds_[peer].Get(), POLLIN, 0};
-    return poll(&pfd, 1, 0) > 0;
-  }
-  return kill(pids_[peer], 0) != 0 && errno == ESRCH;
+  return ProcessExited(pidfds_[peer], pids_[peer]);
 }
 
 void ProcessCommunicator::CheckPeer(int peer) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "collops/status.h"
@@ -21,9 +23,15 @@ namespace collops {
 namespace shm {
 namespace {
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77  // Linux 6.5; older C libraries lack the name
+#endif
+
 constexpr uint32_t kWireMagic = 0x6c63636c;  // "lccl"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;         // 2: the answer carries every rank's pidfd
 constexpr uint32_t kMaxWireString = 4096;
+/// Descriptors per message; the kernel takes at most SCM_MAX_FD (253).
+constexpr size_t kFdsPerMessage = 250;
 
 struct HelloWire {
   uint32_t magic;
@@ -74,38 +82,39 @@ bool PeerCredentials(int fd, ucred* cred) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &length) == 0;
 }
 
-bool ProcessAlive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
-
-bool SendAll(int fd, const void* data, size_t bytes, int passFd = -1) {
+/// Sends `bytes`, the descriptors `passFds` (at most kFdsPerMessage) riding with the first ones.
+bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& passFds = {}) {
   const char* p = static_cast<const char*>(data);
+  bool withFds = !passFds.empty();
+  alignas(cmsghdr) char control[CMSG_SPACE(kFdsPerMessage * sizeof(int))] = {};
   while (bytes > 0) {
     iovec iov{const_cast<char*>(p), bytes};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    if (passFd >= 0) {
+    if (withFds) {
       msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
+      msg.msg_controllen = CMSG_SPACE(passFds.size() * sizeof(int));
       cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
       cmsg->cmsg_level = SOL_SOCKET;
       cmsg->cmsg_type = SCM_RIGHTS;
-      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(cmsg), &passFd, sizeof(int));
+      cmsg->cmsg_len = CMSG_LEN(passFds.size() * sizeof(int));
+      std::memcpy(CMSG_DATA(cmsg), passFds.data(), passFds.size() * sizeof(int));
     }
     const ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (sent < 0 && errno == EINTR) continue;
     if (sent <= 0) return false;
     p += sent;
     bytes -= static_cast<size_t>(sent);
-    passFd = -1;
+    withFds = false;
   }
   return true;
 }
 
-/// Reads exactly `bytes`; a descriptor passed with them lands in *receivedFd.
+/// Reads exactly `bytes`; descriptors passed with them are appended to *receivedFds (closed when
+/// it is null).
 IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
-                 UniqueFd* receivedFd = nullptr) {
+                 std::vector<UniqueFd>* receivedFds = nullptr) {
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     pollfd pfd{fd, POLLIN, 0};
@@ -119,22 +128,24 @@ IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char control[CMSG_SPACE(kFdsPerMessage * sizeof(int))] = {};
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     const ssize_t got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) return IoResult::kClosed;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
         int passed = -1;
-        std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
-        if (receivedFd != nullptr)
-          receivedFd->Reset(passed);
-        else
-          ::close(passed);
+        std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        UniqueFd owned(passed);
+        if (receivedFds != nullptr) receivedFds->push_back(std::move(owned));
       }
     }
+    // Descriptors cut off for want of room are closed by the kernel: the answer is unusable.
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) return IoResult::kClosed;
     p += got;
     bytes -= static_cast<size_t>(got);
   }
@@ -148,7 +159,88 @@ void SendReply(int fd, Status status, const std::string& message, const std::vec
   std::string payload(reinterpret_cast<const char*>(&reply), sizeof(reply));
   payload += message;
   for (pid_t pid : pids) payload.append(reinterpret_cast<const char*>(&pid), sizeof(int32_t));
-  SendAll(fd, payload.data(), payload.size(), passFd);  // a peer that vanished learns nothing
+  // A peer that vanished learns nothing.
+  SendAll(fd, payload.data(), payload.size(),
+          passFd >= 0 ? std::vector<int>{passFd} : std::vector<int>{});
+}
+
+/// After a successful answer: which ranks' pidfds follow (one byte per rank; never the
+/// receiver's own, nor one rank 0 could not get), then those pidfds in rank order, in messages
+/// of a 4-byte count each carrying up to kFdsPerMessage of them.
+void SendPidfds(int fd, int receiver, const std::vector<UniqueFd>& pidfds) {
+  std::string present(pidfds.size(), '\0');
+  std::vector<int> passed;
+  for (size_t r = 0; r < pidfds.size(); ++r) {
+    if (static_cast<int>(r) == receiver || !pidfds[r].Valid()) continue;
+    present[r] = 1;
+    passed.push_back(pidfds[r].Get());
+  }
+  if (!SendAll(fd, present.data(), present.size())) return;
+  for (size_t at = 0; at < passed.size(); at += kFdsPerMessage) {
+    const std::vector<int> chunk(passed.begin() + at,
+                                 passed.begin() + std::min(passed.size(), at + kFdsPerMessage));
+    const uint32_t count = static_cast<uint32_t>(chunk.size());
+    if (!SendAll(fd, &count, sizeof(count), chunk)) return;
+  }
+}
+
+/// The receiving half of SendPidfds: pidfds by rank (invalid where none came). False when rank 0
+/// went away or sent something else.
+bool RecvPidfds(int fd, int rankSize, const Deadline& deadline, std::vector<UniqueFd>* pidfds) {
+  std::string present(rankSize, '\0');
+  if (RecvAll(fd, present.data(), present.size(), deadline) != IoResult::kOk) return false;
+  const size_t expected = static_cast<size_t>(std::count(present.begin(), present.end(), 1));
+  std::vector<UniqueFd> received;
+  while (received.size() < expected) {
+    uint32_t count = 0;
+    const size_t before = received.size();
+    if (RecvAll(fd, &count, sizeof(count), deadline, &received) != IoResult::kOk ||
+        received.size() - before != count) {
+      return false;
+    }
+  }
+  if (received.size() != expected) return false;
+  pidfds->clear();
+  pidfds->resize(rankSize);
+  size_t next = 0;
+  for (int r = 0; r < rankSize; ++r) {
+    if (present[r] == 1) (*pidfds)[r] = std::move(received[next++]);
+  }
+  return true;
+}
+
+int OpenPidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+/// A pidfd of the process at the other end of the unix socket `fd`, whose credentials gave
+/// `pid`. A pidfd names that process in any pid namespace; a pid number names it only in ours,
+/// and SO_PEERCRED gives 0 for a process our namespace cannot see (ranks in containers that share
+/// the host's network but not its pids). SO_PEERPIDFD (Linux 6.5) where the kernel has it, else
+/// a pidfd of `pid`; invalid when neither works.
+UniqueFd PeerPidfd(int fd, pid_t pid) {
+  int pidfd = -1;
+  socklen_t length = sizeof(pidfd);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &length) == 0 && pidfd >= 0) {
+    return UniqueFd(pidfd);
+  }
+  return UniqueFd(OpenPidfd(pid));
+}
+
+/// The pid of the process `pidfd` names, as this process's /proc sees it: 0 when that process is
+/// outside our pid namespace, -1 when it has exited or /proc does not say.
+pid_t LocalPid(int pidfd) {
+  std::ifstream info(Concat("/proc/self/fdinfo/", pidfd));
+  std::string line;
+  while (std::getline(info, line)) {
+    if (line.rfind("Pid:", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + 4));
+  }
+  return -1;
 }
 
 /// Binds `name` and listens, or fails naming the process that holds it. Returns an invalid fd
@@ -205,6 +297,8 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   RendezvousResult result;
   result.pids.assign(size, 0);
   result.pids[0] = getpid();
+  std::vector<UniqueFd> pidfds(size);  // every rank's, rank 0's own included, for the answers
+  pidfds[0].Reset(OpenPidfd(getpid()));
   Status failStatus = NO_ERROR;
   std::string failMessage;
   try {
@@ -286,6 +380,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
       SendReply(conn.Get(), ERROR_COMM_FAIL, clash, {}, -1);
       failAll(ERROR_COMM_FAIL, clash);
     }
+    pidfds[hello.rank] = PeerPidfd(conn.Get(), cred.pid);
     peers[hello.rank] = std::move(conn);
     result.pids[hello.rank] = cred.pid;
     ++arrived;
@@ -298,7 +393,10 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
   for (int r = 1; r < size; ++r) {
     SendReply(peers[r].Get(), NO_ERROR, "", result.pids, result.memory.Get());
+    SendPidfds(peers[r].Get(), r, pidfds);
   }
+  pidfds[0].Reset();
+  result.pidfds = std::move(pidfds);
   result.claim = std::move(listener);
   return result;
 }
@@ -309,6 +407,14 @@ const char* NonEmptyEnv(const char* name) {
 }
 
 }  // namespace
+
+bool ProcessExited(const UniqueFd& pidfd, pid_t pid) {
+  if (pidfd.Valid()) {
+    pollfd pfd{pidfd.Get(), POLLIN, 0};
+    return poll(&pfd, 1, 0) > 0;
+  }
+  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
 
 std::string JobKeyFromEnv() {
   if (const char* job = NonEmptyEnv("COLLOPS_JOB_ID")) return job;
@@ -356,6 +462,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     }
     ucred host{};
     PeerCredentials(fd.Get(), &host);
+    const UniqueFd hostPidfd = PeerPidfd(fd.Get(), host.pid);
     HelloWire hello{kWireMagic,
                     kWireVersion,
                     spec.rank,
@@ -365,19 +472,19 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     std::string message(reinterpret_cast<const char*>(&hello), sizeof(hello));
     message += spec.jobKey + spec.domain;
     ReplyWire reply{};
-    UniqueFd memory;
+    std::vector<UniqueFd> passed;
     // Rank 0 answers by its own deadline, which started no earlier than our connect.
     const Deadline replyDeadline = Deadline::After(spec.timeoutSeconds + 5);
     IoResult io =
         SendAll(fd.Get(), message.data(), message.size()) ? IoResult::kOk : IoResult::kClosed;
-    if (io == IoResult::kOk) io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &memory);
+    if (io == IoResult::kOk) io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &passed);
     if (io == IoResult::kTimeout) {
       Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid, ") accepted rank ", spec.rank,
            " but never answered");
     }
     if (io == IoResult::kClosed) {
       // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
-      if (!ProcessAlive(host.pid)) {
+      if (ProcessExited(hostPidfd, host.pid)) {
         Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
              ") exited during the rendezvous");
       }
@@ -402,6 +509,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid, ") runs as uid ", host.uid,
            ", not ", geteuid(), "; refusing its memory");
     }
+    UniqueFd memory = passed.empty() ? UniqueFd() : std::move(passed.front());
     if (reply.rankSize != spec.rankSize || !memory.Valid()) {
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid,
            ") answered without the shared segment");
@@ -409,11 +517,18 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     RendezvousResult result;
     std::vector<int32_t> pids(spec.rankSize);
     if (RecvAll(fd.Get(), pids.data(), pids.size() * sizeof(int32_t), replyDeadline) !=
-        IoResult::kOk) {
+            IoResult::kOk ||
+        !RecvPidfds(fd.Get(), spec.rankSize, replyDeadline, &result.pidfds)) {
       Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
            ") went away during the rendezvous");
     }
+    // Rank 0 sent the pids its namespace sees; ours may differ (0: not visible from rank 0).
     result.pids.assign(pids.begin(), pids.end());
+    for (int r = 0; r < spec.rankSize; ++r) {
+      const pid_t local = result.pidfds[r].Valid() ? LocalPid(result.pidfds[r].Get()) : -1;
+      if (local >= 0) result.pids[r] = local;
+    }
+    result.pids[spec.rank] = getpid();
     result.memory = std::move(memory);
     return result;
   }
@@ -424,6 +539,7 @@ RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& make
     RendezvousResult result;
     result.memory = makeSegment();
     result.pids = {getpid()};
+    result.pidfds.resize(1);
     return result;
   }
   const Deadline deadline = Deadline::After(spec.timeoutSeconds);

@@ -8,9 +8,9 @@
 // connects to the holder, reads the holder's pid with SO_PEERCRED and fails naming it.
 // Rank 0's claim socket is also the rendezvous point: every other rank connects, says who it is,
 // and rank 0 checks the peer's uid with SO_PEERCRED and, once every rank is there, answers each
-// with the memfd (SCM_RIGHTS) and the pids of all ranks — or with the one error that ends the
-// rendezvous (a missing rank after the timeout, a refused peer, no memory), so every rank fails
-// with the same message.
+// with the memfd and every rank's pidfd (SCM_RIGHTS) and the pids of all ranks — or with the one
+// error that ends the rendezvous (a missing rank after the timeout, a refused peer, no memory), so
+// every rank fails with the same message.
 #pragma once
 
 #include <sys/types.h>
@@ -42,9 +42,15 @@ std::string JobKeyFromEnv();
 std::string ClaimSocketName(uid_t uid, const RendezvousSpec& spec, int rank);
 
 struct RendezvousResult {
-  UniqueFd memory;          ///< the segment's memfd (rank 0 keeps the one it created)
-  std::vector<pid_t> pids;  ///< pid of every rank, by rank
-  UniqueFd claim;           ///< holds this rank's name until the communicator is destroyed
+  UniqueFd memory;  ///< the segment's memfd (rank 0 keeps the one it created)
+  /// Pid of every rank, by rank, as this process's pid namespace sees it: 0 for a rank in a pid
+  /// namespace this one cannot see (a container sharing the host's network but not its pids).
+  std::vector<pid_t> pids;
+  /// A pidfd of every other rank, by rank (invalid for this rank, and where the kernel has no
+  /// pidfds): tells of its exit in any pid namespace. Rank 0 gets them from the rendezvous
+  /// sockets and hands them to every rank with its answer.
+  std::vector<UniqueFd> pidfds;
+  UniqueFd claim;  ///< holds this rank's name until the communicator is destroyed
 };
 
 /// Rank 0 calls it once the rendezvous name is held, to create the segment; may throw Error.
@@ -54,6 +60,10 @@ using SegmentMaker = std::function<UniqueFd()>;
 /// ranks, ERROR_COMM_FAIL for a clash or a refused peer (naming the other process), ERROR_PEER_LOST
 /// when rank 0 dies meanwhile, or whatever `makeSegment` threw.
 RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& makeSegment);
+
+/// True when the process is known to have exited: by its pidfd when valid, else by its pid in this
+/// namespace (unknown, so false, when the pid is not positive).
+bool ProcessExited(const UniqueFd& pidfd, pid_t pid);
 
 /// The joining half alone, connecting to the rendezvous of user `ownerUid` (no claim). Lets a test
 /// prove that a process of another uid is refused by rank 0 itself.

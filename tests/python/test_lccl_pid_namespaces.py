@@ -1,0 +1,84 @@
+"""lccl ranks in different pid namespaces of one host: containers that share the host's network
+(Kubernetes hostNetwork pods, `docker run --network host`) but not its process ids. The ranks
+meet through abstract unix sockets as usual, but a pid number names a rank only in its own
+namespace; liveness goes by pidfds that rank 0 hands every rank. Needs root and `unshare`; CI
+runs as root.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from repo_paths import PYTHON_DIR, REPO
+
+RANK_SCRIPT = os.path.join(REPO, "tests", "python", "pid_namespace_rank.py")
+IN_OWN_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc"]
+
+
+def _namespaces_available():
+    if os.geteuid() != 0:
+        return "needs root to create pid namespaces"
+    try:
+        subprocess.run(IN_OWN_NAMESPACE + ["true"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"cannot create a pid namespace here: {error}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_namespaces_available() is not None,
+                                reason=str(_namespaces_available()))
+
+
+def _run(own_namespace, scenario, victim=-1):
+    """Starts one interpreter per rank (own_namespace[r]: in a pid namespace of its own) and
+    returns their reports by rank."""
+    world = len(own_namespace)
+    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, WORLD_SIZE=str(world), SCENARIO=scenario,
+               VICTIM=str(victim), COLLOPS_TIMEOUT="60",
+               COLLOPS_JOB_ID=f"pidns-{os.getpid()}-{time.monotonic_ns()}")
+    procs = []
+    for rank, isolated in enumerate(own_namespace):
+        cmd = (IN_OWN_NAMESPACE if isolated else []) + [sys.executable, RANK_SCRIPT]
+        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    reports = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"rank {rank} hung")
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        assert lines, f"rank {rank} (exit {proc.returncode}) reported nothing:\n{err[-3000:]}"
+        reports.append(json.loads(lines[-1]))
+    return reports
+
+
+LAYOUTS = {"rank 1 contained": [False, True], "rank 0 contained": [True, False],
+           "each rank contained": [True, True]}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_slow_rank_in_another_pid_namespace_is_waited_for(layout):
+    """Before rank 0 handed out pidfds, a rank waiting for a peer it could not see by pid took
+    the peer for dead (its pid named nobody here) and failed with ERROR_PEER_LOST."""
+    reports = _run(LAYOUTS[layout], "slow")
+    for report in reports:
+        assert report["first"] is True, report
+        assert report["second"] is True, report
+    assert reports[1]["seconds"] >= 2.5, reports  # it really waited for rank 0
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_rank_dying_in_another_pid_namespace_is_reported_as_lost(layout):
+    victim = 0 if LAYOUTS[layout][0] else 1  # the contained one (rank 0 when both are)
+    reports = _run(LAYOUTS[layout], "dies", victim)
+    survivor = reports[1 - victim]
+    assert survivor["first"] is True, survivor
+    assert "ERROR_PEER_LOST" in survivor["second"], survivor
+    assert f"rank {victim} " in survivor["second"], survivor
+    assert survivor["seconds"] < 15, survivor  # detected, not the 60 s timeout
