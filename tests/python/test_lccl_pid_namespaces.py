@@ -82,3 +82,4 @@ def test_a_rank_dying_in_another_pid_namespace_is_reported_as_lost(layout):
     assert "ERROR_PEER_LOST" in survivor["second"], survivor
     assert f"rank {victim} " in survivor["second"], survivor
     assert survivor["seconds"] < 15, survivor  # detected, not the 60 s timeout
+    assert "pid 0" not in survivor["second"], survivor  # a rank it cannot see has no number

@@ -382,8 +382,8 @@ void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, 
   Round();
   for (int r = 0; r < size_; ++r) {
     if (segment_.Rank(r).value[round_ & 1].load(std::memory_order_relaxed) != callKey(round_)) {
-      Fail(ERROR_RANK_MISMATCH, Where(), "rank ", r, " (pid ", pids_[r],
-           ") is not in an AllReduce of ", bytes,
+      Fail(ERROR_RANK_MISMATCH, Where(), "rank ", r, " (", PidOf(r), ") is not in an AllReduce of ",
+           bytes,
            " bytes by process_vm_writev like this rank "
            "(different counts or dtypes across ranks); no data moved");
     }
@@ -792,8 +792,7 @@ void ProcessCommunicator::CopyCrossMemory(CrossMemoryDirection direction, int ow
       // Exiting: its memory is gone before its pidfd reports the exit. An owner that leaves in
       // the middle of a call has broken the communicator first (a peer of its died): report that.
       CheckPeer(owner);
-      Break(ERROR_PEER_LOST, owner,
-            Concat(Where(), "rank ", owner, " (pid ", pids_[owner], ") died"));
+      Break(ERROR_PEER_LOST, owner, Concat(Where(), "rank ", owner, " (", PidOf(owner), ") died"));
     }
     // A rank that failed in this call (a peer of its died) publishes that before it returns and
     // may then free its buffers, and a dying owner's pages go before its exit shows: give either
@@ -804,7 +803,7 @@ void ProcessCommunicator::CopyCrossMemory(CrossMemoryDirection direction, int ow
     }
     Break(ERROR_COMM_FAIL, owner,
           Concat(Where(), read ? "process_vm_readv" : "process_vm_writev", " of ", bytes - done,
-                 " bytes ", read ? "from" : "to", " rank ", owner, " (pid ", pids_[owner],
+                 " bytes ", read ? "from" : "to", " rank ", owner, " (", PidOf(owner),
                  ") failed: ", std::strerror(err)));
   }
 }

@@ -262,7 +262,7 @@ void ProcessCommunicator::WaitAll() {
     int first = -1;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_ || segment_.Rank(j).posted.load(std::memory_order_acquire) >= round) continue;
-      missing += Concat(first < 0 ? "" : ", ", j, " (pid ", pids_[j], ")");
+      missing += Concat(first < 0 ? "" : ", ", j, " (", PidOf(j), ")");
       if (first < 0) first = j;
     }
     Break(ERROR_TIMEOUT, first,
@@ -283,17 +283,17 @@ void ProcessCommunicator::CheckPeer(int peer) {
     const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
     if (abort.reporter == culprit) {  // Abort(): alive, but it failed outside this communicator
       Break(status, culprit,
-            Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit],
+            Concat(Where(), "rank ", culprit, " (", PidOf(culprit),
                    ") stopped this communicator after a failure outside it (", StatusName(status),
                    ", e.g. a lost peer on another host); that rank's error says which"));
     }
     Break(status, culprit,
-          Concat(Where(), "rank ", culprit, " (pid ", pids_[culprit], ") ",
+          Concat(Where(), "rank ", culprit, " (", PidOf(culprit), ") ",
                  status == ERROR_TIMEOUT ? "stopped responding" : "died", " (detected by rank ",
                  abort.reporter, ")"));
   }
   if (PeerDead(peer)) {
-    Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") died"));
+    Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (", PidOf(peer), ") died"));
   }
 }
 
@@ -357,7 +357,7 @@ void ProcessCommunicator::CheckCarriedAgreement() {
     uint64_t stamp = 0;
     std::memcpy(&stamp, segment_.Record(r, round_), sizeof stamp);
     if (stamp != round_) {
-      Fail(ERROR_RANK_MISMATCH, agreement_.opName, ": rank ", r, " (pid ", pids_[r],
+      Fail(ERROR_RANK_MISMATCH, agreement_.opName, ": rank ", r, " (", PidOf(r),
            ") made its call without the cross-rank check (a raw communicator call where the other "
            "ranks run an operation?)");
     }

@@ -80,6 +80,11 @@ class ProcessCommunicator final : public Communicator {
 
   /// The pid of every rank, by rank (tests and messages).
   const std::vector<pid_t>& Pids() const { return pids_; }
+  /// "pid N" for messages; a rank in a pid namespace this one cannot see has no number here.
+  std::string PidOf(int rank) const {
+    return pids_[rank] > 0 ? Concat("pid ", pids_[rank])
+                           : "in a pid namespace this rank cannot see";
+  }
   /// Whether large pieces may move by process_vm_readv/writev (ProbeCrossMemory).
   bool CrossMemory() const { return crossMemory_; }
   /// Synchronisation rounds this rank has completed (tests count the rounds a call costs).
@@ -126,7 +131,7 @@ class ProcessCommunicator final : public Communicator {
     deadline_ = Deadline::After(timeoutSeconds_);
     if (!word.Wait(ready, deadline_, [&] { AfterSlice(checkPeers); })) {
       Break(ERROR_TIMEOUT, peer,
-            Concat(Where(), "rank ", peer, " (pid ", pids_[peer], ") did not arrive within ",
+            Concat(Where(), "rank ", peer, " (", PidOf(peer), ") did not arrive within ",
                    timeoutSeconds_, " s (", timeoutSource_, ")"));
     }
   }
