@@ -28,8 +28,8 @@ def _namespaces_available():
     return None
 
 
-pytestmark = pytest.mark.skipif(_namespaces_available() is not None,
-                                reason=str(_namespaces_available()))
+_UNAVAILABLE = _namespaces_available()
+pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
 
 
 def _run(own_namespace, scenario, victim=-1):

@@ -1,9 +1,6 @@
 #include "core/comm/shm/process_comm.h"
 
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 

@@ -153,15 +153,13 @@ IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
 }
 
 void SendReply(int fd, Status status, const std::string& message, const std::vector<pid_t>& pids,
-               int passFd) {
+               const std::vector<int>& passFds = {}) {
   ReplyWire reply{kWireMagic, status, static_cast<int32_t>(pids.size()),
                   static_cast<uint32_t>(message.size())};
   std::string payload(reinterpret_cast<const char*>(&reply), sizeof(reply));
   payload += message;
   for (pid_t pid : pids) payload.append(reinterpret_cast<const char*>(&pid), sizeof(int32_t));
-  // A peer that vanished learns nothing.
-  SendAll(fd, payload.data(), payload.size(),
-          passFd >= 0 ? std::vector<int>{passFd} : std::vector<int>{});
+  SendAll(fd, payload.data(), payload.size(), passFds);  // a peer that vanished learns nothing
 }
 
 /// After a successful answer: which ranks' pidfds follow (one byte per rank; never the
@@ -311,7 +309,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   std::vector<UniqueFd> peers(size);
   auto failAll = [&](Status status, const std::string& message) {
     for (auto& peer : peers) {
-      if (peer.Valid()) SendReply(peer.Get(), status, message, {}, -1);
+      if (peer.Valid()) SendReply(peer.Get(), status, message, {});
     }
     throw Error(status, message);
   };
@@ -344,7 +342,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
           conn.Get(), ERROR_COMM_FAIL,
           Concat(Describe(spec), ": rank 0 (pid ", getpid(), ") refused pid ", cred.pid, " of uid ",
                  cred.uid, ": only processes of uid ", geteuid(), " (the job's owner) may join"),
-          {}, -1);
+          {});
       continue;
     }
     HelloWire hello{};
@@ -353,8 +351,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     if (hello.magic != kWireMagic || hello.version != kWireVersion ||
         hello.keyBytes > kMaxWireString || hello.domainBytes > kMaxWireString) {
       SendReply(conn.Get(), ERROR_COMM_FAIL,
-                Concat(Describe(spec), ": protocol version mismatch (mixed collops builds?)"), {},
-                -1);
+                Concat(Describe(spec), ": protocol version mismatch (mixed collops builds?)"), {});
       continue;
     }
     std::string key(hello.keyBytes, '\0');
@@ -369,7 +366,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
                 Concat(Describe(spec), ": pid ", cred.pid, " asked to join as rank ", hello.rank,
                        " of ", hello.rankSize, " ranks of job '", key, "', domain '", domain,
                        "', which is not this job"),
-                {}, -1);
+                {});
       continue;
     }
     if (peers[hello.rank].Valid()) {
@@ -377,7 +374,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
       const std::string clash =
           Concat(Describe(spec), ": rank ", hello.rank, " was claimed twice (pids ",
                  result.pids[hello.rank], " and ", cred.pid, ")");
-      SendReply(conn.Get(), ERROR_COMM_FAIL, clash, {}, -1);
+      SendReply(conn.Get(), ERROR_COMM_FAIL, clash, {});
       failAll(ERROR_COMM_FAIL, clash);
     }
     pidfds[hello.rank] = PeerPidfd(conn.Get(), cred.pid);
@@ -392,7 +389,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   }
   if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
   for (int r = 1; r < size; ++r) {
-    SendReply(peers[r].Get(), NO_ERROR, "", result.pids, result.memory.Get());
+    SendReply(peers[r].Get(), NO_ERROR, "", result.pids, {result.memory.Get()});
     SendPidfds(peers[r].Get(), r, pidfds);
   }
   pidfds[0].Reset();
