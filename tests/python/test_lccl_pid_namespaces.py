@@ -54,6 +54,9 @@ def _run(own_namespace, scenario, victim=-1):
             pytest.fail(f"rank {rank} hung")
         lines = [line for line in out.splitlines() if line.startswith("{")]
         assert lines, f"rank {rank} (exit {proc.returncode}) reported nothing:\n{err[-3000:]}"
+        # The victim exits 17 on purpose; every other rank must end cleanly after its report.
+        expected = 17 if rank == victim else 0
+        assert proc.returncode == expected, f"rank {rank} exited {proc.returncode}:\n{err[-3000:]}"
         reports.append(json.loads(lines[-1]))
     return reports
 
