@@ -1,12 +1,14 @@
 #include "core/comm/shm/process_comm.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "collops/backend.h"
@@ -184,6 +186,18 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
 
 namespace {
 uint64_t CrossMemoryProbe(pid_t pid) { return 0x636d612d70726f62ULL ^ static_cast<uint64_t>(pid); }
+
+/// Yama's ptrace_scope 1 (Ubuntu's default, and every container's on such a host) lets a process
+/// read another's memory only when it is the other's ancestor or was named by it, so sibling
+/// ranks (torchrun's, mpirun's) would be refused and every byte staged twice. As OpenMPI's vader
+/// BTL does there, each rank names any process as its ptracer: that is scope 0's rule for this
+/// process (same user, dumpable), no looser. Only at scope 1: at 2 and 3 naming one does not
+/// help. Called on every creation, not once, because a forked child is not named.
+void LetSameUserPeersReadThisProcess() {
+  std::ifstream file("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  if (file >> scope && scope == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+}
 }  // namespace
 
 bool ProcessCommunicator::ProbeCrossMemory() {
@@ -197,6 +211,7 @@ bool ProcessCommunicator::ProbeCrossMemory() {
     return false;
   }
   op_ = "create";
+  LetSameUserPeersReadThisProcess();  // before the round after which the peers read
   // [0]: what the peers read; [1 + r]: where rank r writes.
   probeWords_.assign(1 + size_, 0);
   probeWords_[0] = CrossMemoryProbe(getpid());
