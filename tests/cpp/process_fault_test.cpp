@@ -68,7 +68,9 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "60";
   options.deadlineSeconds = 50;
-  if (loop == Loop::kAllReduce) options.env["COLLOPS_SHM_CMA_BYTES"] = "0";
+  // The cross-memory loops set the default threshold explicitly: left unset, an oversubscribed
+  // communicator on a machine whose kernel copy is slow would stage them (cross_memory_policy.h).
+  options.env["COLLOPS_SHM_CMA_BYTES"] = loop == Loop::kAllReduce ? "0" : "16384";
   options.afterFork = [&](const std::vector<pid_t>& pids) {
     close(ready[1]);
     char byte;

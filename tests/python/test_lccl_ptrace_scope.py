@@ -54,9 +54,13 @@ def shim(tmp_path_factory):
 def _run(shim, state, scope, world=2, **env_extra):
     """Starts `world` sibling ranks under the faked scope; returns (reports, logs) by rank, each
     log the shim's lines for that rank (see fake_yama.c)."""
+    # The default threshold, set: left unset, 3 ranks on 2 CPUs of a machine whose kernel copy
+    # is slow would stage everything (cross_memory_policy.h) and never read across processes.
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR, WORLD_SIZE=str(world), SCOPE=scope,
                LD_PRELOAD=shim, FAKE_YAMA_DIR=str(state), COLLOPS_TIMEOUT="60",
-               COLLOPS_JOB_ID=f"yama-{os.getpid()}-{time.monotonic_ns()}", **env_extra)
+               COLLOPS_SHM_CMA_BYTES="16384",
+               COLLOPS_JOB_ID=f"yama-{os.getpid()}-{time.monotonic_ns()}")
+    env.update(env_extra)
     cmd = ["unshare", "--mount", "sh", "-c", FAKE_SCOPE, "sh", sys.executable, RANK_SCRIPT]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in range(world)]

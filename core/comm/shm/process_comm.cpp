@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include "collops/backend.h"
+#include "core/comm/shm/cross_memory_policy.h"
 #include "core/comm/shm/process_rendezvous.h"
 
 namespace collops {
@@ -36,12 +38,12 @@ constexpr uint64_t kChunkBytes = 2 << 20;
 /// (the output still fits the caches), 2 MiB 632 vs 939, 4 MiB 1.80 vs 2.26 ms, 64 MiB 16.5 vs
 /// 19.4 ms; AllToAllV 64 MiB 11.9 vs 15.3 ms; AllGather 64 MiB 12.4 vs 15.9 ms.
 constexpr uint64_t kStreamOutputBytes = 2 << 20;
-/// AllToAllV pieces from this size up move by process_vm_readv (one copy, by the receiver)
-/// instead of through the slots (two). One piece alone on this 2-core VM: 64 KiB 2.4 us by
-/// process_vm_readv vs 2.8 us for two copies, 1 MiB 54 vs 90 us, 16 KiB 0.7 vs 0.3 us (the
+/// AllToAllV pieces from kCrossMemoryMinBytes up move by process_vm_readv (one copy, by the
+/// receiver) instead of through the slots (two). One piece alone on a 2-core Xeon VM: 64 KiB 2.4 us
+/// by process_vm_readv vs 2.8 us for two copies, 1 MiB 54 vs 90 us, 16 KiB 0.7 vs 0.3 us (the
 /// syscall's fixed cost). In the collective, R=2 AllToAllV of 64 KiB (pieces of 21-43 KiB):
-/// 7.9 us with 64 KiB here, 3.5 us with 16 KiB, 3.6-3.9 us with 8 KiB.
-constexpr int64_t kCrossMemoryMinBytes = 16 << 10;
+/// 7.9 us with 64 KiB here, 3.5 us with 16 KiB, 3.6-3.9 us with 8 KiB. Where the kernel copy is
+/// slow, cross_memory_policy.h turns it off for oversubscribed communicators.
 /// AllReduce, AllGather(V) and Broadcast by process_vm_readv/writev until R times the output bytes
 /// reach this; beyond it the ranks' buffers no longer fit the caches, and the staged copies, whose
 /// copies out stream past them, are faster. Measured (ms, medians, staged vs cma): AllReduce R=2
@@ -109,8 +111,12 @@ void WritePolicy(SegmentHeader& header) {
   header.yieldNanos =
       EnvInt("COLLOPS_SHM_YIELD_US", budget.yieldNanos / 1000, 0, 10'000'000) * 1000;
   header.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
-  header.crossMemoryMinBytes = static_cast<uint64_t>(
-      EnvInt("COLLOPS_SHM_CMA_BYTES", kCrossMemoryMinBytes, 0, int64_t{1} << 50));
+  std::optional<uint64_t> crossMemoryMinBytes;
+  if (const char* text = std::getenv("COLLOPS_SHM_CMA_BYTES"); text != nullptr && *text != '\0') {
+    crossMemoryMinBytes = EnvInt("COLLOPS_SHM_CMA_BYTES", 0, 0, int64_t{1} << 50);
+  }
+  header.crossMemoryMinBytes =
+      ChooseCrossMemoryMinBytes(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);
   header.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
 }
 
