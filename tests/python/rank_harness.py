@@ -18,6 +18,7 @@ import queue as queue_mod
 import json
 import multiprocessing
 import os
+import subprocess
 import threading
 import time
 import traceback
@@ -159,6 +160,21 @@ def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="h
     if failures:
         raise RankFailure(_report("process", world_size, failures))
     return [outcomes[r][1] for r in range(world_size)]
+
+
+def communicate_with_ranks(procs, timeout=120):
+    """Waits for rank processes started with piped text output; returns (returncode, stdout,
+    stderr) for each. One still running at the deadline kills them all: RankFailure names it."""
+    results = []
+    for rank, proc in enumerate(procs):
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RankFailure(f"rank {rank} hung (no exit within {timeout} s)")
+        results.append((proc.returncode, out, err))
+    return results
 
 
 def run_ranks(mode, world_size, fn, *args, **kwargs):

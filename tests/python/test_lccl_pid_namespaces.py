@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from rank_harness import communicate_with_ranks
 from repo_paths import PYTHON_DIR, REPO
 
 RANK_SCRIPT = os.path.join(REPO, "tests", "python", "pid_namespace_rank.py")
@@ -45,18 +46,12 @@ def _run(own_namespace, scenario, victim=-1):
         procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     reports = []
-    for rank, proc in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"rank {rank} hung")
+    for rank, (code, out, err) in enumerate(communicate_with_ranks(procs)):
         lines = [line for line in out.splitlines() if line.startswith("{")]
-        assert lines, f"rank {rank} (exit {proc.returncode}) reported nothing:\n{err[-3000:]}"
+        assert lines, f"rank {rank} (exit {code}) reported nothing:\n{err[-3000:]}"
         # The victim exits 17 on purpose; every other rank must end cleanly after its report.
         expected = 17 if rank == victim else 0
-        assert proc.returncode == expected, f"rank {rank} exited {proc.returncode}:\n{err[-3000:]}"
+        assert code == expected, f"rank {rank} exited {code}:\n{err[-3000:]}"
         reports.append(json.loads(lines[-1]))
     return reports
 

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from rank_harness import communicate_with_ranks
 from repo_paths import PYTHON_DIR, REPO
 
 HERE = os.path.join(REPO, "tests", "python")
@@ -65,14 +66,8 @@ def _run(shim, state, scope, world=2, **env_extra):
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in range(world)]
     reports = []
-    for rank, proc in enumerate(procs):
-        try:
-            out, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail(f"rank {rank} hung")
-        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{err[-3000:]}"
+    for rank, (code, out, err) in enumerate(communicate_with_ranks(procs)):
+        assert code == 0, f"rank {rank} exited {code}:\n{err[-3000:]}"
         reports.append(json.loads(out.splitlines()[-1]))
     logs = []
     for report in reports:
