@@ -331,6 +331,8 @@ struct Options {
   int ranks = 2;
   Mode mode = Mode::kProcess;
   int warmup = 5;
+  /// --settle-ms: the warm-up also lasts at least this long (WarmUp)
+  double settleSeconds = 0.05;
   int iters = 20;
   bool check = false;
   bool json = false;
@@ -363,7 +365,8 @@ inline int64_t ParseBytes(const std::string& s) {
 inline void Usage(const char* prog, bool hasMode) {
   std::fprintf(
       stderr,
-      "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [-n 20] [-c] [--json]%s\n"
+      "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [--settle-ms 50] [-n 20] [-c]\n"
+      "       [--json]%s\n"
       "  ops: allreduce allgather allgatherv reducescatter reducescatterv broadcast\n"
       "       alltoall alltoallv sendrecv\n"
       "  dtypes: float32 float64 float16 bfloat16 int8 int16 int32 int64 uint8\n",
@@ -391,6 +394,8 @@ inline Options ParseOptions(int argc, char** argv, bool hasMode) {
       o.factor = std::max<int64_t>(2, std::atoll(next().c_str()));
     else if (a == "-w")
       o.warmup = std::atoi(next().c_str());
+    else if (a == "--settle-ms")
+      o.settleSeconds = std::max(0.0, std::atof(next().c_str()) / 1000);
     else if (a == "-n")
       o.iters = std::max(1, std::atoi(next().c_str()));
     else if (a == "-c")
@@ -438,6 +443,24 @@ inline std::vector<int64_t> Sizes(const Options& o) {
   return sizes;
 }
 
+/// The calls before the timed ones: `o.warmup`, then more batches of as many until
+/// o.settleSeconds have passed since the first. Ranks that were just started run slow for their
+/// first milliseconds: 4 collops ranks forked on 2 CPUs (process or thread mode) took 0.2-2 ms
+/// for each of their first 4-20 calls (up to 20 ms in all) against 6-22 us afterwards, so 5 calls
+/// of warm-up left some launches' medians 10-40x too slow. mpirun's ranks are timed long after
+/// they start, forked ones within milliseconds; a floor in time measures every system settled.
+/// Every rank must make the same calls, so whether to go on is rank 0's word: rankZeroSays(mine)
+/// returns rank 0's `mine` on every rank.
+template <class Execute, class RankZeroSays>
+void WarmUp(const Options& o, Execute&& execute, RankZeroSays&& rankZeroSays) {
+  const double start = NowSeconds();
+  for (int i = 0; i < o.warmup; ++i) execute();
+  if (o.settleSeconds <= 0) return;
+  while (rankZeroSays(NowSeconds() - start < o.settleSeconds)) {
+    for (int i = 0; i < std::max(o.warmup, 1); ++i) execute();
+  }
+}
+
 /// One row of results: `iterSeconds[i]` is iteration i's time, already the max over ranks.
 struct Row {
   int64_t bytes = 0;
@@ -466,8 +489,9 @@ inline std::string JsonText(const std::string& text) {
 
 inline void PrintHeader(const Options& o, const char* system) {
   if (o.json) return;
-  std::printf("# %s  op %s  dtype %s  ranks %d  warmup %d  iters %d  check %s\n", system,
-              InfoOf(o.op).name, o.dtype->name, o.ranks, o.warmup, o.iters, o.check ? "on" : "off");
+  std::printf("# %s  op %s  dtype %s  ranks %d  warmup %d (>= %g ms)  iters %d  check %s\n", system,
+              InfoOf(o.op).name, o.dtype->name, o.ranks, o.warmup, o.settleSeconds * 1000, o.iters,
+              o.check ? "on" : "off");
   std::printf("# time: per iteration the max over ranks; median and min over iterations\n");
   std::printf("%12s %12s %12s %12s %10s %10s %8s\n", "size(B)", "count", "med(us)", "min(us)",
               "algbw(GB/s)", "busbw(GB/s)", "#wrong");

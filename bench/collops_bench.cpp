@@ -144,6 +144,7 @@ class RankCase {
                         {"commMode", o.mode == Mode::kThread ? 1 : 0},
                         {"commDomain", "bench"}};
     barrier_ = collops::MakeOperation("BarrierOperation", p, comm_);
+    voteOp_ = collops::MakeOperation("BroadcastOperation", p, comm_);
     const int64_t in = layout_.inCount;
     const int64_t out = layout_.outCount;
     x_.emplace_back(dtype_, std::vector<int64_t>{in});
@@ -200,10 +201,17 @@ class RankCase {
 
   void Barrier() {
     collops::VariantPack pack;
-    uint64_t ws = 0;
-    collops::Status s = barrier_->Setup(pack, ws, nullptr);
-    if (s == collops::NO_ERROR) s = barrier_->Execute(pack, nullptr, 0, nullptr);
-    if (s != collops::NO_ERROR) Throw(s, "BarrierOperation");
+    RunWithoutWorkspace(*barrier_, pack);
+  }
+
+  /// Rank 0's `mine` on every rank (WarmUp's decision): one int32 broadcast from rank 0.
+  bool RankZeroSays(bool mine) {
+    auto* word = reinterpret_cast<int32_t*>(vote_.data());
+    *word = mine ? 1 : 0;
+    collops::VariantPack pack;
+    pack.inTensors.push_back(vote_.tensor);
+    RunWithoutWorkspace(*voteOp_, pack);
+    return *word != 0;
   }
 
   void Execute() {
@@ -256,6 +264,13 @@ class RankCase {
 
   static void Poison(Buffer& b) { std::memset(b.data(), 0xA5, b.tensor.dataSize); }
 
+  static void RunWithoutWorkspace(collops::Operation& op, collops::VariantPack& pack) {
+    uint64_t ws = 0;
+    collops::Status s = op.Setup(pack, ws, nullptr);
+    if (s == collops::NO_ERROR) s = op.Execute(pack, nullptr, 0, nullptr);
+    if (s != collops::NO_ERROR) Throw(s, op.GetName().c_str());
+  }
+
   const Options& o_;
   int rank_;
   collops::Communicator* comm_;
@@ -268,6 +283,8 @@ class RankCase {
   collops::VariantPack pack_;
   std::vector<uint8_t> workspace_ = std::vector<uint8_t>(64);
   OperationPtr barrier_;
+  OperationPtr voteOp_;
+  Buffer vote_ = Buffer(collops::ACL_INT32, {1}, /*data=*/false);
 
   static std::vector<Buffer> Reserved() {
     std::vector<Buffer> v;
@@ -323,7 +340,7 @@ int RunRank(const Options& o, int rank, Shared& sh) {
     if (o.shared) UseSharedBuffers(o, rank);
     for (size_t s = 0; s < sizes.size(); ++s) {
       RankCase c(o, rank, sizes[s]);
-      for (int i = 0; i < o.warmup; ++i) c.Execute();
+      WarmUp(o, [&] { c.Execute(); }, [&](bool more) { return c.RankZeroSays(more); });
       double* out = sh.seconds + (s * o.ranks + rank) * o.iters;
       for (int i = 0; i < o.iters; ++i) {
         c.Barrier();
@@ -411,7 +428,7 @@ int RunMpirun(Options o) {
     if (error.empty()) {
       try {
         RankCase c(o, rank, size, comm.get());
-        for (int i = 0; i < o.warmup; ++i) c.Execute();
+        WarmUp(o, [&] { c.Execute(); }, [&](bool more) { return c.RankZeroSays(more); });
         std::vector<int64_t> nanos(o.iters);
         for (int i = 0; i < o.iters; ++i) {
           c.Barrier();

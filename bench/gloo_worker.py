@@ -3,8 +3,10 @@
 
 A long-lived server, so the comparison runner pays torch's start-up once per rank count, not once
 per row: the parent spawns R ranks (MASTER_ADDR=127.0.0.1) and then reads one JSON request per
-line on stdin ({"op", "bytes", "warmup", "iters"}), hands it to every rank, and prints one JSON
-result line in collops-bench's format. Times: a dist.barrier() (not timed) before every
+line on stdin ({"op", "bytes", "warmup", "iters"}, optionally "settle_ms", default 50 as
+collops-bench's --settle-ms), hands it to every rank, and prints one JSON result line in
+collops-bench's format. The warm-up is bench_common.h's WarmUp: the calls, then more until
+settle_ms have passed, rank 0 deciding for all. Times: a dist.barrier() (not timed) before every
 iteration, per iteration the max over ranks, median and min over iterations. float32 only; the
 layouts are those of bench_common.h (uneven V ops included) and every result is checked.
 
@@ -142,6 +144,22 @@ def enter_netns(name):
         os.close(fd)
 
 
+def warm_up(case, calls, settle_seconds):
+    """bench_common.h WarmUp: `calls` calls, then batches of as many until `settle_seconds` have
+    passed; whether to go on is rank 0's word, so every rank makes the same calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        case.run()
+    flag = torch.zeros(1, dtype=torch.int32)
+    while settle_seconds > 0:
+        flag.fill_(int(time.perf_counter() - start < settle_seconds))
+        dist.broadcast(flag, 0)
+        if not flag.item():
+            return
+        for _ in range(max(calls, 1)):
+            case.run()
+
+
 def rank_main(rank, world, port, requests, results, place=None):
     """One rank: serve requests until None; put (rank, times, wrong, bytes, note) per request.
     `place`: (netns name, master address, interface) across simulated hosts, else loopback."""
@@ -161,8 +179,7 @@ def rank_main(rank, world, port, requests, results, place=None):
             break
         try:
             case = Case(req["op"], req["bytes"], rank, world)
-            for _ in range(req["warmup"]):
-                case.run()
+            warm_up(case, req["warmup"], req.get("settle_ms", 50) / 1000)
             times = []
             for _ in range(req["iters"]):
                 dist.barrier()

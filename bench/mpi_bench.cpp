@@ -111,6 +111,13 @@ struct Case {
   }
 };
 
+/// Rank 0's `mine` on every rank (WarmUp's decision).
+bool RankZeroSays(bool mine) {
+  int word = mine ? 1 : 0;
+  MPI_Bcast(&word, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return word != 0;
+}
+
 int Main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   Options o = ParseOptions(argc, argv, /*hasMode=*/false);
@@ -125,7 +132,7 @@ int Main(int argc, char** argv) {
   if (rank == 0) PrintHeader(o, "openmpi");
   for (int64_t size : Sizes(o)) {
     Case c(o, rank, size);
-    for (int i = 0; i < o.warmup; ++i) c.Execute();
+    WarmUp(o, [&] { c.Execute(); }, RankZeroSays);
     std::vector<double> mine(o.iters);
     for (int i = 0; i < o.iters; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);
