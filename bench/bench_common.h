@@ -332,7 +332,7 @@ struct Options {
   Mode mode = Mode::kProcess;
   int warmup = 5;
   /// --settle-ms: the warm-up also lasts at least this long (WarmUp)
-  double settleSeconds = 0.05;
+  double settleSeconds = 0.3;
   int iters = 20;
   bool check = false;
   bool json = false;
@@ -365,7 +365,7 @@ inline int64_t ParseBytes(const std::string& s) {
 inline void Usage(const char* prog, bool hasMode) {
   std::fprintf(
       stderr,
-      "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [--settle-ms 50] [-n 20] [-c]\n"
+      "usage: %s [-b 8] [-e 64M] [-f 4] [-o op] [-d dtype] [-w 5] [--settle-ms 300] [-n 20] [-c]\n"
       "       [--json]%s\n"
       "  ops: allreduce allgather allgatherv reducescatter reducescatterv broadcast\n"
       "       alltoall alltoallv sendrecv\n"
@@ -444,11 +444,14 @@ inline std::vector<int64_t> Sizes(const Options& o) {
 }
 
 /// The calls before the timed ones: `o.warmup`, then more batches of as many until
-/// o.settleSeconds have passed since the first. Ranks that were just started run slow for their
-/// first milliseconds: 4 collops ranks forked on 2 CPUs (process or thread mode) took 0.2-2 ms
-/// for each of their first 4-20 calls (up to 20 ms in all) against 6-22 us afterwards, so 5 calls
-/// of warm-up left some launches' medians 10-40x too slow. mpirun's ranks are timed long after
-/// they start, forked ones within milliseconds; a floor in time measures every system settled.
+/// o.settleSeconds have passed since the first. Ranks that were just started run slow at first,
+/// in two stages (collops, 4 ranks forked on 2 CPUs, process or thread mode): their first 4-20
+/// calls took 0.2-2 ms each (up to 20 ms in all) against 6-22 us afterwards, and then, until the
+/// scheduler had spread them over the CPUs, 40 ms to 1 s of calls ran at about twice their
+/// steady time (AllToAllV 1 MiB 390-440 us, then 190-280; AllReduce 256 KiB 136-146 us, then
+/// 61-68). Five calls of warm-up left either in the 30 timed calls of some launches. mpirun's
+/// ranks are timed long after they start, forked ones within milliseconds: a floor in time
+/// measures every system settled.
 /// Every rank must make the same calls, so whether to go on is rank 0's word: rankZeroSays(mine)
 /// returns rank 0's `mine` on every rank.
 template <class Execute, class RankZeroSays>

@@ -3,7 +3,7 @@
 
 A long-lived server, so the comparison runner pays torch's start-up once per rank count, not once
 per row: the parent spawns R ranks (MASTER_ADDR=127.0.0.1) and then reads one JSON request per
-line on stdin ({"op", "bytes", "warmup", "iters"}, optionally "settle_ms", default 50 as
+line on stdin ({"op", "bytes", "warmup", "iters"}, optionally "settle_ms", default 300 as
 collops-bench's --settle-ms), hands it to every rank, and prints one JSON result line in
 collops-bench's format. The warm-up is bench_common.h's WarmUp: the calls, then more until
 settle_ms have passed, rank 0 deciding for all. Times: a dist.barrier() (not timed) before every
@@ -179,7 +179,7 @@ def rank_main(rank, world, port, requests, results, place=None):
             break
         try:
             case = Case(req["op"], req["bytes"], rank, world)
-            warm_up(case, req["warmup"], req.get("settle_ms", 50) / 1000)
+            warm_up(case, req["warmup"], req.get("settle_ms", 300) / 1000)
             times = []
             for _ in range(req["iters"]):
                 dist.barrier()
