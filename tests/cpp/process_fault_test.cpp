@@ -217,6 +217,36 @@ TEST(ProcessFaultTest, MissingRankZeroIsNamedInTimeout) {
       options);
 }
 
+/// Rank 0 passes rankSize 2, rank 1 passes 3: their claims differ, so they never meet. Whichever
+/// gives up first (`firstRank`, with the shorter COLLOPS_TIMEOUT) must name the other and its
+/// rankSize; before, each only said that the other had not arrived.
+void ExpectTheRankSizeDisagreementNamed(int firstRank) {
+  RunProcessRanks(2, [firstRank](int rank) {
+    setenv("COLLOPS_TIMEOUT", rank == firstRank ? "2" : "5", 1);
+    const int size = rank == 0 ? 2 : 3;
+    try {
+      MakeLcclComm(rank, size, "sizes");
+      ADD_FAILURE() << "rank " << rank << " formed a communicator of " << size << " ranks";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_TIMEOUT) << e.what();
+      if (rank != firstRank) return;  // the other has left by now
+      const std::string other =
+          rank == 0 ? "rank 1 of the same job and domain is there with rankSize 3 instead of 2"
+                    : "rank 0 of the same job and domain is there with rankSize 2 instead of 3";
+      EXPECT_TRUE(Contains(e.what(), other)) << e.what();
+      EXPECT_TRUE(Contains(e.what(), "every rank must pass the same rankSize")) << e.what();
+    }
+  });
+}
+
+TEST(ProcessFaultTest, RankZeroWithAnotherRankSizeIsNamedInItsPeersTimeout) {
+  ExpectTheRankSizeDisagreementNamed(1);
+}
+
+TEST(ProcessFaultTest, APeerWithAnotherRankSizeIsNamedInRankZerosTimeout) {
+  ExpectTheRankSizeDisagreementNamed(0);
+}
+
 TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";

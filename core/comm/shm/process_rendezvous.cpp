@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "collops/status.h"
@@ -289,6 +291,37 @@ std::string MissingRanks(const std::vector<UniqueFd>& peers) {
   return Concat(missing == 1 ? "rank " : "ranks ", text);
 }
 
+/// For a rendezvous that timed out: ranks of the same job and domain that hold a claim on this
+/// host under another rankSize, read from the abstract socket table (/proc/net/unix), as a
+/// clause to append; "" when there are none. The claim names carry rankSize, so ranks that
+/// disagree on it never meet and each would only see the other as missing. Not a failure by
+/// itself: a communicator of another size may rightly live in the same domain.
+std::string OtherRankSizesHere(const RendezvousSpec& spec) {
+  const std::string mine = "@" + ClaimSocketName(geteuid(), spec, 0);
+  const std::string prefix = mine.substr(0, mine.rfind(":n") + 2);
+  std::map<int, std::set<int>> ranksBySize;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  while (std::getline(table, line)) {
+    const size_t at = line.find(prefix);
+    if (at == std::string::npos) continue;
+    int size = 0, rank = 0;
+    if (std::sscanf(line.c_str() + at + prefix.size(), "%d:r%d", &size, &rank) == 2 &&
+        size != spec.rankSize) {
+      ranksBySize[size].insert(rank);
+    }
+  }
+  std::string text;
+  for (const auto& [size, ranks] : ranksBySize) {
+    std::string list;
+    for (int r : ranks) list += Concat(list.empty() ? "" : ", ", r);
+    text += Concat("; on this host, ", ranks.size() == 1 ? "rank " : "ranks ", list,
+                   " of the same job and domain ", ranks.size() == 1 ? "is" : "are",
+                   " there with rankSize ", size, " instead of ", spec.rankSize);
+  }
+  return text.empty() ? text : text + ": every rank must pass the same rankSize";
+}
+
 RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
                       const SegmentMaker& makeSegment, const Deadline& deadline) {
   const int size = spec.rankSize;
@@ -385,7 +418,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   if (arrived < size) {
     failAll(ERROR_TIMEOUT,
             Concat(Describe(spec), ": ", MissingRanks(peers), " did not arrive within ",
-                   spec.timeoutSeconds, " s (", spec.timeoutSource, ")"));
+                   spec.timeoutSeconds, " s (", spec.timeoutSource, ")", OtherRankSizesHere(spec)));
   }
   if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
   for (int r = 1; r < size; ++r) {
@@ -451,7 +484,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       }
       if (deadline.Passed()) {
         Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ", spec.timeoutSeconds,
-             " s (", spec.timeoutSource, "); this is rank ", spec.rank);
+             " s (", spec.timeoutSource, "); this is rank ", spec.rank, OtherRankSizesHere(spec));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(backoffMicros));
       backoffMicros = std::min(backoffMicros * 2, 50'000);
