@@ -109,6 +109,27 @@ TEST(ThreadCommFaults, InvalidRanksAndPeersAreRejected) {
   EXPECT_FALSE(comm->Broken());
 }
 
+TEST(ThreadCommFaults, ThreadsThatPassAnotherRankSizeAreNamedInTheTimeout) {
+  const std::string domain = UniqueDomain();
+  ScopedEnv env("COLLOPS_TIMEOUT", "1");
+  // Rank 0 waits for a group of 2, ranks 1 and 2 for a group of 3: none forms. Each timeout names
+  // the threads of the other size that are still waiting (the first to give up sees them all).
+  std::atomic<int> named{0};
+  RunThreadRanks(3, [&](int rank) {
+    const int size = rank == 0 ? 2 : 3;
+    std::string message;
+    EXPECT_EQ(CaughtStatus([&] { JoinRank(rank, size, domain); }, &message), ERROR_TIMEOUT);
+    const std::string other = rank == 0
+                                  ? "ranks 1, 2 of this domain joined with rankSize 3 instead of 2"
+                                  : "rank 0 of this domain joined with rankSize 2 instead of 3";
+    if (message.find(other) != std::string::npos) {
+      EXPECT_THAT(message, HasSubstr("every rank must pass the same rankSize"));
+      ++named;
+    }
+  });
+  EXPECT_GE(named.load(), 1);
+}
+
 TEST(ThreadCommFaults, RanksThatNeverJoinAreNamedInTheTimeout) {
   const std::string domain = UniqueDomain();
   {

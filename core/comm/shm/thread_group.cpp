@@ -97,6 +97,7 @@ std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
   if (timedOut == 0) return group;
 
   std::vector<int> missing;
+  std::string otherSizes;
   {
     std::lock_guard<std::mutex> lock(registry.mutex);
     // The last rank may have joined between the deadline and this lock.
@@ -107,9 +108,22 @@ std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
     for (int r = 0; r < size; ++r) {
       if (!group->claimed_[r]) missing.push_back(r);
     }
+    // Threads that passed another rankSize wait in a group of their own and would only be
+    // reported missing here; name them.
+    for (const auto& [otherKey, other] : registry.forming) {
+      if (otherKey.first != param.commDomain || otherKey.second == size) continue;
+      std::vector<int> joined;
+      for (int r = 0; r < otherKey.second; ++r) {
+        if (other->claimed_[r]) joined.push_back(r);
+      }
+      otherSizes += Concat("; ", FormatRanks(joined), " of this domain joined with rankSize ",
+                           otherKey.second, " instead of ", size);
+    }
   }
-  group->BreakAndThrow(ERROR_TIMEOUT, Concat(group->Describe(), ": ", FormatRanks(missing),
-                                             " did not join within ", FormatSeconds(timedOut)));
+  if (!otherSizes.empty()) otherSizes += ": every rank must pass the same rankSize";
+  group->BreakAndThrow(
+      ERROR_TIMEOUT, Concat(group->Describe(), ": ", FormatRanks(missing), " did not join within ",
+                            FormatSeconds(timedOut), otherSizes));
 }
 
 void ThreadGroup::Sync(int rank, const char* what) {
