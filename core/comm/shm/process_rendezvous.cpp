@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "collops/status.h"
+#include "core/comm/shm/rank_list.h"
 #include "core/comm/shm/wait_word.h"
 
 namespace collops {
@@ -282,13 +283,11 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
 }
 
 std::string MissingRanks(const std::vector<UniqueFd>& peers) {
-  std::string text;
-  int missing = 0;
+  std::vector<int> missing;
   for (size_t r = 1; r < peers.size(); ++r) {
-    if (peers[r].Valid()) continue;
-    text += Concat(missing++ == 0 ? "" : ", ", r);
+    if (!peers[r].Valid()) missing.push_back(static_cast<int>(r));
   }
-  return Concat(missing == 1 ? "rank " : "ranks ", text);
+  return FormatRanks(missing);
 }
 
 /// For a rendezvous that timed out: ranks of the same job and domain that hold a claim on this
@@ -297,8 +296,7 @@ std::string MissingRanks(const std::vector<UniqueFd>& peers) {
 /// disagree on it never meet and each would only see the other as missing. Not a failure by
 /// itself: a communicator of another size may rightly live in the same domain.
 std::string OtherRankSizesHere(const RendezvousSpec& spec) {
-  const std::string mine = "@" + ClaimSocketName(geteuid(), spec, 0);
-  const std::string prefix = mine.substr(0, mine.rfind(":n") + 2);
+  const std::string prefix = "@" + ClaimSocketPrefix(geteuid(), spec) + "n";
   std::map<int, std::set<int>> ranksBySize;
   std::ifstream table("/proc/net/unix");
   std::string line;
@@ -313,11 +311,9 @@ std::string OtherRankSizesHere(const RendezvousSpec& spec) {
   }
   std::string text;
   for (const auto& [size, ranks] : ranksBySize) {
-    std::string list;
-    for (int r : ranks) list += Concat(list.empty() ? "" : ", ", r);
-    text += Concat("; on this host, ", ranks.size() == 1 ? "rank " : "ranks ", list,
-                   " of the same job and domain ", ranks.size() == 1 ? "is" : "are",
-                   " there with rankSize ", size, " instead of ", spec.rankSize);
+    text += Concat("; on this host, ", FormatRanks(ranks), " of the same job and domain ",
+                   ranks.size() == 1 ? "is" : "are", " there with rankSize ", size, " instead of ",
+                   spec.rankSize);
   }
   return text.empty() ? text : text + ": every rank must pass the same rankSize";
 }
@@ -462,12 +458,17 @@ std::string JobKeyFromEnv() {
   return "default";
 }
 
+std::string ClaimSocketPrefix(uid_t uid, const RendezvousSpec& spec) {
+  char prefix[64];
+  std::snprintf(prefix, sizeof(prefix),
+                "collops-lccl:u%u:%016llx:%016llx:", static_cast<unsigned>(uid),
+                static_cast<unsigned long long>(Fnv1a(spec.jobKey)),
+                static_cast<unsigned long long>(Fnv1a(spec.domain)));
+  return prefix;
+}
+
 std::string ClaimSocketName(uid_t uid, const RendezvousSpec& spec, int rank) {
-  char name[96];
-  std::snprintf(name, sizeof(name), "collops-lccl:u%u:%016llx:%016llx:n%d:r%d",
-                static_cast<unsigned>(uid), static_cast<unsigned long long>(Fnv1a(spec.jobKey)),
-                static_cast<unsigned long long>(Fnv1a(spec.domain)), spec.rankSize, rank);
-  return name;
+  return Concat(ClaimSocketPrefix(uid, spec), "n", spec.rankSize, ":r", rank);
 }
 
 RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {

@@ -37,6 +37,10 @@ struct RendezvousSpec {
 /// ("pmix:<PMIX_NAMESPACE>", "slurm:<SLURM_JOB_ID>.<SLURM_STEP_ID>"), else "default".
 std::string JobKeyFromEnv();
 
+/// What every claim of the job and domain of `spec` for the user `uid` starts with:
+/// "collops-lccl:u<uid>:<job hash>:<domain hash>:"; ClaimSocketName adds "n<rankSize>:r<rank>".
+std::string ClaimSocketPrefix(uid_t uid, const RendezvousSpec& spec);
+
 /// The abstract socket name (without the leading NUL) that holds `rank` of the job described by
 /// `spec` for the user `uid`.
 std::string ClaimSocketName(uid_t uid, const RendezvousSpec& spec, int rank);

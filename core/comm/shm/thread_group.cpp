@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <map>
-#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -36,13 +35,6 @@ std::string DescribeGroup(const std::string& domain, int size) {
 }
 
 }  // namespace
-
-std::string FormatRanks(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  out << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i == 0 ? "" : ", ") << ranks[i];
-  return out.str();
-}
 
 std::string FormatSeconds(double seconds) { return Concat(seconds, " s"); }
 

@@ -23,6 +23,7 @@
 #include "collops/comm_params.h"
 #include "collops/status.h"
 #include "collops/tensor.h"
+#include "core/comm/shm/rank_list.h"
 #include "core/comm/shm/wait_word.h"
 
 namespace collops {
@@ -153,8 +154,6 @@ class ThreadGroup {
   std::string brokenMessage_;
 };
 
-/// "rank 2" or "ranks 2, 3".
-std::string FormatRanks(const std::vector<int>& ranks);
 /// "5 s", "0.5 s".
 std::string FormatSeconds(double seconds);
 
