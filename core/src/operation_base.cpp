@@ -1,5 +1,6 @@
 #include "collops/operation_base.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "collops/context.h"
@@ -83,6 +84,13 @@ void OperationBase::CheckDescs(const std::vector<TensorDesc>& descs,
              DimsToString(d.shape), " with a negative dim");
       }
     }
+    // Sizes are int64 everywhere below (counts, displacements, byte offsets), so a shape whose
+    // byte size overflows it would wrap into a small dataSize that passes every later check.
+    if (CheckedBytes(d.shape.dims, d.shape.dimNum, std::max<size_t>(DataTypeSize(d.dtype), 1)) <
+        0) {
+      Fail(ERROR_INVALID_TENSOR_SIZE, name_, ": ", role, "[", i, "] (", spec.name, ") has shape ",
+           DimsToString(d.shape), " of ", DataTypeName(d.dtype), ", more than 2^63 - 1 bytes");
+    }
   }
 }
 
@@ -107,6 +115,40 @@ void OperationBase::CheckTensors(const std::vector<Tensor>& tensors,
            ") has no data (deviceData is null)");
     }
   }
+}
+
+void OperationBase::CheckDataOf(const VariantPack& pack) const {
+  CheckTensors(pack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+  std::vector<TensorSpec> outSpecs = OutputSpecs();
+  for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference
+  CheckTensors(pack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+}
+
+void OperationBase::CheckAliasing(const VariantPack& pack) const {
+  if (pack.inTensors.empty() || pack.outTensors.empty()) return;
+  const DtypeSet xData = InputSpecs()[0].dtypes;
+  if (xData != DtypeSet::kMovable && xData != DtypeSet::kReducible) return;  // Recv's template
+  const Tensor& x = pack.inTensors[0];
+  const Tensor& y = pack.outTensors[0];
+  const auto xBegin = reinterpret_cast<uintptr_t>(x.deviceData);
+  const auto yBegin = reinterpret_cast<uintptr_t>(y.deviceData);
+  if (x.dataSize == 0 || y.dataSize == 0 || xBegin >= yBegin + y.dataSize ||
+      yBegin >= xBegin + x.dataSize) {
+    return;
+  }
+  const InPlaceForm form = InPlaceFormImpl(pack);
+  if (form.inputAt != nullptr && x.deviceData == form.inputAt) return;
+  const char* xName = InputSpecs()[0].name;
+  const char* yName = OutputSpecs()[0].name;
+  const std::string where = xBegin >= yBegin
+                                ? Concat(xName, " starts at byte ", xBegin - yBegin, " of ", yName)
+                                : Concat(yName, " starts at byte ", yBegin - xBegin, " of ", xName);
+  const std::string allowed =
+      form.description == nullptr
+          ? Concat("peers may still read ", xName, " while ", yName, " is written")
+          : Concat("the one in-place form supported is ", form.description);
+  Fail(ERROR_INVALID_PARAM, Where(), ": ", yName, " overlaps ", xName, " (", where, "); ", allowed,
+       ", so give ", yName, " its own buffer");
 }
 
 void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
@@ -136,10 +178,14 @@ Status OperationBase::InferShape(const std::vector<TensorDesc>& inTensorDescs,
     CheckDescs(inTensorDescs, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
     std::vector<TensorDesc> out;
     InferShapeImpl(inTensorDescs, out);
-    if (out.size() != OutputSpecs().size()) {
+    std::vector<TensorSpec> outSpecs = OutputSpecs();
+    if (out.size() != outSpecs.size()) {
       Fail(ERROR_INTERNAL_ERROR, name_, ": inferred ", out.size(), " outputs, declares ",
-           OutputSpecs().size());
+           outSpecs.size());
     }
+    // An output sized by a shape carrier (y_shape) can be too large even from valid inputs.
+    for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;
+    CheckDescs(out, outSpecs, ERROR_INTERNAL_ERROR, "outTensors");
     outTensorDescs = std::move(out);
   });
 }
@@ -178,12 +224,10 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
     setUp_ = false;
     uint64_t size = 0;
     RunSharingFailure(context, [&] {
-      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
-      std::vector<TensorSpec> outSpecs = OutputSpecs();
-      for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference
-      CheckTensors(variantPack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+      CheckDataOf(variantPack);
       CheckOutputsMatchInferred(variantPack);
       PrepareImpl(variantPack);
+      CheckAliasing(variantPack);
       size = WorkspaceSizeImpl(variantPack);
     });
     AcquireCommunicator(context);
@@ -212,7 +256,8 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
         Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
              ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
       }
-      CheckTensors(variantPack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+      // The descs match Setup's, but the data pointers and sizes are new with every call.
+      CheckDataOf(variantPack);
       if (workspaceSize < setupWorkspaceSize_) {
         Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
              " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");
@@ -222,6 +267,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
              setupWorkspaceSize_, " bytes");
       }
       PrepareImpl(variantPack);
+      CheckAliasing(variantPack);
       signature = SignatureImpl(variantPack);
     });
     AcquireCommunicator(context);
@@ -265,6 +311,28 @@ void OperationBase::CheckRanges(const std::vector<int64_t>& counts, const char* 
     if (__builtin_add_overflow(counts[i], displs[i], &end) || end > limit) {
       Fail(ERROR_INVALID_PARAM, Where(), ": ", countsName, "[", i, "] + ", displsName, "[", i,
            "] = ", counts[i], " + ", displs[i], " exceeds ", bufferName, " = ", limit);
+    }
+  }
+}
+
+void CheckRangesDisjoint(const std::string& where, const std::vector<int64_t>& counts,
+                         const char* countsName, const std::vector<int64_t>& displs,
+                         const char* displsName, const char* bufferName, const char* why) {
+  std::vector<size_t> order;
+  for (size_t j = 0; j < counts.size(); ++j) {
+    if (counts[j] > 0) order.push_back(j);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return displs[a] != displs[b] ? displs[a] < displs[b] : a < b;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const size_t a = order[k - 1];
+    const size_t b = order[k];
+    if (displs[a] + counts[a] > displs[b]) {
+      Fail(ERROR_INVALID_PARAM, where, ": the blocks of rank ", a, " (", displsName, "[", a,
+           "] = ", displs[a], ", ", countsName, "[", a, "] = ", counts[a], ") and rank ", b, " (",
+           displsName, "[", b, "] = ", displs[b], ", ", countsName, "[", b, "] = ", counts[b],
+           ") overlap in ", bufferName, "; ", why);
     }
   }
 }

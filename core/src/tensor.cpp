@@ -1,5 +1,7 @@
 #include "collops/tensor.h"
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 namespace collops {
@@ -54,7 +56,9 @@ std::string DataTypeName(DataType dtype) {
 
 int64_t NumElements(const Dims& dims) {
   int64_t n = 1;
-  for (uint64_t i = 0; i < dims.dimNum && i < kMaxDimNum; ++i) n *= dims.dims[i];
+  for (uint64_t i = 0; i < dims.dimNum && i < kMaxDimNum; ++i) {
+    if (__builtin_mul_overflow(n, dims.dims[i], &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -88,6 +92,15 @@ bool operator==(const Dims& a, const Dims& b) {
 
 bool operator==(const TensorDesc& a, const TensorDesc& b) {
   return a.dtype == b.dtype && a.format == b.format && a.shape == b.shape;
+}
+
+int64_t CheckedBytes(const int64_t* dims, size_t dimNum, size_t elementSize) {
+  if (std::find(dims, dims + dimNum, 0) != dims + dimNum) return 0;
+  int64_t bytes = static_cast<int64_t>(elementSize);
+  for (size_t k = 0; k < dimNum; ++k) {
+    if (__builtin_mul_overflow(bytes, dims[k], &bytes)) return -1;
+  }
+  return bytes;
 }
 
 uint64_t TensorBytes(const TensorDesc& desc) {

@@ -33,6 +33,12 @@ void AllGatherOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   out = {y};
 }
 
+InPlaceForm AllGatherOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  // NCCL's in-place form: x is this rank's own block of y, which no peer writes.
+  const uint64_t own = pack.inTensors[0].dataSize * static_cast<uint64_t>(commParam().rank);
+  return {static_cast<const uint8_t*>(pack.outTensors[0].deviceData) + own, "x == y[rank]"};
+}
+
 CallSignature AllGatherOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
   s.opName = kName;

@@ -59,6 +59,9 @@ void AllGatherVOperation::PrepareImpl(const VariantPack& pack) {
   std::vector<int64_t> rdispls = ReadCounts(pack.inTensors[kRdispls], "rdispls");
   const int64_t outNumel = NumElements(pack.outTensors[0].desc.shape);
   CheckRanges(recvCounts, "recvCounts", rdispls, "rdispls", outNumel, "out.numel()");
+  // Overlapping ranges would leave out to the order in which each rank's engine copies them.
+  CheckRangesDisjoint(Where(), recvCounts, "recvCounts", rdispls, "rdispls", "out",
+                      "every element of out comes from at most one rank");
   const int rank = commParam().rank;
   if (recvCounts[rank] != sendCount[0]) {
     Fail(ERROR_INVALID_PARAM, Where(), ": recvCounts[", rank, "] = ", recvCounts[rank],
@@ -68,6 +71,13 @@ void AllGatherVOperation::PrepareImpl(const VariantPack& pack) {
   recvCounts_ = std::move(recvCounts);
   rdispls_ = std::move(rdispls);
   outNumel_ = outNumel;
+}
+
+InPlaceForm AllGatherVOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  // x as this rank's own block of out, which no peer writes (recvCounts[rank] == sendCount).
+  const Tensor& x = pack.inTensors[kX];
+  return {ElementPtr(pack.outTensors[0].deviceData, rdispls_[commParam().rank], x.desc.dtype),
+          "x starting at out.flat[rdispls[rank]]"};
 }
 
 CallSignature AllGatherVOperation::SignatureImpl(const VariantPack& pack) const {

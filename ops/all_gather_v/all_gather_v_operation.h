@@ -29,6 +29,7 @@ class AllGatherVOperation final : public OperationBase {
   void InferShapeImpl(const std::vector<TensorDesc>& in,
                       std::vector<TensorDesc>& out) const override;
   void PrepareImpl(const VariantPack& pack) override;
+  InPlaceForm InPlaceFormImpl(const VariantPack& pack) const override;
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                    Communicator& comm) override;

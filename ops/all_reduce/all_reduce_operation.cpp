@@ -31,6 +31,10 @@ void AllReduceOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   out = {in[0]};
 }
 
+InPlaceForm AllReduceOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  return {pack.outTensors[0].deviceData, "x == y"};
+}
+
 CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
   s.opName = ReducingOpName(kName, reduceOp_);

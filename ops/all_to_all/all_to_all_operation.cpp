@@ -44,7 +44,12 @@ void AllToAllOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
       Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": transpose needs x's width W = ", w, " (x shape ",
            DimsToString(x.shape), ") divisible by rankSize = ", rankSize);
     }
-    y.shape = MakeDims({h * rankSize, w / rankSize});
+    int64_t rows = 0;
+    if (__builtin_mul_overflow(h, static_cast<int64_t>(rankSize), &rows)) {
+      Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": transpose makes y [H * rankSize, W / rankSize]",
+           " from x ", DimsToString(x.shape), ", and H * rankSize overflows int64");
+    }
+    y.shape = MakeDims({rows, w / rankSize});
   }
   out = {y};
 }

@@ -1,8 +1,8 @@
 #include "ops/all_to_allv/all_to_allv_plan.h"
 
-#include <algorithm>
 #include <numeric>
 
+#include "collops/operation_base.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -63,23 +63,8 @@ void AllToAllVPlan::Validate(const std::string& where, int rankSize) const {
   }
 
   // Ranges inside y whose lengths add up to y's size tile it exactly iff no two overlap.
-  std::vector<int> order;
-  for (int j = 0; j < rankSize; ++j) {
-    if (recvCounts[j] > 0) order.push_back(j);
-  }
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return rdispls[a] != rdispls[b] ? rdispls[a] < rdispls[b] : a < b;
-  });
-  for (size_t k = 1; k < order.size(); ++k) {
-    const int a = order[k - 1];
-    const int b = order[k];
-    if (rdispls[a] + recvCounts[a] > rdispls[b]) {
-      Fail(ERROR_INVALID_PARAM, where, ": the blocks from rank ", a, " (rdispls[", a,
-           "] = ", rdispls[a], ", recvCounts[", a, "] = ", recvCounts[a], ") and rank ", b,
-           " (rdispls[", b, "] = ", rdispls[b], ", recvCounts[", b, "] = ", recvCounts[b],
-           ") overlap in y; every element of y must be received exactly once");
-    }
-  }
+  CheckRangesDisjoint(where, recvCounts, "recvCounts", rdispls, "rdispls", "y",
+                      "every element of y must be received exactly once");
 }
 
 CallSignature AllToAllVPlan::Signature(const std::string& opName, DataType dtype) const {

@@ -39,6 +39,13 @@ void ReduceScatterOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   out = {y};
 }
 
+InPlaceForm ReduceScatterOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  // NCCL's in-place form: y is this rank's own slice of x, which only this rank reads.
+  const uint64_t own = pack.outTensors[0].dataSize * static_cast<uint64_t>(commParam().rank);
+  const auto y = reinterpret_cast<uintptr_t>(pack.outTensors[0].deviceData);
+  return {reinterpret_cast<const void*>(y - own), "y == x[rank * n : (rank + 1) * n]"};
+}
+
 CallSignature ReduceScatterOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
   s.opName = ReducingOpName(kName, reduceOp_);

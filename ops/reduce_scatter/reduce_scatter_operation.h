@@ -31,6 +31,7 @@ class ReduceScatterOperation final : public OperationBase {
   std::vector<TensorSpec> OutputSpecs() const override;
   void InferShapeImpl(const std::vector<TensorDesc>& in,
                       std::vector<TensorDesc>& out) const override;
+  InPlaceForm InPlaceFormImpl(const VariantPack& pack) const override;
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                    Communicator& comm) override;

@@ -123,6 +123,17 @@ void ReduceScatterVOperation::PrepareImpl(const VariantPack& pack) {
   }
 }
 
+InPlaceForm ReduceScatterVOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  // out as this rank's own piece of x, which only this rank reads; without a tail, since the tail
+  // is zeroed before the peers have read x.
+  const Tensor& x = pack.inTensors[0];
+  const Tensor& out = pack.outTensors[0];
+  const char* form = "out starting at x.flat[sdispls[rank]] with out.numel() == recvCount";
+  if (NumElements(out.desc.shape) != recvCount_) return {nullptr, form};
+  const auto own = static_cast<uintptr_t>(sdispls_[commParam().rank]) * DataTypeSize(x.desc.dtype);
+  return {reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(out.deviceData) - own), form};
+}
+
 CallSignature ReduceScatterVOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
   s.opName = ReducingOpName(kName, reduceOp_);

@@ -29,7 +29,6 @@ class SendRecvOperation final : public OperationBase {
   std::vector<TensorSpec> OutputSpecs() const override;
   void InferShapeImpl(const std::vector<TensorDesc>& in,
                       std::vector<TensorDesc>& out) const override;
-  void PrepareImpl(const VariantPack& pack) override;
   bool IsCollective() const override { return false; }
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,

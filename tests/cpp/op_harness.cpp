@@ -6,6 +6,8 @@
 #include <cstring>
 #include <random>
 
+#include "collops/operation_base.h"
+
 namespace collops {
 namespace testing {
 namespace {
@@ -227,6 +229,14 @@ std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, R
     for (size_t i = 0; i < out.size(); ++i) out[i] = FoldPair(op, out[i], perRank[r][i]);
   }
   return out;
+}
+
+Tensor View(HostTensor& base, int64_t offset, const std::vector<int64_t>& shape) {
+  Tensor t = base.tensor();
+  t.desc.shape = MakeDims(shape);
+  t.deviceData = ElementPtr(base.data(), offset, base.dtype());
+  t.dataSize = TensorBytes(t.desc);
+  return t;
 }
 
 std::vector<Tensor> Tensors(std::vector<HostTensor>& tensors) {

@@ -63,6 +63,9 @@ std::vector<HostTensor> AllocateOutputs(Operation& op, const std::vector<Tensor>
 Status RunOperation(Operation& op, const std::vector<Tensor>& ins, const std::vector<Tensor>& outs,
                     Context* context = nullptr);
 std::vector<Tensor> Tensors(std::vector<HostTensor>& tensors);
+/// A tensor of `shape` over `base`'s memory from element `offset` on: an aliasing input or
+/// output of an in-place call.
+Tensor View(HostTensor& base, int64_t offset, const std::vector<int64_t>& shape);
 
 /// Data movement must be exact.
 void ExpectExactly(const HostTensor& got, const std::vector<double>& golden,

@@ -46,11 +46,15 @@ using Grid = std::vector<std::vector<int64_t>>;
 int64_t BigCount(DataType dtype) { return kSuiteShmBytes / DataTypeSize(dtype) + 1001; }
 
 /// Runs the op and records a failure naming `what` when it does not succeed.
-bool Runs(Operation& op, std::vector<HostTensor>& ins, std::vector<HostTensor>& outs,
+bool Runs(Operation& op, const std::vector<Tensor>& ins, const std::vector<Tensor>& outs,
           const std::string& what) {
-  const Status status = RunOperation(op, Tensors(ins), Tensors(outs));
+  const Status status = RunOperation(op, ins, outs);
   EXPECT_EQ(status, NO_ERROR) << what << ": " << StatusName(status) << ": " << LastErrorMessage();
   return status == NO_ERROR;
+}
+bool Runs(Operation& op, std::vector<HostTensor>& ins, std::vector<HostTensor>& outs,
+          const std::string& what) {
+  return Runs(op, Tensors(ins), Tensors(outs), what);
 }
 
 std::vector<std::vector<double>> AllValues(DataType dtype, const std::vector<int64_t>& counts,
@@ -357,6 +361,102 @@ void Barrier(const SuiteJob& job) {
   Runs(*op, none, noneOut, Concat("BarrierOperation (second) rank ", job.rank));
 }
 
+/// The in-place form of every op that has one (InPlaceForm): AllReduce x == y, ReduceScatter y ==
+/// x[rank], ReduceScatterV out at x.flat[sdispls[rank]], each at a size within and one beyond
+/// the shared slot.
+void ReductionsInPlace(const SuiteJob& job, DataType dtype) {
+  const int R = job.rankSize, me = job.rank;
+  for (int64_t n : {int64_t{37}, BigCount(dtype)}) {
+    const auto values = AllValues(dtype, std::vector<int64_t>(R, R * n), 21);
+    std::vector<double> sum = values[0];
+    for (int j = 1; j < R; ++j) {
+      for (int64_t k = 0; k < R * n; ++k) sum[k] += values[j][k];
+    }
+    {
+      const std::string what = Concat("AllReduceOperation in place n=", R * n, " rank ", me);
+      OperationPtr op = MakeOperation("AllReduceOperation", job.Param(), job.comm);
+      HostTensor buffer = HostTensor::FromValues(dtype, {R * n}, values[me]);
+      const Tensor x = View(buffer, 0, {R * n});
+      if (Runs(*op, {x}, {x}, what)) ExpectClose(buffer, sum, what);
+    }
+    {
+      const std::string what = Concat("ReduceScatterOperation in place n=", n, " rank ", me);
+      OperationPtr op = MakeOperation("ReduceScatterOperation", job.Param(), job.comm);
+      HostTensor buffer = HostTensor::FromValues(dtype, {R * n}, values[me]);
+      if (Runs(*op, {View(buffer, 0, {R * n})}, {View(buffer, me * n, {n})}, what)) {
+        const std::vector<double> got = buffer.ToDoubles();
+        const std::vector<double> mine(got.begin() + me * n, got.begin() + (me + 1) * n);
+        const std::vector<double> want(sum.begin() + me * n, sum.begin() + (me + 1) * n);
+        ExpectClose(HostTensor::FromValues(dtype, {n}, mine), want, what);
+      }
+    }
+    {
+      // Rank i's piece is n + i elements long, pieces packed in rank order.
+      std::vector<int64_t> counts(R);
+      for (int i = 0; i < R; ++i) counts[i] = n + i;
+      const std::vector<int64_t> sdispls = Exclusive(counts);
+      const int64_t total = sdispls[R - 1] + counts[R - 1], recv = counts[me];
+      const auto pieces = AllValues(dtype, std::vector<int64_t>(R, total), 22);
+      std::vector<double> want(recv, 0.0);
+      for (int j = 0; j < R; ++j) {
+        for (int64_t k = 0; k < recv; ++k) want[k] += pieces[j][sdispls[me] + k];
+      }
+      const std::string what = Concat("ReduceScatterVOperation in place n=", n, " rank ", me);
+      OperationPtr op = MakeOperation("ReduceScatterVOperation", job.Param(), job.comm);
+      HostTensor buffer = HostTensor::FromValues(dtype, {total, 1}, pieces[me]);
+      std::vector<HostTensor> hosts = {HostTensor::Counts(counts), HostTensor::Counts(sdispls),
+                                       HostTensor::Counts({recv}), HostTensor(ACL_INT8, {recv})};
+      const std::vector<Tensor> ins = {View(buffer, 0, {total, 1}), hosts[0].tensor(),
+                                       hosts[1].tensor(), hosts[2].tensor(), hosts[3].tensor()};
+      if (Runs(*op, ins, {View(buffer, sdispls[me], {recv, 1})}, what)) {
+        const std::vector<double> got = buffer.ToDoubles();
+        const std::vector<double> mine(got.begin() + sdispls[me], got.begin() + sdispls[me] + recv);
+        ExpectClose(HostTensor::FromValues(dtype, {recv}, mine), want, what);
+      }
+    }
+  }
+}
+
+/// NCCL's in-place gathers: x is this rank's own block of the output (AllGather y[rank],
+/// AllGatherV out.flat[rdispls[rank]:]); the blocks land in reverse rank order with a hole.
+void GathersInPlace(const SuiteJob& job, DataType dtype) {
+  const int R = job.rankSize, me = job.rank;
+  for (int64_t n : {int64_t{37}, BigCount(dtype)}) {
+    {
+      const std::string what = Concat("AllGatherOperation in place n=", n, " rank ", me);
+      const auto values = AllValues(dtype, std::vector<int64_t>(R, n), 23);
+      std::vector<double> golden, start(R * n, 0.0);
+      for (const auto& v : values) golden.insert(golden.end(), v.begin(), v.end());
+      std::copy(values[me].begin(), values[me].end(), start.begin() + me * n);
+      OperationPtr op = MakeOperation("AllGatherOperation", job.Param(), job.comm);
+      HostTensor y = HostTensor::FromValues(dtype, {R, n}, start);
+      if (Runs(*op, {View(y, me * n, {n})}, {y.tensor()}, what)) {
+        ExpectExactly(y, golden, what);
+      }
+    }
+    {
+      std::vector<int64_t> counts(R), rdispls(R, 0);
+      for (int j = 0; j < R; ++j) counts[j] = n + j;
+      for (int j = R - 2; j >= 0; --j) rdispls[j] = rdispls[j + 1] + counts[j + 1] + 1;
+      const int64_t m = rdispls[0] + counts[0] + 1;
+      const auto values = AllValues(dtype, counts, 24);
+      std::vector<double> golden(m, 0.0), start(m, 0.0);
+      for (int j = 0; j < R; ++j) {
+        std::copy(values[j].begin(), values[j].end(), golden.begin() + rdispls[j]);
+      }
+      std::copy(values[me].begin(), values[me].end(), start.begin() + rdispls[me]);
+      const std::string what = Concat("AllGatherVOperation in place n=", n, " rank ", me);
+      OperationPtr op = MakeOperation("AllGatherVOperation", job.Param(), job.comm);
+      HostTensor out = HostTensor::FromValues(dtype, {m}, start);
+      std::vector<HostTensor> hosts = {HostTensor::Counts({counts[me]}), HostTensor::Counts(counts),
+                                       HostTensor::Counts(rdispls), HostTensor(ACL_INT8, {m})};
+      const std::vector<Tensor> ins = {View(out, rdispls[me], {counts[me]}), hosts[0].tensor(),
+                                       hosts[1].tensor(), hosts[2].tensor(), hosts[3].tensor()};
+      if (Runs(*op, ins, {out.tensor()}, what)) ExpectExactly(out, golden, what);
+    }
+  }
+}
+
 bool IsReducible(DataType dtype) {
   const auto& r = ReducibleDtypes();
   return std::find(r.begin(), r.end(), dtype) != r.end();
@@ -375,17 +475,24 @@ void RunEveryOp(const SuiteJob& job, DataType dtype) {
     AllReduce(job, dtype);
     ReduceScatter(job, dtype);
     ReduceScatterV(job, dtype);
+    ReductionsInPlace(job, dtype);
     AllToAllVs(job, dtype);
   }
   if (InMovementSubset(dtype)) {
     AllGather(job, dtype);
     AllGatherV(job, dtype);
+    GathersInPlace(job, dtype);
     Broadcast(job, dtype);
     AllToAll(job, dtype);
     SendRecvRing(job, dtype);
     SendRecvOperationRing(job, dtype);
     Barrier(job);
   }
+}
+
+void RunInPlaceForms(const SuiteJob& job, DataType dtype) {
+  if (IsReducible(dtype)) ReductionsInPlace(job, dtype);
+  if (InMovementSubset(dtype)) GathersInPlace(job, dtype);
 }
 
 const std::vector<DataType>& SuiteDtypes() {

@@ -40,6 +40,10 @@ struct SuiteJob {
 /// subset), each at sizes 0 / 1 / small / beyond kSuiteShmBytes, then a Send/Recv ring and Barrier.
 void RunEveryOp(const SuiteJob& job, DataType dtype);
 
+/// Only the in-place forms of RunEveryOp (AllReduce, ReduceScatter(V), AllGather(V)), for engines
+/// that run the rest elsewhere (thread ranks).
+void RunInPlaceForms(const SuiteJob& job, DataType dtype);
+
 /// int8, int16, int32, int64, float16, bfloat16, float32, float64.
 const std::vector<DataType>& SuiteDtypes();
 

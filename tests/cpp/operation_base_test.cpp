@@ -94,6 +94,50 @@ TEST(OperationBaseErrors, NullDataIsInvalidAddr) {
   EXPECT_EQ(RunOperation(*op, {bad}, {y.tensor()}), ERROR_INVALID_TENSOR_ADDR);
 }
 
+TEST(OperationBaseErrors, ShapeWhoseByteSizeOverflowsIsInvalidSize) {
+  // 2^61 + 1 rows of 4 floats: the element count wraps to a 16-byte tensor if unchecked.
+  OperationPtr op = SingleRankAllReduce();
+  const int64_t rows = (int64_t{1} << 61) + 1;
+  std::vector<TensorDesc> out;
+  EXPECT_EQ(op->InferShape({Desc(ACL_FLOAT, {rows, 4})}, out), ERROR_INVALID_TENSOR_SIZE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("more than 2^63 - 1 bytes"));
+  HostTensor x(ACL_FLOAT, {4});
+  Tensor huge = x.tensor();
+  huge.desc.shape = MakeDims({rows, 4});
+  EXPECT_EQ(RunOperation(*op, {huge}, {huge}), ERROR_INVALID_TENSOR_SIZE);
+}
+
+TEST(OperationBaseErrors, TransposedRowsThatOverflowAreInvalidDim) {
+  // An empty x [2^62, 0] passes the size rule, but y would have 2^62 * rankSize rows.
+  OperationPtr op = MakeOperation(
+      "AllToAllOperation",
+      {{"rank", 0}, {"rankSize", 2}, {"commMode", 1}, {"transpose", true}, {"commDomain", "t"}});
+  std::vector<TensorDesc> out;
+  EXPECT_EQ(op->InferShape({Desc(ACL_FLOAT, {int64_t{1} << 62, 0})}, out),
+            ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("H * rankSize overflows int64"));
+}
+
+TEST(OperationBaseErrors, ExecuteChecksTheOutputsDataAgain) {
+  // The descs equal Setup's, so only the data pointer and size tell: both are checked per call.
+  OperationPtr op = SingleRankAllReduce();
+  HostTensor x(ACL_FLOAT, {4});
+  HostTensor y(ACL_FLOAT, {4});
+  uint64_t workspaceSize = 0;
+  ASSERT_EQ(op->Setup({{x.tensor()}, {y.tensor()}}, workspaceSize, nullptr), NO_ERROR);
+  Tensor noData = y.tensor();
+  noData.deviceData = nullptr;
+  EXPECT_EQ(op->Execute({{x.tensor()}, {noData}}, nullptr, 0, nullptr), ERROR_INVALID_TENSOR_ADDR);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("outTensors[0] (y) has no data"));
+  Tensor shortData = y.tensor();
+  shortData.dataSize = 4;
+  EXPECT_EQ(op->Execute({{x.tensor()}, {shortData}}, nullptr, 0, nullptr),
+            ERROR_INVALID_TENSOR_SIZE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("outTensors[0] (y) has dataSize 4"));
+  EXPECT_EQ(op->Execute({{x.tensor()}, {y.tensor()}}, nullptr, 0, nullptr), NO_ERROR)
+      << LastErrorMessage();
+}
+
 TEST(OperationBaseErrors, OutputShapeNotInferredIsInvalidDim) {
   OperationPtr op = SingleRankAllReduce();
   HostTensor x(ACL_FLOAT, {4});

@@ -311,6 +311,32 @@ def test_reducible_only_op_rejects_bool():
         op.execute([torch.zeros(4, dtype=torch.bool)])
 
 
+def test_output_too_large_for_memory_raises_from_infer_shape():
+    # x is empty, but y_shape asks for 2 rows of x's 2^61 columns: 2^64 bytes.
+    op = make("AllGatherVOperation", solo())
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_SIZE.*outTensors\[0\] \(out\) "
+                                           r"has shape \[2, 2305843009213693952\]"):
+        op.execute([torch.empty(0, 2**61), counts(0), counts(0), counts(0), torch.empty(2)])
+
+
+def test_all_to_all_in_place_raises_naming_the_overlap():
+    op = make("AllToAllOperation", solo())
+    x = torch.arange(8.0)
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_PARAM.*y overlaps x \(x starts at byte 0 "
+                                           r"of y\); peers may still read x"):
+        op.execute_out([x], [x])
+
+
+def test_all_reduce_in_place_works_and_a_shifted_output_raises():
+    op = make("AllReduceOperation", solo())
+    buffer = torch.arange(9.0)
+    op.execute_out([buffer[:8]], [buffer[:8]])
+    assert torch.equal(buffer, torch.arange(9.0))
+    with pytest.raises(RuntimeError, match=r"y overlaps x \(y starts at byte 4 of x\); the one "
+                                           r"in-place form supported is x == y"):
+        op.execute_out([buffer[:8]], [buffer[1:]])
+
+
 # ---- loading and the torch_npu shim (fresh interpreters) ----------------------------------------
 
 def run_python(code, package_lib=False, **env):

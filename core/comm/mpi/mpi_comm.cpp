@@ -183,12 +183,26 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
   const auto* input = static_cast<const uint8_t*>(in);
-  int64_t total = 0;
+  int64_t total = 0, extent = 0;
   bool rankOrder = true;  // x already holds the ranks' ranges back to back, in rank order
   for (int i = 0; i < size_; ++i) {
     rankOrder = rankOrder && sdispls[i] == total;
     total += sendCounts[i];
+    extent = std::max(extent, sdispls[i] + sendCounts[i]);
   }
+  // In place (out on this rank's own range of in): MPI forbids a receive buffer that aliases the
+  // send buffer, so the result goes through scratch.
+  const size_t resultBytes = static_cast<size_t>(sendCounts[rank_]) * e;
+  const auto* outBytes = static_cast<uint8_t*>(out);
+  std::vector<uint8_t> scratch;
+  uint8_t* result = static_cast<uint8_t*>(out);
+  if (resultBytes > 0 && outBytes < input + extent * e && input < outBytes + resultBytes) {
+    scratch.resize(resultBytes);
+    result = scratch.data();
+  }
+  const auto copyResultOut = [&] {
+    if (result != out) std::memcpy(out, result, resultBytes);
+  };
   if (total <= static_cast<int64_t>(MaxCount())) {
     // MPI_Reduce_scatter wants the ranges in rank order; the contract allows any sdispls.
     std::vector<uint8_t> packed;
@@ -203,18 +217,20 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
       input = packed.data();
     }
     const std::vector<int> counts = Ints(sendCounts, size_);
-    CheckMpi(MPI_Reduce_scatter(input, out, counts.data(), type, mpiOp, comm_),
+    CheckMpi(MPI_Reduce_scatter(input, result, counts.data(), type, mpiOp, comm_),
              "MPI_Reduce_scatter");
+    copyResultOut();
     return;
   }
   // Beyond one int: rank i's range is reduced to rank i, chunk by chunk.
   for (int root = 0; root < size_; ++root) {
     ForEachChunk(static_cast<size_t>(sendCounts[root]), [&](size_t offset, int n) {
-      void* recv = root == rank_ ? static_cast<uint8_t*>(out) + offset * e : nullptr;
+      void* recv = root == rank_ ? result + offset * e : nullptr;
       CheckMpi(MPI_Reduce(input + (sdispls[root] + offset) * e, recv, n, type, mpiOp, root, comm_),
                "MPI_Reduce");
     });
   }
+  copyResultOut();
 }
 
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,

@@ -31,6 +31,14 @@ struct TensorSpec {
   DtypeSet dtypes;
 };
 
+/// The one way an op's data input x (inTensors[0]) may share memory with its output y
+/// (outTensors[0]): x starting exactly at `inputAt`, which lies in y's memory or y in x's (e.g.
+/// AllReduce's x == y, NCCL's in-place AllGather x == y[rank]). Any other overlap is refused.
+struct InPlaceForm {
+  const void* inputAt = nullptr;      ///< null: no in-place form for these tensors
+  const char* description = nullptr;  ///< for the message, e.g. "x == y"; null: none at all
+};
+
 class OperationBase : public Operation {
  public:
   std::string GetName() const final { return name_; }
@@ -60,6 +68,12 @@ class OperationBase : public Operation {
   virtual uint64_t WorkspaceSizeImpl(const VariantPack& pack) const {
     (void)pack;
     return 0;
+  }
+  /// The in-place form the algorithm supports for these tensors (after PrepareImpl); the
+  /// default is none, so x and y must not overlap: peers may read x while y is written.
+  virtual InPlaceForm InPlaceFormImpl(const VariantPack& pack) const {
+    (void)pack;
+    return {};
   }
   /// What this rank is about to do, for the cross-rank agreement check. A signature with an
   /// empty opName skips the check (Send and Recv: the communicator checks the pair itself).
@@ -91,7 +105,11 @@ class OperationBase : public Operation {
                     Status countStatus, const char* role) const;
   void CheckDescs(const std::vector<TensorDesc>& descs, const std::vector<TensorSpec>& specs,
                   Status countStatus, const char* role) const;
+  /// Every input and output tensor: count, dtype table, dims, dataSize and data pointer.
+  void CheckDataOf(const VariantPack& pack) const;
   void CheckOutputsMatchInferred(const VariantPack& pack) const;
+  /// Refuses an overlap of the data input x and output y other than the op's InPlaceForm.
+  void CheckAliasing(const VariantPack& pack) const;
   void AcquireCommunicator(Context* context);
   /// Runs a rank-local step; if it throws, a collective op first tells its peers through the
   /// signature exchange they are about to enter, so they fail at once instead of timing out.
@@ -105,6 +123,13 @@ class OperationBase : public Operation {
   std::vector<TensorDesc> setupDescs_;
   uint64_t setupWorkspaceSize_ = 0;
 };
+
+/// Throws ERROR_INVALID_PARAM naming `where`, both ranks and `why` when two non-empty ranges
+/// [displs[j], displs[j] + counts[j]) overlap in `bufferName`. The ranges were checked in bounds
+/// (CheckRanges), so their ends do not overflow.
+void CheckRangesDisjoint(const std::string& where, const std::vector<int64_t>& counts,
+                         const char* countsName, const std::vector<int64_t>& displs,
+                         const char* displsName, const char* bufferName, const char* why);
 
 /// Element pointer arithmetic on untyped buffers.
 inline const uint8_t* ElementPtr(const void* base, int64_t index, DataType dtype) {

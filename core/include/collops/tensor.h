@@ -62,7 +62,8 @@ struct VariantPack {
 size_t DataTypeSize(DataType dtype);
 /// "float16" for ACL_FLOAT16; "unknown(<n>)" otherwise.
 std::string DataTypeName(DataType dtype);
-/// Product of the dims; 1 for a 0-dim shape.
+/// Product of the dims; 1 for a 0-dim shape. Saturates at INT64_MAX instead of overflowing: the
+/// operations reject such shapes (ERROR_INVALID_TENSOR_SIZE) before anything else reads them.
 int64_t NumElements(const Dims& dims);
 Dims MakeDims(std::initializer_list<int64_t> dims);
 Dims MakeDims(const std::vector<int64_t>& dims);
@@ -72,6 +73,10 @@ bool operator==(const Dims& a, const Dims& b);
 inline bool operator!=(const Dims& a, const Dims& b) { return !(a == b); }
 bool operator==(const TensorDesc& a, const TensorDesc& b);
 inline bool operator!=(const TensorDesc& a, const TensorDesc& b) { return !(a == b); }
+
+/// Bytes of a shape of `dimNum` non-negative `dims` with `elementSize`-byte elements, or -1 when
+/// that exceeds INT64_MAX (a 0 dim makes it 0, however large the others).
+int64_t CheckedBytes(const int64_t* dims, size_t dimNum, size_t elementSize);
 
 /// Bytes of a tensor described by `desc`.
 uint64_t TensorBytes(const TensorDesc& desc);
