@@ -31,6 +31,19 @@
 namespace collops {
 namespace {
 
+/// Guarded, with torch's own errors (a tensor it cannot allocate) reported without the C++
+/// backtrace that c10::Error::what() carries.
+template <class Body>
+Status GuardedTorch(Body&& body) {
+  return Guarded([&] {
+    try {
+      body();
+    } catch (const c10::Error& e) {
+      Fail(ERROR_INTERNAL_ERROR, "torch: ", e.what_without_backtrace());
+    }
+  });
+}
+
 using Json = nlohmann::json;
 
 // ---- torch <-> collops tensors -------------------------------------------------------------
@@ -185,7 +198,7 @@ class OperationTorch : public torch::CustomClassHolder {
   /// a slot with no binding is read from its tensor's own data. Nothing changes on failure.
   std::string SetVaraintPackParam(const std::string& runParamJson) {
     std::map<size_t, std::vector<int64_t>> bound;
-    const Status status = Guarded([&] { bound = ParseRunParam(runParamJson); });
+    const Status status = GuardedTorch([&] { bound = ParseRunParam(runParamJson); });
     if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
     bound_ = std::move(bound);
     return ResultJson(NO_ERROR, "");
@@ -195,7 +208,7 @@ class OperationTorch : public torch::CustomClassHolder {
   /// only the inputs' shapes and dtypes, so any device or layout is accepted here.
   std::string InferShape(const std::vector<at::Tensor>& ins) {
     std::vector<TensorDesc> outDescs;
-    const Status status = Guarded([&] {
+    const Status status = GuardedTorch([&] {
       RequireOperation("infer_shape");
       Check(op_->InferShape(InputDescs(ins), outDescs));
     });
@@ -219,7 +232,7 @@ class OperationTorch : public torch::CustomClassHolder {
   /// communicator rendezvous) without moving data.
   std::string Setup(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
     uint64_t workspaceSize = 0;
-    const Status status = Guarded([&] {
+    const Status status = GuardedTorch([&] {
       RequireOperation("setup");
       SetupOp(BuildVariantPack(ins, outs), workspaceSize);
     });
@@ -231,7 +244,7 @@ class OperationTorch : public torch::CustomClassHolder {
   /// Allocates the outputs from InferShape, runs the collective and returns them.
   std::vector<at::Tensor> Execute(const std::vector<at::Tensor>& ins) {
     std::vector<at::Tensor> outs;
-    RaiseOnError("execute", Guarded([&] {
+    RaiseOnError("execute", GuardedTorch([&] {
                    RequireOperation("execute");
                    outs = AllocateOutputs(ins);
                    RunWithOwnWorkspace(BuildVariantPack(ins, outs));
@@ -246,7 +259,7 @@ class OperationTorch : public torch::CustomClassHolder {
   /// does, so every rank must make it. A collops extension: ATB has no such method.
   at::Tensor EmptyShared(const std::vector<int64_t>& sizes, c10::ScalarType dtype) {
     at::Tensor t;
-    RaiseOnError("empty_shared", Guarded([&] {
+    RaiseOnError("empty_shared", GuardedTorch([&] {
                    RequireOperation("empty_shared");
                    if (ToAclDataType(dtype) == ACL_DT_UNDEFINED) {
                      Fail(ERROR_INVALID_TENSOR_DTYPE, "empty_shared: dtype ", c10::toString(dtype),
@@ -259,7 +272,7 @@ class OperationTorch : public torch::CustomClassHolder {
 
   /// Runs the collective into caller-provided outputs (shapes and dtypes as InferShape gives).
   void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
-    RaiseOnError("execute_out", Guarded([&] {
+    RaiseOnError("execute_out", GuardedTorch([&] {
                    RequireOperation("execute_out");
                    RunWithOwnWorkspace(BuildVariantPack(ins, outs));
                  }));
@@ -270,7 +283,7 @@ class OperationTorch : public torch::CustomClassHolder {
   std::string ExecuteSync(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs,
                           const at::Tensor& workspace) {
     uint64_t workspaceSize = 0;
-    RaiseOnError("execute_sync", Guarded([&] {
+    RaiseOnError("execute_sync", GuardedTorch([&] {
                    RequireOperation("execute_sync");
                    const VariantPack pack = BuildVariantPack(ins, outs);
                    SetupOp(pack, workspaceSize);

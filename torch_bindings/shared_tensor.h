@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "collops/communicator.h"
+#include "collops/status.h"
+#include "collops/tensor.h"
 
 namespace collops {
 
@@ -19,11 +21,16 @@ namespace collops {
 inline at::Tensor SharedOrEmpty(const std::vector<int64_t>& sizes, c10::ScalarType dtype,
                                 std::shared_ptr<Communicator> comm) {
   const auto options = at::TensorOptions().dtype(dtype);
-  int64_t numel = 1;
-  for (const int64_t n : sizes) numel *= n;
-  void* memory = comm != nullptr
-                     ? comm->AllocateShared(static_cast<size_t>(numel) * c10::elementSize(dtype))
-                     : nullptr;
+  for (const int64_t n : sizes) {
+    if (n < 0)
+      Fail(ERROR_INVALID_TENSOR_DIM, "shape ", c10::IntArrayRef(sizes), " has a negative dim");
+  }
+  const int64_t bytes = CheckedBytes(sizes.data(), sizes.size(), c10::elementSize(dtype));
+  if (bytes < 0) {
+    Fail(ERROR_INVALID_TENSOR_SIZE, "shape ", c10::IntArrayRef(sizes), " of ", c10::toString(dtype),
+         " needs more than 2^63 - 1 bytes");
+  }
+  void* memory = comm != nullptr ? comm->AllocateShared(static_cast<size_t>(bytes)) : nullptr;
   if (memory == nullptr) return at::empty(sizes, options);
   return at::from_blob(
       memory, sizes, [comm = std::move(comm)](void* p) { comm->FreeShared(p); }, options);

@@ -4,6 +4,7 @@ memory the tensors live in; the tests also check, from /proc/self/maps, that the
 the communicator's shared segment where it should be, and ordinary memory where it cannot be."""
 import json
 
+import pytest
 import torch
 
 import collops  # noqa: F401
@@ -82,3 +83,22 @@ def test_empty_shared_rejects_an_unsupported_dtype():
         assert "complex" in str(e).lower() and "empty_shared" in str(e), str(e)
     else:
         raise AssertionError("empty_shared accepted complex64")
+
+
+@pytest.mark.parametrize("sizes,error", [
+    ([-3], r"ERROR_INVALID_TENSOR_DIM.*shape \[-3\] has a negative dim"),
+    ([2**62], r"ERROR_INVALID_TENSOR_SIZE.*shape \[4611686018427387904\] of Float needs more "
+              r"than 2\^63 - 1 bytes"),
+    # Empty for collops, but torch's own size check overflows on the way: its message, without
+    # the C++ backtrace.
+    ([2**40, 2**40, 0, 2**40], r"ERROR_INTERNAL_ERROR.*torch: Storage size calculation "
+                               r"overflowed with sizes=\[1099511627776, 1099511627776, 0, "
+                               r"1099511627776\]$"),
+])
+def test_empty_shared_checks_the_shape(sizes, error):
+    # A byte count that wrapped to 0 once gave a tensor claiming 2^64 bytes over none.
+    op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+    assert json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
+                                               "commDomain": "pytest-shared-shape"})))["result"] == 0
+    with pytest.raises(RuntimeError, match=error):
+        op.empty_shared(sizes, torch.float32)
