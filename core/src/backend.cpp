@@ -1,5 +1,6 @@
 #include "collops/backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -85,13 +86,13 @@ double CommTimeoutSeconds() {
   if (text == nullptr || *text == '\0') return 300.0;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  return (end != text && seconds > 0) ? seconds : 300.0;
+  return (end != text && seconds > 0) ? std::min(seconds, kMaxCommTimeoutSeconds) : 300.0;
 }
 
 double CommTimeoutSeconds(double chosenSeconds, const char** source) {
   const bool chosen = chosenSeconds > 0;
   if (source != nullptr) *source = chosen ? "the caller's timeout" : "COLLOPS_TIMEOUT";
-  return chosen ? chosenSeconds : CommTimeoutSeconds();
+  return chosen ? std::min(chosenSeconds, kMaxCommTimeoutSeconds) : CommTimeoutSeconds();
 }
 
 }  // namespace collops

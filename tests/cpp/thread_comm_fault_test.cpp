@@ -94,6 +94,49 @@ TEST(ThreadCommFaults, TimeoutIsReadFromTheEnvironmentOnEveryCall) {
   EXPECT_EQ(CommTimeoutSeconds(), 0.5);
 }
 
+TEST(ThreadCommFaults, TimeoutsBeyondThirtyYearsCountAsThirtyYears) {
+  // Unclamped, 1e10 s overflowed the clock's int64 nanoseconds into a deadline in the past.
+  for (const char* huge : {"1e10", "1e300", "inf"}) {
+    ScopedEnv env("COLLOPS_TIMEOUT", huge);
+    EXPECT_EQ(CommTimeoutSeconds(), kMaxCommTimeoutSeconds) << huge;
+  }
+  EXPECT_EQ(CommTimeoutSeconds(1e12), kMaxCommTimeoutSeconds);
+}
+
+TEST(ThreadCommFaults, AHugeTimeoutStillWaitsForALateRank) {
+  ScopedEnv env("COLLOPS_TIMEOUT", "1e12");
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    int32_t x = rank + 1, sum = 0;
+    comm->AllReduce(&x, &sum, 1, ACL_INT32, ReduceOp::kSum);
+    EXPECT_EQ(sum, 3);
+  });
+}
+
+TEST(ThreadCommFaults, ARankWhoseReductionFailsBreaksTheGroupForEveryRank) {
+  // Rank 1's output starts one element into its input: its reduction refuses the partial overlap
+  // after the call's first Sync. Rank 0 must fail with it, not wait at the next Sync while rank
+  // 1 runs on into its next call.
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    std::vector<float> buffer(9, 1.0f);
+    float* out = rank == 1 ? buffer.data() + 1 : buffer.data();
+    std::vector<float> in(buffer.begin(), buffer.begin() + 8);
+    const float* src = rank == 1 ? buffer.data() : in.data();
+    std::string message;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(
+        CaughtStatus([&] { comm->AllReduce(src, out, 8, ACL_FLOAT, ReduceOp::kSum); }, &message),
+        ERROR_INTERNAL_ERROR);
+    EXPECT_THAT(message, HasSubstr("lccl AllReduce on rank 1: ReduceArrays: dst partially"));
+    EXPECT_LT(SecondsSince(start), 5.0);
+    ExpectEveryCallFailsFast(*comm, ERROR_INTERNAL_ERROR);
+  });
+}
+
 TEST(ThreadCommFaults, InvalidRanksAndPeersAreRejected) {
   const std::string domain = UniqueDomain();
   EXPECT_EQ(CaughtStatus([&] { JoinRank(2, 2, domain); }), ERROR_INVALID_PARAM);

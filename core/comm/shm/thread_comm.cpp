@@ -104,6 +104,15 @@ size_t ThreadCommunicator::CheckedElementSize(const char* what, DataType dtype,
   return size;
 }
 
+void ThreadCommunicator::ReduceOrBreak(const char* what, DataType dtype, ReduceOp op, void* dst,
+                                       size_t count) {
+  try {
+    ReduceArrays(dtype, op, srcs_.data(), size_, dst, count);
+  } catch (const Error& e) {
+    group_->BreakAndThrow(e.status(), Concat("lccl ", what, " on rank ", rank_, ": ", e.what()));
+  }
+}
+
 void ThreadCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   group_->ThrowIfBroken();
   Publish(in, out, static_cast<int64_t>(bytes), ACL_UINT8, 0);
@@ -136,7 +145,7 @@ void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, Data
   }
   if (!anyInPlace && count * es <= kWholeReduceMaxBytes) {
     for (int j = 0; j < size_; ++j) srcs_[j] = group_->slot(j).in;
-    if (count != 0) ReduceArrays(dtype, op, srcs_.data(), size_, out, count);
+    if (count != 0) ReduceOrBreak("AllReduce", dtype, op, out, count);
     group_->Sync(rank_, "AllReduce");
     return;
   }
@@ -146,7 +155,7 @@ void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, Data
   // reason, and the third Sync keeps each owner's slice unchanged until every rank has copied it.
   const auto [begin, length] = Slice(count, size_, rank_);
   for (int j = 0; j < size_; ++j) srcs_[j] = At(group_->slot(j).in, begin, es);
-  if (length != 0) ReduceArrays(dtype, op, srcs_.data(), size_, At(out, begin, es), length);
+  if (length != 0) ReduceOrBreak("AllReduce", dtype, op, At(out, begin, es), length);
   group_->Sync(rank_, "AllReduce");
   for (int step = 1; step < size_; ++step) {
     const int j = (rank_ + step) % size_;
@@ -210,7 +219,7 @@ void ThreadCommunicator::ReduceScatterV(const void* in, const int64_t* sendCount
   for (int j = 0; j < size_; ++j) {
     srcs_[j] = At(group_->slot(j).in, group_->slot(j).sdispls[rank_], es);
   }
-  if (recvCount != 0) ReduceArrays(dtype, op, srcs_.data(), size_, out, recvCount);
+  if (recvCount != 0) ReduceOrBreak("ReduceScatterV", dtype, op, out, recvCount);
   group_->Sync(rank_, "ReduceScatterV");
 }
 

@@ -69,6 +69,10 @@ class ThreadCommunicator final : public Communicator {
   /// "" when every rank published the same count, dtype and (if `checkOp`) op; else a message.
   std::string CheckUniform(const char* what, bool checkOp, const char* opField) const;
   size_t CheckedElementSize(const char* what, DataType dtype, bool reduction) const;
+  /// ReduceArrays inside a collective under way: a failure (buffers that partially overlap)
+  /// breaks the group, so the peers waiting at the next Sync fail with it instead of running on
+  /// out of step with this rank.
+  void ReduceOrBreak(const char* what, DataType dtype, ReduceOp op, void* dst, size_t count);
   void CheckPeer(const char* what, int peer) const;
 
   std::shared_ptr<shm::ThreadGroup> group_;

@@ -14,11 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <ctime>
+
+#include "collops/backend.h"
 
 namespace collops {
 namespace shm {
@@ -82,11 +85,13 @@ bool SpinThenYield(Ready&& ready, const WaitBudget& budget, YieldHere&& yieldHer
 /// A point in time after which a wait gives up.
 class Deadline {
  public:
+  /// `seconds` above kMaxCommTimeoutSeconds count as that: a longer duration would overflow the
+  /// clock's nanoseconds into a deadline in the past.
   static Deadline After(double seconds) {
     Deadline d;
     d.at_ = std::chrono::steady_clock::now() +
             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                std::chrono::duration<double>(seconds));
+                std::chrono::duration<double>(std::min(seconds, kMaxCommTimeoutSeconds)));
     return d;
   }
   bool Passed() const { return std::chrono::steady_clock::now() >= at_; }

@@ -30,12 +30,18 @@ std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param);
 /// "lccl/thread", ... for every registered backend and mode.
 std::vector<std::string> ListCommunicatorBackends();
 
-/// COLLOPS_TIMEOUT in seconds (default 300): how long any wait for a peer may last.
+/// The longest timeout (about 31 years): larger values and infinity count as this, so that a
+/// deadline stays representable in the clocks' int64 nanoseconds.
+constexpr double kMaxCommTimeoutSeconds = 1e9;
+
+/// COLLOPS_TIMEOUT in seconds (default 300, at most kMaxCommTimeoutSeconds): how long any wait
+/// for a peer may last.
 double CommTimeoutSeconds();
 
 /// The bound on a communicator's waits: `chosenSeconds` when the caller set one (> 0:
 /// CommParam::timeoutSeconds, which the torch backend takes from init_process_group's timeout),
-/// else CommTimeoutSeconds(). `*source`, when given, names where it came from, for messages.
+/// else CommTimeoutSeconds(); at most kMaxCommTimeoutSeconds. `*source`, when given, names where it
+/// came from, for messages.
 double CommTimeoutSeconds(double chosenSeconds, const char** source = nullptr);
 
 }  // namespace collops
