@@ -382,6 +382,9 @@ class CollopsBackend final : public c10d::Backend {
       std::vector<int64_t> send, sdispls;
       at::Tensor buf = at::empty({0}, at::kByte);
       if (getRank() == root) {
+        TORCH_CHECK(static_cast<int>(inputs.at(0).size()) == getSize(),
+                    "collops backend: scatter needs ", getSize(),
+                    " tensors in scatter_list on the root, got ", inputs.at(0).size());
         buf = Pack(inputs.at(0), &send, &sdispls);
       } else {
         send.assign(getSize(), 0);
@@ -617,6 +620,10 @@ class CollopsBackend final : public c10d::Backend {
   void AllGatherFlat(at::Tensor& output, const at::Tensor& input) {
     CheckCpu(input, "allgather");
     at::Tensor in = input.contiguous();
+    // The bytes move as they are: another output dtype would reinterpret them.
+    TORCH_CHECK(output.scalar_type() == in.scalar_type(),
+                "collops backend: all_gather_into_tensor output has dtype ", output.scalar_type(),
+                " but the input has ", in.scalar_type());
     TORCH_CHECK(output.numel() == in.numel() * getSize(),
                 "collops backend: all_gather_into_tensor "
                 "output has ",
@@ -646,6 +653,9 @@ class CollopsBackend final : public c10d::Backend {
 
   void ReduceScatterFlat(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
     CheckCpu(input, "reduce_scatter_tensor");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+                "collops backend: reduce_scatter_tensor output has dtype ", output.scalar_type(),
+                " but the input has ", input.scalar_type());
     TORCH_CHECK(input.numel() == output.numel() * getSize(),
                 "collops backend: "
                 "reduce_scatter_tensor input has ",

@@ -20,6 +20,11 @@ bool DeferredWork::wait(std::chrono::milliseconds /*timeout*/) {
   return true;
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> DeferredWork::getFuture() {
+  if (!done_) queue_->Flush();
+  return future_;
+}
+
 void DeferredWork::Finish(const std::string& error) {
   done_ = true;
   error_ = error;

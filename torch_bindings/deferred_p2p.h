@@ -34,7 +34,9 @@ class DeferredWork final : public c10d::Work {
   bool isSuccess() const override;
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  /// Runs the queue first, as wait() does: a caller that waits on the future alone would
+  /// otherwise wait for a group that nothing ever runs.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
   friend class DeferredP2P;

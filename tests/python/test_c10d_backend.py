@@ -334,3 +334,41 @@ def _under_debug_detail(ctx):
 def test_c10d_backend_under_torch_distributed_debug_detail():
     for message in run_group_job(2, _under_debug_detail, before_init=_debug_detail):
         assert "OpType=ALLREDUCE" in message and "OpType=BROADCAST" in message, message
+
+
+def _dtype_mismatches(ctx):
+    # The tensor forms move bytes as they are, so another output dtype would reinterpret them
+    # (int32 outputs held the bits of 1.0f); gloo refuses such calls as well.
+    with pytest.raises(RuntimeError, match=r"all_gather_into_tensor output has dtype Int but the "
+                                           r"input has Float"):
+        dist.all_gather_into_tensor(torch.zeros(2 * ctx.world_size, dtype=torch.int32),
+                                    torch.ones(2))
+    with pytest.raises(RuntimeError, match=r"reduce_scatter_tensor output has dtype Float but the "
+                                           r"input has Double"):
+        dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(2 * ctx.world_size,
+                                                              dtype=torch.float64))
+    # The group goes on.
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((2,), float(ctx.world_size)))
+
+
+def test_c10d_backend_refuses_an_output_dtype_other_than_the_inputs():
+    run_group_job(2, _dtype_mismatches)
+
+
+def _scatter_list_lengths(ctx):
+    out = torch.zeros(2)
+    # (torch itself refuses an empty list.) Longer lists were ignored; shorter ones, on more
+    # ranks, read counts past the end of the packed list.
+    for wrong in (2, 3):
+        with pytest.raises(RuntimeError, match=rf"scatter needs 1 tensors in scatter_list on the "
+                                               rf"root, got {wrong}"):
+            dist.scatter(out, [torch.ones(2)] * wrong, src=0)
+    dist.scatter(out, [torch.full((2,), 3.0)], src=0)
+    assert torch.equal(out, torch.full((2,), 3.0))
+
+
+def test_c10d_backend_scatter_checks_the_list_length_on_the_root():
+    # One rank: the root is the only one to check, and no peer waits on its refusal.
+    run_group_job(1, _scatter_list_lengths)

@@ -72,6 +72,22 @@ def _rings(ctx):
         assert torch.equal(sent, _message(0, 1, 9))
 
 
+def _future_only(ctx):
+    # Waiting on an isend's future alone, never on the Work, used to hang: only wait() ran the
+    # queue. Now get_future() runs it as well.
+    if ctx.rank == 0:
+        (sent,) = dist.isend(_message(0, 1, 7), 1).get_future().wait()
+        assert torch.equal(sent, _message(0, 1, 7))
+    else:
+        got = torch.empty(7)
+        dist.recv(got, 0)
+        assert torch.equal(got, _message(0, 1, 7))
+
+
+def test_waiting_on_an_isends_future_alone_sends_it():
+    run_group_job(2, _future_only)
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_rings_where_every_rank_sends_first(world):
     run_group_job(world, _rings)
