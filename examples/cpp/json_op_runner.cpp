@@ -4,11 +4,13 @@
 //   collops_json_demo examples/json/all_to_allvv2_seed.json
 //
 // File format:
-//   {"op": "AllToAllVV2Operation", "rankSize": 2,
+//   {"op": "AllToAllVV2Operation",
 //    "param": {...params common to every rank...},
 //    "ranks": [{"param": {...this rank's params...},
 //               "inputs": [{"dtype": "int64", "shape": [2, 4], "data": [...]}, ...]}, ...]}
-// "rank", "rankSize" and "commMode": 1 are filled in for each rank.
+// "rank", "rankSize" (the number of "ranks" entries) and "commMode": 1 are filled in for each
+// rank; "data" may hold fewer values than the shape (the rest are zero), never more. A file that
+// does not follow this format is refused with a message (exit 2).
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "collops/collops.h"
@@ -147,6 +150,15 @@ struct OwnedTensor {
 };
 
 OwnedTensor MakeTensor(DataType dtype, const std::vector<int64_t>& shape) {
+  for (const int64_t n : shape) {
+    if (n < 0) throw std::invalid_argument("an input shape has a negative dim");
+  }
+  // The demo allocates every tensor: a shape over 1 GiB is a typo, not a test.
+  const int64_t bytes =
+      collops::CheckedBytes(shape.data(), shape.size(), collops::DataTypeSize(dtype));
+  if (bytes < 0 || bytes > (int64_t{1} << 30)) {
+    throw std::invalid_argument("an input shape needs more than the demo's 1 GiB per tensor");
+  }
   OwnedTensor t;
   t.tensor.desc.dtype = dtype;
   t.tensor.desc.shape = collops::MakeDims(shape);
@@ -193,6 +205,11 @@ std::string RunRank(const json& spec, int rank, int rankSize) {
     const DataType dtype = DtypesByName().at(in.at("dtype").get<std::string>());
     OwnedTensor t = MakeTensor(dtype, in.at("shape").get<std::vector<int64_t>>());
     const auto data = in.value("data", std::vector<double>());
+    if (data.size() * collops::DataTypeSize(dtype) > t.tensor.dataSize) {
+      throw std::invalid_argument(collops::Concat(
+          "inputs[", inputs.size(), "] has ", data.size(), " data values but its shape holds ",
+          t.tensor.dataSize / collops::DataTypeSize(dtype)));
+    }
     for (size_t i = 0; i < data.size(); ++i)
       Store(dtype, data[i], t.bytes.data() + i * collops::DataTypeSize(dtype));
     inputs.push_back(std::move(t));
@@ -248,11 +265,15 @@ int main(int argc, char** argv) {
   json spec;
   try {
     spec = json::parse(file);
+    if (!spec.is_object() || !spec.contains("ranks") || !spec["ranks"].is_array() ||
+        spec["ranks"].empty()) {
+      throw std::invalid_argument("expects an object with a non-empty \"ranks\" array");
+    }
   } catch (const std::exception& e) {
     std::cerr << argv[1] << ": " << e.what() << "\n";
     return 2;
   }
-  const int rankSize = static_cast<int>(spec.at("ranks").size());
+  const int rankSize = static_cast<int>(spec["ranks"].size());
   std::vector<std::string> reports(rankSize);
   std::vector<std::thread> threads;
   int failures = 0;
