@@ -67,8 +67,7 @@ TEST(InPlaceErrors, AllToAllVOutputInsideItsInputIsInvalidParam) {
 TEST(InPlaceErrors, AllReduceShiftedByOneElementIsInvalidParam) {
   OperationPtr op = MakeOperation("AllReduceOperation", ThreadParam(0, 1, UniqueDomain()));
   HostTensor buffer(ACL_FLOAT, {5});
-  EXPECT_EQ(RunOperation(*op, {View(buffer, 0, {4})}, {View(buffer, 1, {4})}),
-            ERROR_INVALID_PARAM);
+  EXPECT_EQ(RunOperation(*op, {View(buffer, 0, {4})}, {View(buffer, 1, {4})}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("the one in-place form supported is x == y"));
 }
 
@@ -77,8 +76,7 @@ TEST(InPlaceErrors, AllGatherInputInAnotherRanksBlockIsInvalidParamOnThatRank) {
   RunThreadRanks(2, [&](int rank) {
     OperationPtr op = MakeOperation("AllGatherOperation", ThreadParam(rank, 2, domain));
     HostTensor y(ACL_FLOAT, {2, 3});
-    EXPECT_EQ(RunOperation(*op, {View(y, (1 - rank) * 3, {3})}, {y.tensor()}),
-              ERROR_INVALID_PARAM);
+    EXPECT_EQ(RunOperation(*op, {View(y, (1 - rank) * 3, {3})}, {y.tensor()}), ERROR_INVALID_PARAM);
     EXPECT_THAT(LastErrorMessage(), HasSubstr("the one in-place form supported is x == y[rank]"));
   });
 }
@@ -102,9 +100,9 @@ TEST(InPlaceErrors, AllGatherVBlocksThatOverlapInOutAreInvalidParam) {
   RunThreadRanks(2, [&](int rank) {
     OperationPtr op = MakeOperation("AllGatherVOperation", ThreadParam(rank, 2, domain));
     const int64_t mine = rank == 0 ? 1 : 3;
-    HostTensor x(ACL_FLOAT, {3}), sendCount = HostTensor::Counts({mine}),
-        recvCounts = HostTensor::Counts({1, 3}), rdispls = HostTensor::Counts({0, 0}),
-        yShape(ACL_INT8, {5}), out(ACL_FLOAT, {5});
+    HostTensor x(ACL_FLOAT, {3}),
+        sendCount = HostTensor::Counts({mine}), recvCounts = HostTensor::Counts({1, 3}),
+        rdispls = HostTensor::Counts({0, 0}), yShape(ACL_INT8, {5}), out(ACL_FLOAT, {5});
     EXPECT_EQ(RunOperation(*op,
                            {x.tensor(), sendCount.tensor(), recvCounts.tensor(), rdispls.tensor(),
                             yShape.tensor()},
