@@ -417,6 +417,24 @@ void ReductionsInPlace(const SuiteJob& job, DataType dtype) {
   }
 }
 
+/// Integer sums wrap (two's complement), on every engine: OpenMPI's AVX op component saturates
+/// 8- and 16-bit sums, which the small TestValues never reach. Every rank adds 100 (int8) or 20000
+/// (int16), so any two ranks overflow.
+void IntegerSumsWrap(const SuiteJob& job, DataType dtype) {
+  if (dtype != ACL_INT8 && dtype != ACL_INT16) return;
+  const int R = job.rankSize;
+  const double each = dtype == ACL_INT8 ? 100 : 20000;
+  const double wrapped = RoundTrip(dtype, each * R);
+  for (int64_t n : {int64_t{64}, BigCount(dtype)}) {
+    const std::string what = Concat("AllReduceOperation sum wraps n=", n, " rank ", job.rank);
+    OperationPtr op = MakeOperation("AllReduceOperation", job.Param(), job.comm);
+    std::vector<HostTensor> ins = {
+        HostTensor::FromValues(dtype, {n}, std::vector<double>(n, each))};
+    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+    if (Runs(*op, ins, outs, what)) ExpectExactly(outs[0], std::vector<double>(n, wrapped), what);
+  }
+}
+
 /// NCCL's in-place gathers: x is this rank's own block of the output (AllGather y[rank],
 /// AllGatherV out.flat[rdispls[rank]:]); the blocks land in reverse rank order with a hole.
 void GathersInPlace(const SuiteJob& job, DataType dtype) {
@@ -476,6 +494,7 @@ void RunEveryOp(const SuiteJob& job, DataType dtype) {
     ReduceScatter(job, dtype);
     ReduceScatterV(job, dtype);
     ReductionsInPlace(job, dtype);
+    IntegerSumsWrap(job, dtype);
     AllToAllVs(job, dtype);
   }
   if (InMovementSubset(dtype)) {

@@ -10,29 +10,29 @@ namespace collops {
 namespace mpi {
 namespace {
 
-/// inout[i] = in[i] op inout[i] for 2-byte floats, through the library's kernels. MPI calls it
-/// with (invec, inoutvec, len, type); the op is commutative, so the order of the pair is free.
+/// inout[i] = in[i] op inout[i] through the library's kernels. MPI calls it with (invec,
+/// inoutvec, len, type); the op is commutative, so the order of the pair is free.
 template <DataType kDtype, ReduceOp kOp>
-void HalfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
+void LibraryReduce(void* in, void* inout, int* len, MPI_Datatype*) {
   const void* srcs[2] = {in, inout};
   ReduceArrays(kDtype, kOp, srcs, 2, inout, static_cast<size_t>(*len));
 }
 
 template <DataType kDtype>
-MPI_Op MakeHalfOp(ReduceOp op) {
+MPI_Op MakeLibraryOp(ReduceOp op) {
   MPI_User_function* function = nullptr;
   switch (op) {
     case ReduceOp::kSum:
-      function = &HalfReduce<kDtype, ReduceOp::kSum>;
+      function = &LibraryReduce<kDtype, ReduceOp::kSum>;
       break;
     case ReduceOp::kProd:
-      function = &HalfReduce<kDtype, ReduceOp::kProd>;
+      function = &LibraryReduce<kDtype, ReduceOp::kProd>;
       break;
     case ReduceOp::kMax:
-      function = &HalfReduce<kDtype, ReduceOp::kMax>;
+      function = &LibraryReduce<kDtype, ReduceOp::kMax>;
       break;
     case ReduceOp::kMin:
-      function = &HalfReduce<kDtype, ReduceOp::kMin>;
+      function = &LibraryReduce<kDtype, ReduceOp::kMin>;
       break;
   }
   MPI_Op result = MPI_OP_NULL;
@@ -42,26 +42,54 @@ MPI_Op MakeHalfOp(ReduceOp op) {
 
 constexpr int kReduceOps = 4;
 
-/// The 2-byte type and the float16/bfloat16 user ops, made once after MPI is initialised and
-/// never freed (MPI_Finalize releases them).
-struct HalfTypes {
-  MPI_Datatype type = MPI_DATATYPE_NULL;
+/// The reductions MPI runs through the library's kernels instead of its own: the 2-byte floats,
+/// which MPI has no type for, and the 8- and 16-bit integers, whose sums OpenMPI's AVX op
+/// component saturates instead of wrapping (open-mpi/ompi#8045, "won't fix"; with 4.1.4 here,
+/// 64 int8 of -112 + -71 gave -128, not 73). Made once after MPI is initialised and never freed
+/// (MPI_Finalize releases them).
+struct LibraryOps {
+  MPI_Datatype halfType = MPI_DATATYPE_NULL;
   MPI_Op float16[kReduceOps] = {};
   MPI_Op bfloat16[kReduceOps] = {};
+  MPI_Op int8[kReduceOps] = {};
+  MPI_Op uint8[kReduceOps] = {};
+  MPI_Op int16[kReduceOps] = {};
 
-  HalfTypes() {
-    CheckMpi(MPI_Type_contiguous(2, MPI_BYTE, &type), "MPI_Type_contiguous");
-    CheckMpi(MPI_Type_commit(&type), "MPI_Type_commit");
+  LibraryOps() {
+    CheckMpi(MPI_Type_contiguous(2, MPI_BYTE, &halfType), "MPI_Type_contiguous");
+    CheckMpi(MPI_Type_commit(&halfType), "MPI_Type_commit");
     for (int op = 0; op < kReduceOps; ++op) {
-      float16[op] = MakeHalfOp<ACL_FLOAT16>(static_cast<ReduceOp>(op));
-      bfloat16[op] = MakeHalfOp<ACL_BF16>(static_cast<ReduceOp>(op));
+      const auto reduce = static_cast<ReduceOp>(op);
+      float16[op] = MakeLibraryOp<ACL_FLOAT16>(reduce);
+      bfloat16[op] = MakeLibraryOp<ACL_BF16>(reduce);
+      int8[op] = MakeLibraryOp<ACL_INT8>(reduce);
+      uint8[op] = MakeLibraryOp<ACL_UINT8>(reduce);
+      int16[op] = MakeLibraryOp<ACL_INT16>(reduce);
+    }
+  }
+
+  /// The library's op for `dtype`, or null where MPI's own is right.
+  const MPI_Op* For(DataType dtype) const {
+    switch (dtype) {
+      case ACL_FLOAT16:
+        return float16;
+      case ACL_BF16:
+        return bfloat16;
+      case ACL_INT8:
+        return int8;
+      case ACL_UINT8:
+        return uint8;
+      case ACL_INT16:
+        return int16;
+      default:
+        return nullptr;
     }
   }
 };
 
-const HalfTypes& Halves() {
-  static const HalfTypes* halves = new HalfTypes;
-  return *halves;
+const LibraryOps& Library() {
+  static const LibraryOps* ops = new LibraryOps;
+  return *ops;
 }
 
 }  // namespace
@@ -86,7 +114,7 @@ MPI_Datatype ElementType(DataType dtype) {
       return MPI_C_BOOL;
     case ACL_FLOAT16:
     case ACL_BF16:
-      return Halves().type;
+      return Library().halfType;
     default:
       Fail(ERROR_INVALID_TENSOR_DTYPE, "mpi backend: dtype ", DataTypeName(dtype),
            " has no MPI type");
@@ -102,8 +130,7 @@ MPI_Op ReductionOp(DataType dtype, ReduceOp op) {
   if (index < 0 || index >= kReduceOps) {
     Fail(ERROR_INVALID_PARAM, "mpi backend: unknown reduce op ", index);
   }
-  if (dtype == ACL_FLOAT16) return Halves().float16[index];
-  if (dtype == ACL_BF16) return Halves().bfloat16[index];
+  if (const MPI_Op* library = Library().For(dtype)) return library[index];
   static const MPI_Op kNative[kReduceOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
   return kNative[index];
 }

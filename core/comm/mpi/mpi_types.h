@@ -18,9 +18,10 @@ namespace mpi {
 /// Needs MPI initialised.
 MPI_Datatype ElementType(DataType dtype);
 
-/// The MPI_Op reducing `dtype` with `op`: MPI_SUM/PROD/MAX/MIN for MPI's arithmetic types, and
-/// for float16/bfloat16 a user op (commutative) that runs collops' ReduceArrays kernels, so every
-/// combining step accumulates in float32 and rounds once. Throws
+/// The MPI_Op reducing `dtype` with `op`: MPI_SUM/PROD/MAX/MIN for MPI's 32/64-bit types, and
+/// a user op (commutative) that runs collops' ReduceArrays kernels for float16/bfloat16 (every
+/// combining step accumulates in float32 and rounds once) and for int8/uint8/int16 (sums wrap,
+/// where OpenMPI's AVX component saturates them). Throws
 /// Error(ERROR_INVALID_TENSOR_DTYPE) when reductions do not accept `dtype`.
 MPI_Op ReductionOp(DataType dtype, ReduceOp op);
 
