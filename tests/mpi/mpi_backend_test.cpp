@@ -20,6 +20,7 @@
 
 #include "collops/backend.h"
 #include "collops/collops.h"
+#include "collops/context.h"
 #include "core/comm/mpi/mpi_runtime.h"
 #include "core/comm/mpi/mpi_types.h"
 #include "core/comm/shm/process_rendezvous.h"
@@ -176,6 +177,47 @@ TEST(DISABLED_MpiWatchdog, BlockedCallEndsTheJobNamingOpAndRank) {
   int32_t in = 1, out = 0;
   comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
   ADD_FAILURE() << "AllReduce returned although rank 1 never called it";
+}
+
+/// A rank table that splits this one machine into two servers, under a plain `mpirun -np 4`:
+/// the hierarchical communicator over the mpi engine, with no COLLOPS_ENGINE needed (it used to
+/// refuse with advice to "run the job under mpirun").
+TEST(MpiRankTable, TwoServersUnderMpirunOnOneNodeRunHierarchicallyOverMpi) {
+  if (WorldSize() != 4 || TestBackend() != "mpi") GTEST_SKIP() << "needs mpirun -np 4";
+  CommParam param;
+  param.rank = WorldRank();
+  param.rankSize = 4;
+  param.backend = "hccl";
+  param.commDomain = "two-servers";
+  param.rankTableFile = COLLOPS_SOURCE_DIR "/tests/cases/rank_tables/two_servers.json";
+  std::shared_ptr<Communicator> comm;
+  try {
+    comm = DefaultContext().Communicators().Get(param);
+  } catch (const Error& e) {
+    FAIL() << StatusName(e.status()) << ": " << e.what();
+  }
+  EXPECT_EQ(comm->BackendName(), "hccl(lccl+mpi)");
+  int32_t in = WorldRank() + 1, out = 0;
+  comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+  EXPECT_EQ(out, 10);
+}
+
+// Run only by ctest's MpiAfterFinalize.R1 (the application initialises MPI), which passes on the
+// marker line alone: main() then reports that MPI was finalised under it, as it should here. An
+// operation on a communicator made before the application's MPI_Finalize used to call into MPI
+// and abort the process; it must fail with ERROR_BACKEND_UNAVAILABLE instead.
+TEST(DISABLED_MpiAfterFinalize, AnOperationAfterTheApplicationsFinalizeIsRefused) {
+  ASSERT_TRUE(ApplicationInitialisedMpi());
+  OperationPtr op = MakeOperation(
+      "BarrierOperation",
+      {{"backend", "mpi"}, {"rank", 0}, {"rankSize", 1}, {"commDomain", "after-finalize"}});
+  std::vector<HostTensor> none;
+  ASSERT_EQ(RunOperation(*op, Tensors(none), Tensors(none)), NO_ERROR) << LastErrorMessage();
+  MPI_Finalize();
+  const Status status = RunOperation(*op, Tensors(none), Tensors(none));
+  EXPECT_EQ(status, ERROR_BACKEND_UNAVAILABLE);
+  EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("MPI has been finalised in this process"));
+  if (status == ERROR_BACKEND_UNAVAILABLE) std::printf("refused after MPI_Finalize\n");
 }
 
 /// Every rank of a call must take the same path (one MPI collective, or chunked point to point),

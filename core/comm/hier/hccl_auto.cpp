@@ -59,6 +59,8 @@ bool MpirunOnSeveralNodes() {
   return !ompiSize.empty() && ompiSize != Env("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
+bool UnderMpirun() { return !Env("OMPI_COMM_WORLD_SIZE").empty(); }
+
 /// torch.distributed's group named by commDomain, else its default group (an ATB commDomain is
 /// rarely a torch group name), or null when neither fits this job (torch.distributed not
 /// initialised, no such group, another size or rank: ERROR_BACKEND_UNAVAILABLE or
@@ -81,7 +83,9 @@ std::shared_ptr<Communicator> CreateC10d(const CommParam& param, bool required) 
 }
 
 /// The engine's communicator over every rank, or null when no engine is usable.
-std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
+/// `tableSpansHosts`: a rank table puts the ranks on several servers, which mpirun's own node
+/// count cannot overrule (one machine split into pretend servers needs the engine all the same).
+std::shared_ptr<Communicator> CreateEngine(const CommParam& param, bool tableSpansHosts) {
   const std::string chosen = Env("COLLOPS_ENGINE");
   if (!chosen.empty()) {
     if (chosen != "mpi" && chosen != "c10d" && chosen != "lccl") {
@@ -96,12 +100,13 @@ std::shared_ptr<Communicator> CreateEngine(const CommParam& param) {
            "\" could not be created: ", e.what());
     }
   }
-  if (MpirunOnSeveralNodes()) {
+  if (MpirunOnSeveralNodes() || (tableSpansHosts && UnderMpirun())) {
     try {
       return CreateCommunicator(WithBackend(param, "mpi"));
     } catch (const Error& e) {
-      Fail(e.status(), "backend hccl: mpirun started this job on several nodes, but its mpi ",
-           "engine could not be created: ", e.what());
+      Fail(e.status(), "backend hccl: mpirun started this job ",
+           tableSpansHosts ? "and its rank table spans several servers" : "on several nodes",
+           ", but its mpi engine could not be created: ", e.what());
     }
   }
   return CreateC10d(param, false);
@@ -173,7 +178,7 @@ std::shared_ptr<Communicator> CreateHccl(const CommParam& param) {
   } else if (LauncherSaysOneHost()) {
     if (Env("COLLOPS_ENGINE").empty()) return CreateCommunicator(lccl);
   }
-  std::shared_ptr<Communicator> flat = CreateEngine(param);
+  std::shared_ptr<Communicator> flat = CreateEngine(param, !table.empty());
   if (flat == nullptr) {
     if (table.empty()) return CreateCommunicator(lccl);
     Fail(ERROR_BACKEND_UNAVAILABLE, "backend hccl: rank table ", table, " places the ",

@@ -71,12 +71,6 @@ void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::v
            "MPI_Waitall");
 }
 
-bool Finalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
 }  // namespace
 
 std::shared_ptr<Communicator> WrapOwnedComm(MPI_Comm comm) {
@@ -94,7 +88,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
 MpiCommunicator::~MpiCommunicator() {
   // After MPI_Finalize (the library's atexit handler, or the application's own) the handle is
   // gone with the rest of MPI; freeing it then would be an error.
-  if (comm_ == MPI_COMM_NULL || Finalized()) return;
+  if (comm_ == MPI_COMM_NULL || MpiFinalized()) return;
   auto lock = SerialiseMpi();
   MPI_Comm_free(&comm_);
 }
@@ -104,14 +98,14 @@ void MpiCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   std::vector<int64_t> displs(size_);
   for (int i = 0; i < size_; ++i) displs[i] = static_cast<int64_t>(bytes) * i;
   const CallWatch watch("AllGatherBytes", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("AllGatherBytes");
   GatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
 }
 
 void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op) {
   const CallWatch watch("AllReduce", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("AllReduce");
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
@@ -127,7 +121,7 @@ void MpiCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                  const int64_t* recvCounts, const int64_t* rdispls,
                                  DataType dtype) {
   const CallWatch watch("AllGatherV", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("AllGatherV");
   GatherV(in, sendCount, out, recvCounts, rdispls, dtype);
 }
 
@@ -178,7 +172,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                                      size_t /*recvCount = sendCounts[Rank()], as verified*/,
                                      DataType dtype, ReduceOp op) {
   const CallWatch watch("ReduceScatterV", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("ReduceScatterV");
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
@@ -237,7 +231,7 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
                                 void* out, const int64_t* recvCounts, const int64_t* rdispls,
                                 DataType dtype) {
   const CallWatch watch("AllToAllV", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("AllToAllV");
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   // Always point to point, every piece posted at once: a rank knows
@@ -258,7 +252,7 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
 
 void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
   const CallWatch watch("Broadcast", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Broadcast");
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   ForEachChunk(count, [&](size_t offset, int n) {
@@ -364,14 +358,14 @@ void MpiCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
 void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "destination");
   const CallWatch watch("Send", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Send");
   RunGroup({PointToPoint::Send(buf, count, dtype, peer)});
 }
 
 void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "source");
   const CallWatch watch("Recv", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Recv");
   RunGroup({PointToPoint::Recv(buf, count, dtype, peer)});
 }
 
@@ -384,19 +378,19 @@ void MpiCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
     }
   }
   const CallWatch watch("Exchange", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Exchange");
   RunGroup(ops);
 }
 
 void MpiCommunicator::Barrier() {
   const CallWatch watch("Barrier", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Barrier");
   CheckMpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 void MpiCommunicator::Progress() {
   const auto lock = TrySerialiseMpi();
-  if (!lock || Finalized()) return;
+  if (!lock || MpiFinalized()) return;
   int flag = 0;
   // An error here belongs to no call of the user's; the engine's next call reports it.
   MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
@@ -404,7 +398,7 @@ void MpiCommunicator::Progress() {
 
 std::shared_ptr<Communicator> MpiCommunicator::Split(int color, int key) {
   const CallWatch watch("Split", rank_, size_);
-  auto lock = SerialiseMpi();
+  auto lock = EnterMpi("Split");
   MPI_Comm sub = MPI_COMM_NULL;
   CheckMpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
   if (sub == MPI_COMM_NULL) return nullptr;

@@ -24,12 +24,6 @@ Runtime& TheRuntime() {
   return *runtime;
 }
 
-bool Finalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
 /// Registered right after our MPI_Init_thread, so it runs before the destructors of statics
 /// made earlier and after those made later (C++ interleaves both in reverse order). Cached
 /// communicators of the default context are never destroyed; any communicator destroyed after
@@ -37,16 +31,31 @@ bool Finalized() {
 void FinalizeAtExit() {
   Runtime& r = TheRuntime();
   std::lock_guard<std::mutex> lock(r.callMutex);
-  if (Finalized()) return;  // the application finalised "our" MPI itself: nothing left to do
-  MPI_Finalize();           // also releases the private world, the 2-byte type and the user ops
+  if (MpiFinalized()) return;  // the application finalised "our" MPI itself: nothing left to do
+  MPI_Finalize();              // also releases the private world, the 2-byte type and the user ops
 }
 
 }  // namespace
 
+bool MpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+std::unique_lock<std::mutex> EnterMpi(const char* primitive) {
+  if (MpiFinalized()) {
+    Fail(ERROR_BACKEND_UNAVAILABLE, "mpi ", primitive,
+         ": MPI has been finalised in this process; call MPI_Finalize only after the last "
+         "collops operation");
+  }
+  return SerialiseMpi();
+}
+
 void EnsureMpi() {
   Runtime& r = TheRuntime();
   std::lock_guard<std::mutex> lock(r.initMutex);
-  if (Finalized()) {
+  if (MpiFinalized()) {
     Fail(ERROR_BACKEND_UNAVAILABLE, "mpi backend: MPI has already been finalised in this process");
   }
   if (r.ready) return;

@@ -25,6 +25,12 @@ bool LibraryInitialisedMpi();
 /// A lock held around every MPI call when the thread level MPI provides is below
 /// MPI_THREAD_MULTIPLE (the calls are then serialised); an empty lock otherwise.
 std::unique_lock<std::mutex> SerialiseMpi();
+/// SerialiseMpi() for a communicator's primitive `primitive`: first throws
+/// ERROR_BACKEND_UNAVAILABLE when the application has already finalised MPI (any MPI call would
+/// then abort the process).
+std::unique_lock<std::mutex> EnterMpi(const char* primitive);
+/// Whether MPI_Finalize has run in this process.
+bool MpiFinalized();
 /// SerialiseMpi() that never waits: nothing when another thread holds the lock (that thread is
 /// inside MPI, driving its progress already).
 std::optional<std::unique_lock<std::mutex>> TrySerialiseMpi();
