@@ -71,10 +71,44 @@ def _already_registered():
         return False
 
 
+#: The name ATB scripts load from $ATB_HOME_PATH/lib: an alias of libcollops_torch.so.
+_ATB_LIB_NAME = "libatb_test_framework.so"
+
+
+def _mapped_binding():
+    """The path of the binding library this process has mapped already (under either name), or
+    None: the copy that registered OperationTorch, which every later use must share."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and os.path.basename(fields[5].strip()) in (_LIB_NAME,
+                                                                             _ATB_LIB_NAME):
+                return fields[5].strip()
+    return None
+
+
+def _check_atb_home(path):
+    """An ATB script loads $ATB_HOME_PATH/lib/libatb_test_framework.so itself. Were that another
+    file than `path`, the process would hold two copies, and the second registration of
+    OperationTorch aborts it (torch allows one TORCH_LIBRARY per namespace): refuse instead."""
+    atb_home = os.environ.get("ATB_HOME_PATH")
+    if not atb_home:
+        return
+    atb_lib = os.path.join(atb_home, "lib", _ATB_LIB_NAME)
+    if os.path.isfile(atb_lib) and not os.path.samefile(atb_lib, path):
+        raise ImportError(
+            f"collops: ATB_HOME_PATH's {atb_lib} and the library collops loads, {path}, are "
+            "different files; an ATB script would load both, and torch aborts on the second. "
+            "Point ATB_HOME_PATH and COLLOPS_BUILD_DIR / COLLOPS_LIBRARY_DIR at the same build, "
+            "or unset one of them.")
+
+
 def _load():
     if _already_registered():
-        return None  # a second copy of the library would register OperationTorch twice
+        # A second copy of the library would register OperationTorch twice; use the first.
+        return _mapped_binding()
     path = library_path()
+    _check_atb_home(path)
     # torch.ops.load_library dlopens the file and runs its TORCH_LIBRARY registration; loading
     # the same file again is a no-op for the dynamic loader.
     torch.ops.load_library(path)

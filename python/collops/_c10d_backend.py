@@ -37,14 +37,24 @@ def factory():
     return _factory
 
 
+def default_or(group):
+    """`group`, or the default group when None, with torch's own error when there is none yet
+    (rather than an AttributeError on None)."""
+    if group is not None:
+        return group
+    if not dist.is_initialized():
+        raise RuntimeError("Default process group has not been initialized, please make sure to "
+                           "call init_process_group.")
+    return dist.group.WORLD
+
+
 def _collops_backend(group):
     """The collops backend object of `group`'s CPU tensors. Under TORCH_DISTRIBUTED_DEBUG=DETAIL
     torch wraps it in a ProcessGroupWrapper (which checks every collective over gloo first); the
     backend is then the wrapper's ``wrapped_pg``."""
     import torch
 
-    group = group if group is not None else dist.group.WORLD
-    backend = group._get_backend(torch.device("cpu"))
+    backend = default_or(group)._get_backend(torch.device("cpu"))
     return getattr(backend, "wrapped_pg", backend)
 
 

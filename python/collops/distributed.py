@@ -59,12 +59,22 @@ def _row_sizes(split_sizes, total_rows, world, what):
     return [int(s) for s in split_sizes]
 
 
+def _copy_result(output, result, what):
+    """output[...] = result, refusing another shape: copy_ would broadcast a smaller result over
+    a larger output (and this rank's mistake must not corrupt it silently). Checked after the
+    collective, so the peers are not left waiting in it."""
+    if output.shape != result.shape:
+        raise ValueError(f"collops.distributed.{what}: output has shape {tuple(output.shape)}, "
+                         f"but the result has shape {tuple(result.shape)}")
+    output.copy_(result)
+
+
 def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None):
     """torch_npu's signature: rank i's `input` (output_split_sizes[i] rows) lands in `output`'s
     rows in rank order. None = equal splits of output."""
     sizes = _row_sizes(output_split_sizes, output.shape[0], dist.get_world_size(group),
                        "all_gather_into_tensor_uneven")
-    output.copy_(F.all_gather_v(input, sizes, group))
+    _copy_result(output, F.all_gather_v(input, sizes, group), "all_gather_into_tensor_uneven")
 
 
 def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM,
@@ -73,7 +83,8 @@ def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.
     the reduction over ranks of split r. None = equal splits of input."""
     sizes = _row_sizes(input_split_sizes, input.shape[0], dist.get_world_size(group),
                        "reduce_scatter_tensor_uneven")
-    output.copy_(F.reduce_scatter_v(input, sizes, op, group))
+    _copy_result(output, F.reduce_scatter_v(input, sizes, op, group),
+                 "reduce_scatter_tensor_uneven")
 
 
 def pairwise_apply(f, x, args=(), group=None, equal_size=False):

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from . import ops as _ops  # noqa: F401  (defines torch.ops.collops.*)
+from ._c10d_backend import default_or
 
 __all__ = ["group_name", "all_reduce", "all_gather", "all_gather_v", "reduce_scatter",
            "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"]
@@ -20,7 +21,7 @@ def group_name(group=None):
     """The registered name of `group` (None = the default group), as the ops take it."""
     if isinstance(group, str):
         return group
-    return (group if group is not None else dist.group.WORLD).group_name
+    return default_or(group).group_name
 
 
 def _op_name(op):

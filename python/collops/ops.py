@@ -65,6 +65,14 @@ def _check_sizes(sizes, world, what):
         raise ValueError(f"collops.{what}: negative size in {list(sizes)}")
 
 
+def _rows(x, what):
+    """x.shape[0], the rows the row-wise ops gather and scatter; a 0-dim x has none."""
+    if x.dim() == 0:
+        raise ValueError(f"collops.{what}: needs a tensor of at least 1 dim (its rows are what "
+                         "moves), got a 0-dim tensor")
+    return x.shape[0]
+
+
 def _padded(x, rows):
     """`x` with zero rows appended up to `rows` rows."""
     if x.shape[0] == rows:
@@ -94,7 +102,7 @@ def _all_reduce(x, op, group_name):
 
 def _all_gather(x, group_name):
     pg = resolve_group(group_name)
-    out = x.new_empty((dist.get_world_size(pg) * x.shape[0], *x.shape[1:]))
+    out = x.new_empty((dist.get_world_size(pg) * _rows(x, "all_gather"), *x.shape[1:]))
     _gather_into(out, x.contiguous(), pg)
     return out
 
@@ -103,7 +111,7 @@ def _all_gather_v(x, sizes, group_name):
     pg = resolve_group(group_name)
     world, rank = dist.get_world_size(pg), dist.get_rank(pg)
     _check_sizes(sizes, world, "all_gather_v")
-    if sizes[rank] != x.shape[0]:
+    if sizes[rank] != _rows(x, "all_gather_v"):
         raise ValueError(f"collops.all_gather_v: sizes[{rank}] = {sizes[rank]} but this rank's "
                          f"input has {x.shape[0]} rows")
     out = x.new_empty((sum(sizes), *x.shape[1:]))
@@ -119,7 +127,7 @@ def _all_gather_v(x, sizes, group_name):
 def _reduce_scatter(x, op, group_name):
     pg = resolve_group(group_name)
     world = dist.get_world_size(pg)
-    if x.shape[0] % world:
+    if _rows(x, "reduce_scatter") % world:
         raise ValueError(f"collops.reduce_scatter: {x.shape[0]} rows do not split over {world} "
                          "ranks; use reduce_scatter_v")
     out = x.new_empty((x.shape[0] // world, *x.shape[1:]))
@@ -131,7 +139,7 @@ def _reduce_scatter_v(x, sizes, op, group_name):
     pg = resolve_group(group_name)
     world, rank = dist.get_world_size(pg), dist.get_rank(pg)
     _check_sizes(sizes, world, "reduce_scatter_v")
-    if sum(sizes) != x.shape[0]:
+    if sum(sizes) != _rows(x, "reduce_scatter_v"):
         raise ValueError(f"collops.reduce_scatter_v: sizes sum to {sum(sizes)} but the input "
                          f"has {x.shape[0]} rows")
     out = x.new_empty((sizes[rank], *x.shape[1:]))
@@ -180,9 +188,10 @@ def _rank(group_name):
 
 _FAKES = {
     "all_reduce": lambda x, op, g: x.new_empty(x.shape),
-    "all_gather": lambda x, g: x.new_empty((_world(g) * x.shape[0], *x.shape[1:])),
+    "all_gather": lambda x, g: x.new_empty((_world(g) * _rows(x, "all_gather"), *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
-    "reduce_scatter": lambda x, op, g: x.new_empty((x.shape[0] // _world(g), *x.shape[1:])),
+    "reduce_scatter": lambda x, op, g: x.new_empty(
+        (_rows(x, "reduce_scatter") // _world(g), *x.shape[1:])),
     "reduce_scatter_v": lambda x, sizes, op, g: x.new_empty(
         (sizes[_rank(g)], *x.shape[1:])),
     "all_to_all": lambda x, g: x.new_empty(x.shape),

@@ -10,6 +10,7 @@ unchanged.
 DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too when it is importable.
 """
 import functools
+import inspect
 
 import torch
 import torch.distributed as dist
@@ -80,10 +81,17 @@ _COMPILED = {
 
 def _dispatching(name, original):
     compiled = _COMPILED[name]
+    # Where async_op stands among the positional arguments: `dist.all_reduce(t, op, None, True)`
+    # asks for a Work as much as the keyword does.
+    params = list(inspect.signature(original).parameters)
+    async_at = params.index("async_op") if "async_op" in params else None
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        if torch.compiler.is_compiling() and not kwargs.get("async_op", False):
+        async_op = kwargs.get("async_op", False)
+        if async_at is not None and len(args) > async_at:
+            async_op = args[async_at]
+        if torch.compiler.is_compiling() and not async_op:
             return compiled(*args, **kwargs)
         return original(*args, **kwargs)
 

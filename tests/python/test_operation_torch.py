@@ -6,6 +6,7 @@ peers; the collective behaviour itself is in test_operation_torch_threads.py / _
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -472,3 +473,26 @@ def test_atb_home_path_library_name_loads_the_same_library():
             "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
             "print('ok')\n", package_lib=True)
         assert done.returncode == 0 and done.stdout.strip() == "ok", prelude + done.stderr
+
+
+def test_atb_home_path_and_another_build_never_load_two_copies(tmp_path):
+    # ATB_HOME_PATH names one copy of the library and COLLOPS_BUILD_DIR another (a copy, as the
+    # build makes python/collops/lib): a second copy used to abort the process ("Only a single
+    # TORCH_LIBRARY can be used to register the namespace OperationTorch").
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    package = os.path.join(REPO, "python", "collops", "lib", "libcollops_torch.so")
+    shutil.copy(package, lib / "libatb_test_framework.so")
+    atb = str(lib / "libatb_test_framework.so")
+    build = os.environ.get("COLLOPS_BUILD_DIR", os.path.join(REPO, "build"))
+    use = ("op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
+           "print('ok')\n")
+    # The ATB script loads its library first: collops uses that copy.
+    done = run_python(f"import torch\ntorch.classes.load_library({atb!r})\nimport collops\n" + use,
+                      ATB_HOME_PATH=str(tmp_path), COLLOPS_BUILD_DIR=build)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    # collops first: it refuses, naming both files, before anything aborts.
+    done = run_python("import collops\n" + use, ATB_HOME_PATH=str(tmp_path),
+                      COLLOPS_BUILD_DIR=build)
+    assert done.returncode != 0 and "ImportError" in done.stderr, done.stderr
+    assert "are different files" in done.stderr and atb in done.stderr, done.stderr

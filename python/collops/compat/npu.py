@@ -13,11 +13,13 @@ _state = threading.local()
 
 
 def check_device(device):
-    """Accepts None, an int, "npu", "npu:<n>" or a torch.device of type cpu; raises otherwise."""
+    """Accepts None, an int, "npu", "npu:<n>", or a cpu device ("cpu", "cpu:<n>", torch.device);
+    raises otherwise."""
     if device is None or isinstance(device, int):
         return
     text = str(device)
-    if text == "cpu" or text == "npu" or (text.startswith("npu:") and text[4:].isdigit()):
+    kind, _, index = text.partition(":")
+    if kind in ("cpu", "npu") and (not index or index.isdigit()):
         return
     raise RuntimeError(f"collops torch_npu shim: unsupported device {device!r} "
                        "(cpu, npu, npu:<n>)")
