@@ -37,7 +37,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collops/backend.h"
@@ -84,10 +86,10 @@ class CompletedWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// Reduction dtypes map to collops' ACL numbering; anything else is only ever moved as bytes.
-// bool is reduced as its bytes (0 or 1), see Reduction.
-DataType ReduceDtype(const at::Tensor& t) {
-  switch (t.scalar_type()) {
+// The collops dtype (ACL numbering) of a torch dtype, where collops has one. bool is reduced as
+// its bytes (0 or 1), see Reduction.
+std::optional<DataType> CollopsDtype(at::ScalarType type) {
+  switch (type) {
     case at::kFloat:
       return ACL_FLOAT;
     case at::kDouble:
@@ -108,9 +110,24 @@ DataType ReduceDtype(const at::Tensor& t) {
     case at::kLong:
       return ACL_INT64;
     default:
-      TORCH_CHECK(false, "collops backend: reductions support bool and ", ReducibleDtypesText(),
-                  ", not ", t.scalar_type());
+      return std::nullopt;
   }
+}
+
+DataType ReduceDtype(const at::Tensor& t) {
+  const std::optional<DataType> dtype = CollopsDtype(t.scalar_type());
+  TORCH_CHECK(dtype.has_value(), "collops backend: reductions support bool and ",
+              ReducibleDtypesText(), ", not ", t.scalar_type());
+  return *dtype;
+}
+
+/// How a gather hands `t` to the communicator: in elements of its collops dtype, so that the
+/// cross-rank check compares dtypes as well as sizes (ranks gathering float32 and int32 of one
+/// size would otherwise swap reinterpreted bytes); as bytes where collops has no such dtype.
+std::pair<DataType, int64_t> MovedAs(const at::Tensor& t) {
+  const std::optional<DataType> dtype = CollopsDtype(t.scalar_type());
+  if (!dtype) return {ACL_INT8, 1};
+  return {*dtype, static_cast<int64_t>(t.element_size())};
 }
 
 // ReduceOp's Python name, for messages.
@@ -601,19 +618,24 @@ class CollopsBackend final : public c10d::Backend {
                 getSize(), " outputs, got ", outs.size());
     CheckCpu(input, "allgather");
     at::Tensor in = input.contiguous();
-    std::vector<int64_t> counts, displs;
+    const auto [dtype, es] = MovedAs(in);
+    std::vector<int64_t> counts, displs;  // in elements of dtype
     int64_t total = 0;
     for (const auto& o : outs) {
-      counts.push_back(NumBytes(o));
+      TORCH_CHECK(static_cast<int64_t>(NumBytes(o)) % es == 0, "collops backend: allgather ",
+                  "output of ", NumBytes(o), " bytes does not hold whole ", in.scalar_type(),
+                  " elements");
+      counts.push_back(static_cast<int64_t>(NumBytes(o)) / es);
       displs.push_back(total);
-      total += NumBytes(o);
+      total += counts.back();
     }
-    TORCH_CHECK(counts[getRank()] == static_cast<int64_t>(NumBytes(in)),
-                "collops backend: allgather output ", getRank(), " has ", counts[getRank()],
+    TORCH_CHECK(counts[getRank()] * es == static_cast<int64_t>(NumBytes(in)),
+                "collops backend: allgather output ", getRank(), " has ", counts[getRank()] * es,
                 " bytes but this rank's input has ", NumBytes(in));
-    at::Tensor buf = at::empty({total}, at::kByte);
-    Comm().AllGatherV(in.data_ptr(), NumBytes(in), buf.data_ptr(), counts.data(), displs.data(),
-                      ACL_INT8);
+    at::Tensor buf = at::empty({total * es}, at::kByte);
+    Comm().AllGatherV(in.data_ptr(), static_cast<int64_t>(NumBytes(in)) / es, buf.data_ptr(),
+                      counts.data(), displs.data(), dtype);
+    for (auto& d : displs) d *= es;
     Unpack(buf, outs, displs);
   }
 
@@ -628,11 +650,12 @@ class CollopsBackend final : public c10d::Backend {
                 "collops backend: all_gather_into_tensor "
                 "output has ",
                 output.numel(), " elements, expected ", in.numel() * getSize());
-    std::vector<int64_t> counts(getSize(), NumBytes(in)), displs(getSize());
-    for (int i = 0; i < getSize(); ++i) displs[i] = i * NumBytes(in);
+    const auto [dtype, es] = MovedAs(in);
+    const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
+    std::vector<int64_t> counts(getSize(), n), displs(getSize());
+    for (int i = 0; i < getSize(); ++i) displs[i] = i * n;
     InPlace(output, "all_gather_into_tensor", [&](at::Tensor& c) {
-      Comm().AllGatherV(in.data_ptr(), NumBytes(in), c.data_ptr(), counts.data(), displs.data(),
-                        ACL_INT8);
+      Comm().AllGatherV(in.data_ptr(), n, c.data_ptr(), counts.data(), displs.data(), dtype);
     });
   }
 

@@ -372,3 +372,23 @@ def _scatter_list_lengths(ctx):
 def test_c10d_backend_scatter_checks_the_list_length_on_the_root():
     # One rank: the root is the only one to check, and no peer waits on its refusal.
     run_group_job(1, _scatter_list_lengths)
+
+
+def _gather_dtypes_that_disagree(ctx):
+    # Same byte size, other dtype on rank 1: each rank used to receive the other's bits
+    # reinterpreted (1065353216 for 1.0f). Now both ranks refuse, naming the dtypes.
+    dtype = torch.float32 if ctx.rank == 0 else torch.int32
+    mine = torch.ones(2, dtype=dtype)
+    with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
+        dist.all_gather([torch.zeros(2, dtype=dtype) for _ in range(ctx.world_size)], mine)
+    with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
+        dist.all_gather_into_tensor(torch.zeros(2 * ctx.world_size, dtype=dtype), mine)
+    # The group goes on, and complex (moved as bytes) still gathers.
+    out = [torch.zeros(2, dtype=torch.complex64) for _ in range(ctx.world_size)]
+    dist.all_gather(out, torch.full((2,), complex(ctx.rank, 1), dtype=torch.complex64))
+    assert all(torch.equal(o, torch.full((2,), complex(r, 1), dtype=torch.complex64))
+               for r, o in enumerate(out))
+
+
+def test_c10d_backend_gathers_refuse_ranks_whose_dtypes_disagree():
+    run_group_job(2, _gather_dtypes_that_disagree)
