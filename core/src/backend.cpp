@@ -1,6 +1,9 @@
 #include "collops/backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -86,7 +89,18 @@ double CommTimeoutSeconds() {
   if (text == nullptr || *text == '\0') return 300.0;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  return (end != text && seconds > 0) ? std::min(seconds, kMaxCommTimeoutSeconds) : 300.0;
+  while (end != text && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (end != text && *end == '\0' && seconds > 0) return std::min(seconds, kMaxCommTimeoutSeconds);
+  // Read on every wait, from threads that cannot fail a collective half-way: so not an error,
+  // but said once, since "abc" or "2 s" silently meaning 300 s would look like a hang.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    std::fprintf(stderr,
+                 "collops: COLLOPS_TIMEOUT=\"%s\" is not a positive number of seconds; "
+                 "waiting 300 s instead\n",
+                 text);
+  }
+  return 300.0;
 }
 
 double CommTimeoutSeconds(double chosenSeconds, const char** source) {

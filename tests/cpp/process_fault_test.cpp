@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -174,6 +176,110 @@ TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllReduceGivesPeerLostFast) {
 /// The survivor is waiting for the victim to read its buffer, or reading the victim's.
 TEST(ProcessFaultTest, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
   KillMidCollective(2, 1, Loop::kCrossMemorySendRecv);
+}
+
+/// A DataLoader-style worker: forked after the communicator exists, alive while the parent goes
+/// on. Its copy of the claim socket kept the rank's name taken, so the parent's next communicator
+/// failed ("this process already holds rank 0"); and when the child itself called the inherited
+/// communicator, the peers moved the parent's memory (silently wrong results) or failed on its
+/// addresses. Now the child gives the name up at fork, and its calls are refused.
+TEST(ProcessFaultTest, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "10";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        std::shared_ptr<Communicator> comm = MakeLcclComm(rank, 2, "forked");
+        int32_t in = rank + 1, sum = 0;
+        comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
+        ASSERT_EQ(sum, 3);
+        int toChild[2];
+        ASSERT_EQ(pipe(toChild), 0);
+        const pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+          close(toChild[1]);
+          Status status = NO_ERROR;
+          std::string message;
+          try {
+            comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
+          } catch (const Error& e) {
+            status = e.status();
+            message = e.what();
+          }
+          const bool refused = status == ERROR_COMM_FAIL &&
+                               Contains(message, "a child of fork() cannot use it") &&
+                               Contains(message, std::to_string(getppid()));
+          char done = 0;
+          (void)!read(toChild[0], &done, 1);  // lives on until the parent is done
+          _exit(refused ? 0 : 1);
+        }
+        close(toChild[0]);
+        comm.reset();  // the pool of this test holds none: this destroys it
+        std::shared_ptr<Communicator> again = MakeLcclComm(rank, 2, "forked");
+        again->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
+        EXPECT_EQ(sum, 3);
+        close(toChild[1]);
+        int wstatus = 0;
+        ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+        EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+            << "the forked child used the inherited communicator or was not told why it cannot";
+      },
+      options);
+}
+
+/// The segment's size counts the sparse heaps (R x 1 GiB by default): growing it past `ulimit -f`
+/// raised SIGXFSZ, which killed rank 0. Now a clear error naming the limit and the knob.
+TEST(ProcessFaultTest, AFileSizeLimitBelowTheSegmentIsAClearError) {
+  RunProcessRanks(1, [](int) {
+    const rlimit limit{1 << 20, 1 << 20};
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+    try {
+      MakeLcclComm(0, 1, "file-size-limit");
+      ADD_FAILURE() << "a segment larger than RLIMIT_FSIZE was created";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_OUT_OF_HOST_MEMORY) << e.what();
+      EXPECT_TRUE(Contains(e.what(), "exceeds the file size limit (ulimit -f) of 1048576 bytes"))
+          << e.what();
+      EXPECT_TRUE(Contains(e.what(), "COLLOPS_SHM_HEAP_BYTES")) << e.what();
+    }
+  });
+}
+
+/// A size whose rounding up to pages overflowed returned a zero-length block at the address the
+/// next allocation got again: two buffers aliasing each other.
+TEST(ProcessFaultTest, AllocateSharedOfAnImpossibleSizeIsNull) {
+  RunProcessRanks(1, [](int) {
+    std::shared_ptr<Communicator> comm = MakeLcclComm(0, 1, "huge-allocation");
+    EXPECT_EQ(comm->AllocateShared(SIZE_MAX), nullptr);
+    EXPECT_EQ(comm->AllocateShared(SIZE_MAX - 100), nullptr);
+    void* page = comm->AllocateShared(4096);
+    EXPECT_NE(page, nullptr);
+    comm->FreeShared(page);
+  });
+}
+
+/// A 4097-byte key broke the rendezvous messages that carry it ("malformed answer from rank 0" on
+/// one rank, a timeout on the other). Every rank now refuses it at once.
+TEST(ProcessFaultTest, AnOverlongJobKeyIsRefusedByEveryRankAtOnce) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_JOB_ID"] = std::string(1025, 'k');
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          MakeLcclComm(rank, 2, "long-key");
+          ADD_FAILURE() << "a 1025-byte job key was accepted";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+          EXPECT_TRUE(Contains(e.what(), "is 1025 bytes long; at most 1024 are allowed"))
+              << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+      },
+      options);
 }
 
 TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {

@@ -103,6 +103,17 @@ TEST(ThreadCommFaults, TimeoutsBeyondThirtyYearsCountAsThirtyYears) {
   EXPECT_EQ(CommTimeoutSeconds(1e12), kMaxCommTimeoutSeconds);
 }
 
+TEST(ThreadCommFaults, TimeoutsThatAreNotPositiveNumbersMean300) {
+  // "2abc" and "2 s" once read as 2; now only a positive number, alone, counts (with a warning on
+  // stderr, once per process, for the rest).
+  for (const char* bad : {"abc", "0", "-5", "nan", "2abc", "2 s"}) {
+    ScopedEnv env("COLLOPS_TIMEOUT", bad);
+    EXPECT_EQ(CommTimeoutSeconds(), 300.0) << bad;
+  }
+  ScopedEnv env("COLLOPS_TIMEOUT", " 2.5 ");
+  EXPECT_EQ(CommTimeoutSeconds(), 2.5);
+}
+
 TEST(ThreadCommFaults, AHugeTimeoutStillWaitsForALateRank) {
   ScopedEnv env("COLLOPS_TIMEOUT", "1e12");
   const std::string domain = UniqueDomain();

@@ -179,6 +179,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   crossSend_.assign(size_, false);
   crossRecv_.assign(size_, false);
   claim_ = std::move(joined.claim);
+  ReleaseInForkedChildren(claim_.Get());
   pids_ = std::move(joined.pids);
   pidfds_ = std::move(joined.pidfds);
   sendMessages_.assign(size_, 0);
@@ -249,7 +250,7 @@ bool ProcessCommunicator::ProbeCrossMemory() {
   return all;
 }
 
-ProcessCommunicator::~ProcessCommunicator() = default;
+ProcessCommunicator::~ProcessCommunicator() { StopReleasingInForkedChildren(claim_.Get()); }
 
 std::string ProcessCommunicator::Where() const {
   return Concat("lccl ", op_, " (rank ", rank_, " of ", size_, "): ");
@@ -257,6 +258,13 @@ std::string ProcessCommunicator::Where() const {
 
 void ProcessCommunicator::Enter(const char* op) {
   if (failureStatus_ != NO_ERROR) throw Error(failureStatus_, failureMessage_);
+  if (forkGeneration_ != ForkGeneration()) {
+    // The peers know this rank by its creator's pid, whose memory they read and write: a forked
+    // child's calls would move the parent's data or fail on addresses it does not have.
+    Fail(ERROR_COMM_FAIL, "lccl ", op, " (rank ", rank_, " of ", size_,
+         "): this communicator belongs to pid ", creatorPid_,
+         ", which created it; a child of fork() cannot use it (create a new one in the child)");
+  }
   op_ = op;
 }
 
@@ -332,6 +340,7 @@ void ProcessCommunicator::MarkBroken(Status status, int culprit, const std::stri
   failureMessage_ = message;
   // A broken communicator never rendezvous again: free its rank's name now, so the replacement
   // the pool creates while still holding this one can claim it.
+  StopReleasingInForkedChildren(claim_.Get());
   claim_.Reset();
   // Tell ranks waiting on someone else that this communicator is over; the first record wins.
   uint64_t expected = 0;

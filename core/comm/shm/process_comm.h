@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,7 @@
 #include "collops/communicator.h"
 #include "collops/signature.h"
 #include "collops/status.h"
+#include "core/comm/shm/fork_guard.h"
 #include "core/comm/shm/process_fd.h"
 #include "core/comm/shm/process_heap.h"
 #include "core/comm/shm/process_segment.h"
@@ -281,7 +283,9 @@ class ProcessCommunicator final : public Communicator {
   /// By peer: this AllToAllV's piece for it, and from it, moves by process_vm_readv. Never set
   /// without crossMemory_ (PublishCrossMemory, FindCrossMemory).
   std::vector<bool> crossSend_, crossRecv_;
-  UniqueFd claim_;
+  UniqueFd claim_;  ///< released in children of fork() (fork_guard.h)
+  const uint64_t forkGeneration_ = ForkGeneration();  ///< of the process that created it
+  const pid_t creatorPid_ = getpid();
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;
   uint64_t round_ = 0;

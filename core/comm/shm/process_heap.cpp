@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 
 namespace collops {
 namespace shm {
@@ -61,6 +62,7 @@ void SharedHeap::Punch(uint64_t offset, uint64_t length) {
 }
 
 void* SharedHeap::Allocate(size_t bytes) {
+  if (bytes > std::numeric_limits<uint64_t>::max() - kPage) return nullptr;  // rounding overflows
   const uint64_t length = (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage;
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {

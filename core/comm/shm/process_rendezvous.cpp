@@ -33,6 +33,9 @@ namespace {
 constexpr uint32_t kWireMagic = 0x6c63636c;  // "lccl"
 constexpr uint32_t kWireVersion = 2;         // 2: the answer carries every rank's pidfd
 constexpr uint32_t kMaxWireString = 4096;
+/// Room for the key in every message that names it (a refusal quotes key and domain), within
+/// kMaxWireString.
+constexpr size_t kMaxJobKeyBytes = 1024;
 /// Descriptors per message; the kernel takes at most SCM_MAX_FD (253).
 constexpr size_t kFdsPerMessage = 250;
 
@@ -248,6 +251,10 @@ pid_t LocalPid(int pidfd) {
 /// when this very process holds it (an earlier communicator of the same rank still alive).
 UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank,
                    const Deadline& deadline) {
+  // A child forked a moment ago holds a copy of the claim until its fork handler has run
+  // (fork_guard.h); the kernel names the process that listened, this one or one that has exited
+  // since. Such a holder gets this long to let go before it counts.
+  const Deadline forkedChildGrace = Deadline::After(2.0);
   for (;;) {
     UniqueFd fd = NewSocket();
     socklen_t length = 0;
@@ -267,11 +274,20 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
     ucred cred{};
     if (connect(probe.Get(), reinterpret_cast<const sockaddr*>(&addr), length) == 0 &&
         PeerCredentials(probe.Get(), &cred)) {
-      if (cred.pid == getpid()) return UniqueFd();
+      const bool mine = cred.pid == getpid();
+      const bool exited = !mine && kill(cred.pid, 0) != 0 && errno == ESRCH;
+      // (Another rank's own earlier claim is fine: the pool replaces a broken communicator while
+      // it still holds it. Only rank 0 needs its name, to host the rendezvous.)
+      if (((mine && rank == 0) || exited) && !forkedChildGrace.Passed() && !deadline.Passed()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      if (mine) return UniqueFd();
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank, " is already held by pid ", cred.pid,
-           " (uid ", cred.uid,
-           "). Two processes claim the same rank, or another job runs with "
-           "the same job key; give each job its own COLLOPS_JOB_ID");
+           " (uid ", cred.uid, ")",
+           exited ? ", which has exited: a process forked from it still holds the claim"
+                  : ". Two processes claim the same rank, or another job runs with the same job "
+                    "key; give each job its own COLLOPS_JOB_ID");
     }
     // Bound but not yet listening (the holder is between bind and listen), or just released.
     if (deadline.Passed()) {
@@ -566,6 +582,12 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
 }
 
 RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& makeSegment) {
+  if (spec.jobKey.size() > kMaxJobKeyBytes) {
+    // Longer keys broke the messages that carry them: peers saw "malformed" answers or nothing.
+    Fail(ERROR_INVALID_PARAM, "lccl: the job key (COLLOPS_JOB_ID, else MASTER_ADDR:MASTER_PORT or ",
+         "the launcher's job name) is ", spec.jobKey.size(), " bytes long; at most ",
+         kMaxJobKeyBytes, " are allowed");
+  }
   if (spec.rankSize == 1) {
     RendezvousResult result;
     result.memory = makeSegment();

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,6 +125,16 @@ Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
     Fail(ERROR_COMM_FAIL, "lccl: memfd_create failed: ", std::strerror(errno));
   }
   fchmod(memory.Get(), 0600);
+  // Growing a file past RLIMIT_FSIZE (ulimit -f) raises SIGXFSZ, which kills the process; the
+  // segment's size counts its sparse heaps (R x COLLOPS_SHM_HEAP_BYTES) as well.
+  rlimit fileSize{};
+  if (getrlimit(RLIMIT_FSIZE, &fileSize) == 0 && fileSize.rlim_cur != RLIM_INFINITY &&
+      layout.totalBytes > fileSize.rlim_cur) {
+    Fail(ERROR_OUT_OF_HOST_MEMORY, "lccl: the shared segment of ", layout.totalBytes, " bytes for ",
+         layout.rankSize, " ranks exceeds the file size limit (ulimit -f) of ", fileSize.rlim_cur,
+         " bytes; raise it, or lower COLLOPS_SHM_HEAP_BYTES (the ranks' shared "
+         "heaps, most of the size) or COLLOPS_SHM_BYTES");
+  }
   // fallocate, not ftruncate alone: a sparse file would SIGBUS on first touch once tmpfs or the
   // memory cgroup runs dry; allocating now turns that into a clear error here. The heaps stay
   // sparse: a rank allocates its heap pages when it hands them out (process_heap.h).
