@@ -56,13 +56,18 @@ uint32_t OperationBase::GetOutputNum() const { return OutputSpecs().size(); }
 
 std::string OperationBase::Where() const { return Concat(name_, " (rank ", commParam_.rank, ")"); }
 
+void OperationBase::CheckCount(size_t count, const std::vector<TensorSpec>& specs,
+                               Status countStatus, const char* role) const {
+  if (count != specs.size()) {
+    Fail(countStatus, name_, ": expects ", specs.size(), " ", role, " (", Names(specs), "), got ",
+         count);
+  }
+}
+
 void OperationBase::CheckDescs(const std::vector<TensorDesc>& descs,
                                const std::vector<TensorSpec>& specs, Status countStatus,
                                const char* role) const {
-  if (descs.size() != specs.size()) {
-    Fail(countStatus, name_, ": expects ", specs.size(), " ", role, " (", Names(specs), "), got ",
-         descs.size());
-  }
+  CheckCount(descs.size(), specs, countStatus, role);
   for (size_t i = 0; i < descs.size(); ++i) {
     const TensorDesc& d = descs[i];
     const TensorSpec& spec = specs[i];
@@ -94,12 +99,10 @@ void OperationBase::CheckDescs(const std::vector<TensorDesc>& descs,
   }
 }
 
-void OperationBase::CheckTensors(const std::vector<Tensor>& tensors,
-                                 const std::vector<TensorSpec>& specs, Status countStatus,
-                                 const char* role) const {
-  std::vector<TensorDesc> descs;
-  for (const auto& t : tensors) descs.push_back(t.desc);
-  CheckDescs(descs, specs, countStatus, role);
+void OperationBase::CheckTensorData(const std::vector<Tensor>& tensors,
+                                    const std::vector<TensorSpec>& specs, Status countStatus,
+                                    const char* role) const {
+  CheckCount(tensors.size(), specs, countStatus, role);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const uint64_t bytes = TensorBytes(t.desc);
@@ -117,17 +120,23 @@ void OperationBase::CheckTensors(const std::vector<Tensor>& tensors,
   }
 }
 
-void OperationBase::CheckDataOf(const VariantPack& pack) const {
-  CheckTensors(pack.inTensors, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+void OperationBase::CheckTensorsOf(const VariantPack& pack, bool descsToo) const {
+  const std::vector<TensorSpec> inSpecs = InputSpecs();
   std::vector<TensorSpec> outSpecs = OutputSpecs();
   for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference
-  CheckTensors(pack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+  if (descsToo) {
+    std::vector<TensorDesc> in, out;
+    for (const auto& t : pack.inTensors) in.push_back(t.desc);
+    for (const auto& t : pack.outTensors) out.push_back(t.desc);
+    CheckDescs(in, inSpecs, ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+    CheckDescs(out, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
+  }
+  CheckTensorData(pack.inTensors, inSpecs, ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+  CheckTensorData(pack.outTensors, outSpecs, ERROR_INVALID_TENSOR_NUM, "outTensors");
 }
 
 void OperationBase::CheckAliasing(const VariantPack& pack) const {
   if (pack.inTensors.empty() || pack.outTensors.empty()) return;
-  const DtypeSet xData = InputSpecs()[0].dtypes;
-  if (xData != DtypeSet::kMovable && xData != DtypeSet::kReducible) return;  // Recv's template
   const Tensor& x = pack.inTensors[0];
   const Tensor& y = pack.outTensors[0];
   const auto xBegin = reinterpret_cast<uintptr_t>(x.deviceData);
@@ -136,6 +145,8 @@ void OperationBase::CheckAliasing(const VariantPack& pack) const {
       yBegin >= xBegin + x.dataSize) {
     return;
   }
+  const DtypeSet xData = InputSpecs()[0].dtypes;
+  if (xData != DtypeSet::kMovable && xData != DtypeSet::kReducible) return;  // Recv's template
   const InPlaceForm form = InPlaceFormImpl(pack);
   if (form.inputAt != nullptr && x.deviceData == form.inputAt) return;
   const char* xName = InputSpecs()[0].name;
@@ -224,7 +235,7 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
     setUp_ = false;
     uint64_t size = 0;
     RunSharingFailure(context, [&] {
-      CheckDataOf(variantPack);
+      CheckTensorsOf(variantPack, /*descsToo=*/true);
       CheckOutputsMatchInferred(variantPack);
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
@@ -256,8 +267,8 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
         Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
              ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
       }
-      // The descs match Setup's, but the data pointers and sizes are new with every call.
-      CheckDataOf(variantPack);
+      // The descs equal Setup's, which checked them; the data pointers and sizes are new.
+      CheckTensorsOf(variantPack, /*descsToo=*/false);
       if (workspaceSize < setupWorkspaceSize_) {
         Fail(ERROR_INVALID_WORKSPACE_SIZE, name_, ": workspace of ", workspaceSize,
              " bytes is smaller than the ", setupWorkspaceSize_, " Setup asked for");

@@ -101,12 +101,16 @@ class OperationBase : public Operation {
                    const char* bufferName) const;
 
  private:
-  void CheckTensors(const std::vector<Tensor>& tensors, const std::vector<TensorSpec>& specs,
-                    Status countStatus, const char* role) const;
+  void CheckCount(size_t count, const std::vector<TensorSpec>& specs, Status countStatus,
+                  const char* role) const;
+  /// Count, dtype table, format, dims and byte size of each desc.
   void CheckDescs(const std::vector<TensorDesc>& descs, const std::vector<TensorSpec>& specs,
                   Status countStatus, const char* role) const;
-  /// Every input and output tensor: count, dtype table, dims, dataSize and data pointer.
-  void CheckDataOf(const VariantPack& pack) const;
+  /// Count, dataSize and data pointer of each tensor.
+  void CheckTensorData(const std::vector<Tensor>& tensors, const std::vector<TensorSpec>& specs,
+                       Status countStatus, const char* role) const;
+  /// Every input and output tensor: its data, and with `descsToo` its desc first.
+  void CheckTensorsOf(const VariantPack& pack, bool descsToo) const;
   void CheckOutputsMatchInferred(const VariantPack& pack) const;
   /// Refuses an overlap of the data input x and output y other than the op's InPlaceForm.
   void CheckAliasing(const VariantPack& pack) const;
