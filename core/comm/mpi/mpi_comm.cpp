@@ -71,6 +71,15 @@ void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::v
            "MPI_Waitall");
 }
 
+/// One primitive's stay in MPI: watched (mpi_watchdog.h) and entered (EnterMpi: serialised,
+/// refused once MPI is finalised) under the same name.
+struct MpiCall {
+  MpiCall(const char* primitive, int rank, int size)
+      : watch(primitive, rank, size), lock(EnterMpi(primitive)) {}
+  CallWatch watch;
+  std::unique_lock<std::mutex> lock;
+};
+
 }  // namespace
 
 std::shared_ptr<Communicator> WrapOwnedComm(MPI_Comm comm) {
@@ -97,15 +106,13 @@ void MpiCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   const std::vector<int64_t> counts(size_, static_cast<int64_t>(bytes));
   std::vector<int64_t> displs(size_);
   for (int i = 0; i < size_; ++i) displs[i] = static_cast<int64_t>(bytes) * i;
-  const CallWatch watch("AllGatherBytes", rank_, size_);
-  auto lock = EnterMpi("AllGatherBytes");
+  const MpiCall call("AllGatherBytes", rank_, size_);
   GatherV(in, bytes, out, counts.data(), displs.data(), ACL_UINT8);
 }
 
 void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op) {
-  const CallWatch watch("AllReduce", rank_, size_);
-  auto lock = EnterMpi("AllReduce");
+  const MpiCall call("AllReduce", rank_, size_);
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
@@ -120,8 +127,7 @@ void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataTyp
 void MpiCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                  const int64_t* recvCounts, const int64_t* rdispls,
                                  DataType dtype) {
-  const CallWatch watch("AllGatherV", rank_, size_);
-  auto lock = EnterMpi("AllGatherV");
+  const MpiCall call("AllGatherV", rank_, size_);
   GatherV(in, sendCount, out, recvCounts, rdispls, dtype);
 }
 
@@ -171,8 +177,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                                      const int64_t* sdispls, void* out,
                                      size_t /*recvCount = sendCounts[Rank()], as verified*/,
                                      DataType dtype, ReduceOp op) {
-  const CallWatch watch("ReduceScatterV", rank_, size_);
-  auto lock = EnterMpi("ReduceScatterV");
+  const MpiCall call("ReduceScatterV", rank_, size_);
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
@@ -230,8 +235,7 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
                                 void* out, const int64_t* recvCounts, const int64_t* rdispls,
                                 DataType dtype) {
-  const CallWatch watch("AllToAllV", rank_, size_);
-  auto lock = EnterMpi("AllToAllV");
+  const MpiCall call("AllToAllV", rank_, size_);
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   // Always point to point, every piece posted at once: a rank knows
@@ -251,8 +255,7 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
 }
 
 void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
-  const CallWatch watch("Broadcast", rank_, size_);
-  auto lock = EnterMpi("Broadcast");
+  const MpiCall call("Broadcast", rank_, size_);
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   ForEachChunk(count, [&](size_t offset, int n) {
@@ -357,15 +360,13 @@ void MpiCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
 
 void MpiCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "destination");
-  const CallWatch watch("Send", rank_, size_);
-  auto lock = EnterMpi("Send");
+  const MpiCall call("Send", rank_, size_);
   RunGroup({PointToPoint::Send(buf, count, dtype, peer)});
 }
 
 void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
   CheckPeer(peer, "source");
-  const CallWatch watch("Recv", rank_, size_);
-  auto lock = EnterMpi("Recv");
+  const MpiCall call("Recv", rank_, size_);
   RunGroup({PointToPoint::Recv(buf, count, dtype, peer)});
 }
 
@@ -377,14 +378,12 @@ void MpiCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
            " has no size");
     }
   }
-  const CallWatch watch("Exchange", rank_, size_);
-  auto lock = EnterMpi("Exchange");
+  const MpiCall call("Exchange", rank_, size_);
   RunGroup(ops);
 }
 
 void MpiCommunicator::Barrier() {
-  const CallWatch watch("Barrier", rank_, size_);
-  auto lock = EnterMpi("Barrier");
+  const MpiCall call("Barrier", rank_, size_);
   CheckMpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
@@ -397,8 +396,7 @@ void MpiCommunicator::Progress() {
 }
 
 std::shared_ptr<Communicator> MpiCommunicator::Split(int color, int key) {
-  const CallWatch watch("Split", rank_, size_);
-  auto lock = EnterMpi("Split");
+  const MpiCall call("Split", rank_, size_);
   MPI_Comm sub = MPI_COMM_NULL;
   CheckMpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
   if (sub == MPI_COMM_NULL) return nullptr;
