@@ -14,6 +14,7 @@
 
 #include "collops/backend.h"
 #include "collops/communicator.h"
+#include "collops/signature.h"
 #include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
@@ -21,7 +22,9 @@ namespace collops {
 namespace testing {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -268,6 +271,33 @@ TEST(ThreadCommFaults, RecvWithoutSendTimesOutNamingThePeer) {
       EXPECT_THAT(message, HasSubstr("rank 1 did not arrive at the matching Send"));
     }
     ExpectEveryCallFailsFast(*comm, ERROR_TIMEOUT);
+  });
+}
+
+// Calls issued in different orders (a Send on one rank, a collective on the other) time out
+// with a message that names the call each rank is in, not the primitive underneath, whichever
+// rank gives up first.
+TEST(ThreadCommFaults, CallsInDifferentOrdersNameWhatEachRankWaitsIn) {
+  const std::string domain = UniqueDomain();
+  ScopedEnv env("COLLOPS_TIMEOUT", "1");
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = JoinRank(rank, 2, domain);
+    int32_t x[4] = {1, 2, 3, 4};
+    std::string message;
+    if (rank == 0) {
+      EXPECT_EQ(CaughtStatus([&] { comm->Send(x, 4, ACL_INT32, 1); }, &message), ERROR_TIMEOUT);
+    } else {
+      CallSignature mine;
+      mine.opName = "AllReduceOperation/sum";
+      EXPECT_EQ(CaughtStatus([&] { comm->Agree(mine); }, &message), ERROR_TIMEOUT);
+    }
+    EXPECT_THAT(message, AnyOf(HasSubstr("AllReduceOperation/sum (cross-rank check) on rank 1 "
+                                         "timed out after 1 s waiting for rank 0 to arrive; "
+                                         "rank 0 is waiting in Send to rank 1"),
+                               HasSubstr("Send from rank 0 to rank 1 timed out after 1 s: rank 1 "
+                                         "did not arrive at the matching Recv; rank 1 is waiting "
+                                         "in AllReduceOperation/sum (cross-rank check)")));
+    EXPECT_THAT(message, Not(HasSubstr("AllGatherBytes")));
   });
 }
 

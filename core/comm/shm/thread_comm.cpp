@@ -6,6 +6,7 @@
 
 #include "collops/backend.h"
 #include "collops/reduce.h"
+#include "collops/signature.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -113,19 +114,36 @@ void ThreadCommunicator::ReduceOrBreak(const char* what, DataType dtype, ReduceO
   }
 }
 
+void ThreadCommunicator::Agree(const CallSignature& mine) {
+  // The exchange is one AllGatherBytes; named after the call it checks, so that a rank that times
+  // out in it, or a peer asking where it is, names the operation the user called.
+  if (mine.opName != agreedOpName_) {
+    agreedOpName_ = mine.opName;
+    agreementName_ = shm::InternedName(mine.opName + " (cross-rank check)");
+  }
+  gatherName_ = agreementName_;
+  try {
+    VerifyAgreement(*this, mine);
+  } catch (...) {
+    gatherName_ = kGatherName;
+    throw;
+  }
+  gatherName_ = kGatherName;
+}
+
 void ThreadCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   group_->ThrowIfBroken();
   Publish(in, out, static_cast<int64_t>(bytes), ACL_UINT8, 0);
-  group_->Sync(rank_, "AllGatherBytes");
-  const std::string bad = CheckUniform("AllGatherBytes", true, nullptr);
-  if (!bad.empty()) FailTogether("AllGatherBytes", bad);
+  group_->Sync(rank_, gatherName_);
+  const std::string bad = CheckUniform(gatherName_, true, nullptr);
+  if (!bad.empty()) FailTogether(gatherName_, bad);
 
   CopyLocal(At(out, rank_, bytes), in, bytes);
   for (int step = 1; step < size_; ++step) {
     const int j = (rank_ + step) % size_;
     CopyPeer(At(out, j, bytes), group_->slot(j).in, bytes);
   }
-  group_->Sync(rank_, "AllGatherBytes");
+  group_->Sync(rank_, gatherName_);
 }
 
 void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
@@ -371,17 +389,19 @@ void ThreadCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
     }
     if (waiting == nullptr) break;
     if (progressed) continue;
+    const int peer = waiting->p2p.peer;
+    // Marked until the timeout is reported: a peer timing out at the same moment reads the mark.
+    const shm::WaitingMark mark(group_->slot(rank_), waiting->send ? "Send" : "Recv", peer);
     const double timedOut = group_->WaitFor(
         group_->slot(rank_).word, [&] { return std::any_of(group.begin(), group.end(), ready); },
         rank_);
     if (timedOut != 0) {
-      const int peer = waiting->p2p.peer;
       group_->BreakAndThrow(
           ERROR_TIMEOUT,
           Concat(group_->Describe(), ": ", waiting->send ? "Send from" : "Recv on", " rank ", rank_,
                  waiting->send ? " to rank " : " from rank ", peer, " timed out after ",
                  shm::FormatSeconds(timedOut), ": rank ", peer, " did not arrive at the matching ",
-                 waiting->send ? "Recv" : "Send"));
+                 waiting->send ? "Recv" : "Send", group_->Whereabouts({peer})));
     }
   }
   if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);

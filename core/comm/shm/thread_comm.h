@@ -37,6 +37,8 @@ class ThreadCommunicator final : public Communicator {
   int Rank() const override { return rank_; }
   int Size() const override { return size_; }
 
+  /// The default exchange, named after the call it checks in timeout messages.
+  void Agree(const CallSignature& mine) override;
   void AllGatherBytes(const void* in, void* out, size_t bytes) override;
   /// Rank r reduces slice r of the elements from every rank's input (ranks in order 0..R-1, so all
   /// ranks get bit-identical results), then copies the other slices from their owners' outputs.
@@ -81,6 +83,11 @@ class ThreadCommunicator final : public Communicator {
   std::vector<const void*> srcs_;   ///< reduction inputs, reused so no call allocates
   std::vector<uint64_t> sent_;      ///< messages sent to each peer
   std::vector<uint64_t> received_;  ///< messages received from each peer
+  static constexpr const char* kGatherName = "AllGatherBytes";
+  /// What AllGatherBytes calls itself: kGatherName, or agreementName_ while Agree() runs.
+  const char* gatherName_ = kGatherName;
+  std::string agreedOpName_;             ///< the opName agreementName_ was made for
+  const char* agreementName_ = nullptr;  ///< "<opName> (cross-rank check)", interned
 };
 
 /// Joins (or starts forming) the multi-thread lccl group of `param.commDomain` with

@@ -2,7 +2,9 @@
 
 #include <sched.h>
 
+#include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -37,6 +39,13 @@ std::string DescribeGroup(const std::string& domain, int size) {
 }  // namespace
 
 std::string FormatSeconds(double seconds) { return Concat(seconds, " s"); }
+
+const char* InternedName(const std::string& name) {
+  static std::mutex* mutex = new std::mutex;  // never destroyed: rank threads may outlive main()
+  static std::set<std::string>* names = new std::set<std::string>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  return names->insert(name).first->c_str();
+}
 
 ThreadGroup::ThreadGroup(std::string domain, int size)
     : domain_(std::move(domain)),
@@ -130,6 +139,8 @@ void ThreadGroup::Sync(int rank, const char* what) {
     syncWord_.Notify();
     return;
   }
+  // Marked until the timeout is reported: a peer timing out at the same moment reads the mark.
+  const WaitingMark waiting(mine, what);
   const double timedOut =
       WaitFor(syncWord_, [&] { return generation_.load(std::memory_order_acquire) >= k; }, rank);
   if (timedOut == 0) return;
@@ -140,7 +151,20 @@ void ThreadGroup::Sync(int rank, const char* what) {
   }
   BreakAndThrow(ERROR_TIMEOUT, Concat(Describe(), ": ", what, " on rank ", rank,
                                       " timed out after ", FormatSeconds(timedOut), " waiting for ",
-                                      FormatRanks(missing), " to arrive"));
+                                      FormatRanks(missing), " to arrive", Whereabouts(missing)));
+}
+
+std::string ThreadGroup::Whereabouts(const std::vector<int>& ranks) const {
+  std::string text;
+  for (int r : ranks) {
+    const char* what = slots_[r].waitingIn.load(std::memory_order_relaxed);
+    if (what == nullptr) continue;
+    const int peer = slots_[r].waitingPeer.load(std::memory_order_relaxed);
+    text += Concat("; rank ", r, " is waiting in ", what);
+    if (peer >= 0)
+      text += Concat(std::strcmp(what, "Send") == 0 ? " to rank " : " from rank ", peer);
+  }
+  return text;
 }
 
 void ThreadGroup::ThrowIfBroken() const {

@@ -54,7 +54,30 @@ struct alignas(kCacheLine) RankSlot {
   /// Run by this rank's waits after each sleep slice (Communicator::SetIdleHook). Only this
   /// rank's thread touches it.
   std::function<void()> idle;
+  /// Where this rank is blocked, so that a peer that times out waiting for it can say why it did
+  /// not come (ThreadGroup::Whereabouts): the Sync point or "Send"/"Recv" (a string that lives for
+  /// the process), and the Send/Recv peer (-1 otherwise). Set by WaitingMark.
+  std::atomic<const char*> waitingIn{nullptr};
+  std::atomic<int32_t> waitingPeer{-1};
 };
+
+/// Marks `slot` as blocked in `what` (with `peer`, for a Send or Recv) for its lifetime.
+class WaitingMark {
+ public:
+  WaitingMark(RankSlot& slot, const char* what, int peer = -1) : slot_(slot) {
+    slot_.waitingPeer.store(peer, std::memory_order_relaxed);
+    slot_.waitingIn.store(what, std::memory_order_relaxed);
+  }
+  ~WaitingMark() { slot_.waitingIn.store(nullptr, std::memory_order_relaxed); }
+  WaitingMark(const WaitingMark&) = delete;
+  WaitingMark& operator=(const WaitingMark&) = delete;
+
+ private:
+  RankSlot& slot_;
+};
+
+/// `name` in storage that lives as long as the process, for RankSlot::waitingIn.
+const char* InternedName(const std::string& name);
 
 /// One direction (src -> dst) of a point-to-point pair. The sender posts message k by filling the
 /// message fields and raising `posted` to k; the receiver copies straight from `buf`, records its
@@ -84,8 +107,13 @@ class ThreadGroup {
   Channel& channel(int src, int dst) { return channels_[src * size_ + dst]; }
 
   /// Blocks until every rank has entered this sync point (the k-th Sync of each rank). `what`
-  /// names the primitive for the timeout message. Throws the broken error, or ERROR_TIMEOUT.
+  /// names the call for the timeout message and must live as long as the process (a literal or
+  /// InternedName). Throws the broken error, or ERROR_TIMEOUT.
   void Sync(int rank, const char* what);
+  /// "; rank 0 is waiting in Send to rank 1" for each of `ranks` blocked in a call of this group,
+  /// "" for the others: appended to a timeout message, it tells calls issued in different orders
+  /// apart from a rank that is busy elsewhere.
+  std::string Whereabouts(const std::vector<int>& ranks) const;
 
   bool Broken() const { return broken_.load(std::memory_order_acquire); }
   /// Throws the error that broke the group, if any.
