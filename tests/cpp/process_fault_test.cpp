@@ -1,6 +1,7 @@
 // Fault tests of the multi-process lccl communicator: a rank killed mid-collective, ranks that
 // never arrive, two jobs sharing a commDomain, a clash on one rank, a process of another user,
 // a bad buffer size, and no residue in /dev/shm, /tmp, SysV IPC or the abstract socket table.
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -26,10 +27,12 @@
 #include "collops/communicator.h"
 #include "core/comm/shm/process_rendezvous.h"
 #include "process_ranks.h"
+#include "thread_comm_test_util.h"
 
 namespace collops {
 namespace {
 
+using testing::CaughtStatus;
 using testing::ForkRanks;
 using testing::ProcessRanksOptions;
 using testing::RankOutcome;
@@ -244,6 +247,48 @@ TEST(ProcessFaultTest, AFileSizeLimitBelowTheSegmentIsAClearError) {
       EXPECT_TRUE(Contains(e.what(), "COLLOPS_SHM_HEAP_BYTES")) << e.what();
     }
   });
+}
+
+/// A rank at its open-file limit lost the descriptors rank 0 passed it (the kernel drops them) and
+/// retried until the timeout, then blamed rank 0 ("did not complete the rendezvous"). Now it
+/// fails at once, saying why.
+TEST(ProcessFaultTest, ARankAtItsOpenFileLimitIsToldSo) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<int> fillers;
+        if (rank == 1) {
+          // Every descriptor slot taken but two, which the rank's claim and rendezvous sockets
+          // get: the segment rank 0 passes finds no room.
+          int highest = 0;
+          for (int fd = 0; fd < 4096; ++fd) {
+            if (fcntl(fd, F_GETFD) != -1) highest = fd;
+          }
+          const rlimit limit{static_cast<rlim_t>(highest + 3), static_cast<rlim_t>(highest + 3)};
+          ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+          for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers.push_back(fd);
+          ASSERT_GE(fillers.size(), 2u);
+          for (int i = 0; i < 2; ++i) {
+            close(fillers.back());
+            fillers.pop_back();
+          }
+        }
+        std::string message;
+        const Status status = CaughtStatus([&] { MakeLcclComm(rank, 2, "fd-limit"); }, &message);
+        for (int fd : fillers) close(fd);
+        if (rank == 1) {
+          EXPECT_EQ(status, ERROR_COMM_FAIL) << message;
+          EXPECT_TRUE(Contains(message, "rank 1 could not take the descriptors rank 0")) << message;
+          EXPECT_TRUE(Contains(message, "Too many open files; RLIMIT_NOFILE = ")) << message;
+        } else {
+          EXPECT_NE(status, NO_ERROR) << "rank 1 never had its communicator";
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      },
+      options);
 }
 
 /// A size whose rounding up to pages overflowed returned a zero-length block at the address the

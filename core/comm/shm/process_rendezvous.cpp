@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -55,7 +56,8 @@ struct ReplyWire {
   uint32_t messageBytes;
 };
 
-enum class IoResult { kOk, kClosed, kTimeout };
+/// kFdsDropped: descriptors were passed but the kernel dropped them (MSG_CTRUNC).
+enum class IoResult { kOk, kClosed, kTimeout, kFdsDropped };
 
 uint64_t Fnv1a(const std::string& text) {
   uint64_t hash = 1469598103934665603ULL;
@@ -150,8 +152,10 @@ IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
         if (receivedFds != nullptr) receivedFds->push_back(std::move(owned));
       }
     }
-    // Descriptors cut off for want of room are closed by the kernel: the answer is unusable.
-    if ((msg.msg_flags & MSG_CTRUNC) != 0) return IoResult::kClosed;
+    // Descriptors cut off are closed by the kernel: the answer is unusable.
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+      return receivedFds != nullptr ? IoResult::kFdsDropped : IoResult::kClosed;
+    }
     p += got;
     bytes -= static_cast<size_t>(got);
   }
@@ -188,29 +192,42 @@ void SendPidfds(int fd, int receiver, const std::vector<UniqueFd>& pidfds) {
   }
 }
 
-/// The receiving half of SendPidfds: pidfds by rank (invalid where none came). False when rank 0
-/// went away or sent something else.
-bool RecvPidfds(int fd, int rankSize, const Deadline& deadline, std::vector<UniqueFd>* pidfds) {
+/// The receiving half of SendPidfds: pidfds by rank (invalid where none came). kClosed when rank
+/// 0 went away or sent something else.
+IoResult RecvPidfds(int fd, int rankSize, const Deadline& deadline, std::vector<UniqueFd>* pidfds) {
   std::string present(rankSize, '\0');
-  if (RecvAll(fd, present.data(), present.size(), deadline) != IoResult::kOk) return false;
+  IoResult io = RecvAll(fd, present.data(), present.size(), deadline);
+  if (io != IoResult::kOk) return io;
   const size_t expected = static_cast<size_t>(std::count(present.begin(), present.end(), 1));
   std::vector<UniqueFd> received;
   while (received.size() < expected) {
     uint32_t count = 0;
     const size_t before = received.size();
-    if (RecvAll(fd, &count, sizeof(count), deadline, &received) != IoResult::kOk ||
-        received.size() - before != count) {
-      return false;
-    }
+    io = RecvAll(fd, &count, sizeof(count), deadline, &received);
+    if (io != IoResult::kOk) return io;
+    if (received.size() - before != count) return IoResult::kClosed;
   }
-  if (received.size() != expected) return false;
+  if (received.size() != expected) return IoResult::kClosed;
   pidfds->clear();
   pidfds->resize(rankSize);
   size_t next = 0;
   for (int r = 0; r < rankSize; ++r) {
     if (present[r] == 1) (*pidfds)[r] = std::move(received[next++]);
   }
-  return true;
+  return IoResult::kOk;
+}
+
+/// The kernel drops passed descriptors (MSG_CTRUNC) when the receiver has no room for them in its
+/// descriptor table; without this message the rank would only see rank 0 "never answer".
+[[noreturn]] void FailDroppedFds(const RendezvousSpec& spec, pid_t host) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", spec.rank,
+       " could not take the descriptors rank 0 (pid ", host,
+       ") passed it: the kernel dropped them, as it does when a process has reached its open-file "
+       "limit (Too many open files; RLIMIT_NOFILE = ",
+       limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_cur),
+       ", see ulimit -n)");
 }
 
 int OpenPidfd(pid_t pid) {
@@ -529,6 +546,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid, ") accepted rank ", spec.rank,
            " but never answered");
     }
+    if (io == IoResult::kFdsDropped) FailDroppedFds(spec, host.pid);
     if (io == IoResult::kClosed) {
       // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
       if (ProcessExited(hostPidfd, host.pid)) {
@@ -563,9 +581,11 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     }
     RendezvousResult result;
     std::vector<int32_t> pids(spec.rankSize);
-    if (RecvAll(fd.Get(), pids.data(), pids.size() * sizeof(int32_t), replyDeadline) !=
-            IoResult::kOk ||
-        !RecvPidfds(fd.Get(), spec.rankSize, replyDeadline, &result.pidfds)) {
+    io = RecvAll(fd.Get(), pids.data(), pids.size() * sizeof(int32_t), replyDeadline);
+    if (io == IoResult::kOk)
+      io = RecvPidfds(fd.Get(), spec.rankSize, replyDeadline, &result.pidfds);
+    if (io == IoResult::kFdsDropped) FailDroppedFds(spec, host.pid);
+    if (io != IoResult::kOk) {
       Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
            ") went away during the rendezvous");
     }
