@@ -421,6 +421,31 @@ TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
       options);
 }
 
+/// A rank that arrived after its peer had timed out completed the call with the data the peer
+/// posted before giving up: NO_ERROR on one rank, ERROR_TIMEOUT on the other. Now it fails too.
+TEST(ProcessFaultTest, ARankArrivingAfterItsPeerTimedOutFailsToo) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "1";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        auto comm = MakeLcclComm(rank, 2, "late");
+        comm->Barrier();
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        float x[4] = {1, 2, 3, 4}, y[4] = {};
+        std::string message;
+        const Status status =
+            CaughtStatus([&] { comm->AllReduce(x, y, 4, ACL_FLOAT, ReduceOp::kSum); }, &message);
+        EXPECT_EQ(status, ERROR_TIMEOUT) << message;
+        if (rank == 1) {
+          EXPECT_TRUE(Contains(message, "rank 0 (pid ")) << message;
+          EXPECT_TRUE(Contains(message, "gave up waiting for this rank")) << message;
+        }
+        EXPECT_EQ(CaughtStatus([&] { comm->Barrier(); }), ERROR_TIMEOUT);
+      },
+      options);
+}
+
 TEST(ProcessFaultTest, AbortStopsThePeersWaitingForThisRankAtOnce) {
   // Rank 0 is alive but gives up (as a hierarchical leader does when its cross-host engine
   // fails): ranks waiting for its broadcast stop within the second, well before the 30 s

@@ -266,6 +266,10 @@ void ProcessCommunicator::Enter(const char* op) {
          ", which created it; a child of fork() cannot use it (create a new one in the child)");
   }
   op_ = op;
+  // A peer that gave up on this communicator (its timeout, a lost rank) published an abort record:
+  // without this check a rank arriving late would complete a call its peers already failed,
+  // using what they posted before giving up, and the ranks would disagree on its outcome.
+  ThrowIfAborted();
 }
 
 void ProcessCommunicator::Post() {
@@ -302,6 +306,13 @@ bool ProcessCommunicator::PeerDead(int peer) const {
 }
 
 void ProcessCommunicator::CheckPeer(int peer) {
+  ThrowIfAborted();
+  if (PeerDead(peer)) {
+    Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (", PidOf(peer), ") died"));
+  }
+}
+
+void ProcessCommunicator::ThrowIfAborted() {
   const uint64_t word = segment_.Header().abort.load(std::memory_order_acquire);
   if (word != 0) {
     const AbortRecord abort = UnpackAbort(word);
@@ -313,13 +324,16 @@ void ProcessCommunicator::CheckPeer(int peer) {
                    ") stopped this communicator after a failure outside it (", StatusName(status),
                    ", e.g. a lost peer on another host); that rank's error says which"));
     }
+    if (culprit == rank_) {  // this rank came too late for a peer that timed out
+      Break(status, culprit,
+            Concat(Where(), "rank ", abort.reporter, " (", PidOf(abort.reporter),
+                   ") gave up waiting for this rank (", StatusName(status),
+                   ") and stopped the communicator; this rank arrived after it had"));
+    }
     Break(status, culprit,
           Concat(Where(), "rank ", culprit, " (", PidOf(culprit), ") ",
                  status == ERROR_TIMEOUT ? "stopped responding" : "died", " (detected by rank ",
                  abort.reporter, ")"));
-  }
-  if (PeerDead(peer)) {
-    Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (", PidOf(peer), ") died"));
   }
 }
 

@@ -145,6 +145,8 @@ class ProcessCommunicator final : public Communicator {
   }
   /// Throws (and breaks the communicator) when `peer` died or any rank published an abort.
   void CheckPeer(int peer);
+  /// Throws (and breaks the communicator) when any rank published an abort.
+  void ThrowIfAborted();
   bool PeerDead(int peer) const;
   /// Records the failure, publishes it to the other ranks, throws it.
   [[noreturn]] void Break(Status status, int culprit, const std::string& message);
