@@ -218,8 +218,14 @@ void OperationBase::RunSharingFailure(Context* context, Body&& body) {
     if (IsCollective()) {
       try {
         Context& ctx = context != nullptr ? *context : DefaultContext();
-        std::shared_ptr<Communicator> comm =
-            (comm_ != nullptr && !comm_->Broken()) ? comm_ : ctx.Communicators().Find(commParam_);
+        // The caller's communicator is there to tell even when it is the failure (its rank or
+        // size disagree with the params): its peers would otherwise pair with our next call.
+        std::shared_ptr<Communicator> held =
+            (comm_ != nullptr && !comm_->Broken()) ? comm_ : nullptr;
+        if (held == nullptr && commParam_.comm == nullptr) {
+          held = ctx.Communicators().Find(commParam_);
+        }
+        Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
         if (comm != nullptr) ShareLocalFailure(*comm, name_, e.status());
       } catch (const Error&) {
         // Nobody to tell; our own error stands.
@@ -240,8 +246,8 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
       size = WorkspaceSizeImpl(variantPack);
+      AcquireCommunicator(context);
     });
-    AcquireCommunicator(context);
     setupDescs_.clear();
     for (const auto& t : variantPack.inTensors) setupDescs_.push_back(t.desc);
     for (const auto& t : variantPack.outTensors) setupDescs_.push_back(t.desc);

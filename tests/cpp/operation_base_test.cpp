@@ -251,6 +251,31 @@ TEST(OperationBaseErrors, CallerCommunicatorOfOtherSizeIsInvalidParam) {
   });
 }
 
+// A rank whose params disagree with the communicator it hands in failed alone, and its peer's
+// call paired with that rank's next one (1 + 100 = 101, NO_ERROR). Now the peer fails with it.
+TEST(OperationBaseErrors, CallerCommunicatorDisagreeingWithTheParamsFailsThePeersToo) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    std::shared_ptr<Communicator> comm = CreateCommunicator(ThreadRankParam(rank, 2, domain));
+    Operation* raw = nullptr;
+    ASSERT_EQ(CreateOperation("AllReduceOperation",
+                              {{"rank", rank == 1 ? 0 : rank}, {"rankSize", 2}}, comm.get(), &raw),
+              NO_ERROR)
+        << LastErrorMessage();
+    OperationPtr op(raw);
+    HostTensor x = HostTensor::FromValues(ACL_FLOAT, {4}, TestValues(ACL_FLOAT, 4, 2, rank));
+    HostTensor y(ACL_FLOAT, {4});
+    const Status status = RunOperation(*op, {x.tensor()}, {y.tensor()});
+    if (rank == 1) {
+      EXPECT_EQ(status, ERROR_INVALID_PARAM);
+      EXPECT_THAT(LastErrorMessage(), HasSubstr("the caller's communicator is rank 1 of 2"));
+    } else {
+      EXPECT_EQ(status, ERROR_RANK_MISMATCH);
+      EXPECT_THAT(LastErrorMessage(), HasSubstr("rank 1 failed its own checks"));
+    }
+  });
+}
+
 TEST(OperationBaseErrors, RankFailingItsOwnChecksFailsItsPeersFast) {
   // Rank 1 hands in an output of the wrong shape (a fresh op, so the failure is in Setup). It must
   // not leave ranks 0 and 2 waiting for COLLOPS_TIMEOUT (30 s under ctest): they learn of it in
