@@ -291,6 +291,31 @@ TEST(ProcessFaultTest, ARankAtItsOpenFileLimitIsToldSo) {
       options);
 }
 
+/// A second live communicator for the same ranks (an operation in a second Context) made rank 0
+/// probe its own claim until the listen queue was full, then fail after COLLOPS_TIMEOUT with "held
+/// by a process that never started listening", while rank 1 waited on the first communicator's
+/// listener. Both ranks now refuse at once, saying what to do.
+TEST(ProcessFaultTest, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        std::shared_ptr<Communicator> first = MakeLcclComm(rank, 2, "twice");
+        const auto start = std::chrono::steady_clock::now();
+        std::string message;
+        EXPECT_EQ(CaughtStatus([&] { MakeLcclComm(rank, 2, "twice"); }, &message), ERROR_COMM_FAIL);
+        EXPECT_TRUE(Contains(message, Concat("this process already holds rank ", rank,
+                                             " in a communicator that is still alive")))
+            << message;
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+        first->Barrier();  // the first one is untouched
+        first.reset();
+        MakeLcclComm(rank, 2, "twice")->Barrier();  // and once it is gone, the name is free
+      },
+      options);
+}
+
 /// A size whose rounding up to pages overflowed returned a zero-length block at the address the
 /// next allocation got again: two buffers aliasing each other.
 TEST(ProcessFaultTest, AllocateSharedOfAnImpossibleSizeIsNull) {

@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 
 namespace collops {
 namespace shm {
@@ -16,6 +19,7 @@ namespace {
 // behaviour (the child holds them).
 constexpr int kSlots = 1024;
 std::atomic<int> gReleased[kSlots];
+std::atomic<const std::atomic<uint64_t>*> gAbortRecords[kSlots];  ///< of gReleased[i]'s holder
 std::atomic<uint64_t> gGeneration{0};
 
 // Async-signal-safe calls only: the child of a multithreaded parent may call nothing else.
@@ -30,6 +34,7 @@ void InForkedChild() {
     }
     slot.store(0, std::memory_order_relaxed);
   }
+  for (auto& record : gAbortRecords) record.store(nullptr, std::memory_order_relaxed);
   gGeneration.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -40,20 +45,43 @@ void InstallOnce() {
 
 }  // namespace
 
-void ReleaseInForkedChildren(int fd) {
+void ReleaseInForkedChildren(int fd, const std::atomic<uint64_t>* abortRecord) {
   if (fd < 0) return;
   InstallOnce();
-  for (std::atomic<int>& slot : gReleased) {
+  for (int i = 0; i < kSlots; ++i) {
     int free = 0;
-    if (slot.compare_exchange_strong(free, fd + 1)) return;
+    if (gReleased[i].compare_exchange_strong(free, fd + 1)) {
+      gAbortRecords[i].store(abortRecord, std::memory_order_release);
+      return;
+    }
   }
 }
 
 void StopReleasingInForkedChildren(int fd) {
-  for (std::atomic<int>& slot : gReleased) {
+  for (int i = 0; i < kSlots; ++i) {
+    if (gReleased[i].load(std::memory_order_relaxed) != fd + 1) continue;
+    gAbortRecords[i].store(nullptr, std::memory_order_release);  // before the memory goes
     int mine = fd + 1;
-    if (slot.compare_exchange_strong(mine, 0)) return;
+    if (gReleased[i].compare_exchange_strong(mine, 0)) return;
   }
+}
+
+bool HoldsLiveClaim(const std::string& name) {
+  for (int i = 0; i < kSlots; ++i) {
+    const int stored = gReleased[i].load(std::memory_order_acquire);
+    if (stored == 0) continue;
+    const std::atomic<uint64_t>* abortRecord = gAbortRecords[i].load(std::memory_order_acquire);
+    if (abortRecord != nullptr && abortRecord->load(std::memory_order_acquire) != 0) continue;
+    sockaddr_un addr{};
+    socklen_t length = sizeof(addr);
+    if (getsockname(stored - 1, reinterpret_cast<sockaddr*>(&addr), &length) != 0) continue;
+    const size_t pathBytes = length - offsetof(sockaddr_un, sun_path);
+    if (addr.sun_family == AF_UNIX && pathBytes == name.size() + 1 && addr.sun_path[0] == '\0' &&
+        std::memcmp(addr.sun_path + 1, name.data(), name.size()) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 uint64_t ForkGeneration() {

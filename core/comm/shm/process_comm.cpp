@@ -179,7 +179,7 @@ ProcessCommunicator::ProcessCommunicator(const CommParam& param)
   crossSend_.assign(size_, false);
   crossRecv_.assign(size_, false);
   claim_ = std::move(joined.claim);
-  ReleaseInForkedChildren(claim_.Get());
+  ReleaseInForkedChildren(claim_.Get(), &segment_.Header().abort);
   pids_ = std::move(joined.pids);
   pidfds_ = std::move(joined.pidfds);
   sendMessages_.assign(size_, 0);

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "collops/status.h"
+#include "core/comm/shm/fork_guard.h"
 #include "core/comm/shm/rank_list.h"
 #include "core/comm/shm/wait_word.h"
 
@@ -286,6 +287,14 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
       Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot bind the abstract socket for rank ", rank,
            ": ", std::strerror(errno));
     }
+    if (HoldsLiveClaim(name)) {
+      // Every rank of the second communicator finds this at once: none waits for the others.
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": this process already holds rank ", rank,
+           " in a communicator that is still alive (an operation of another Context, or one "
+           "that still holds it). Between processes a rank has one communicator per (job, "
+           "commDomain, rankSize): run these operations in one Context, give them another "
+           "commDomain, or destroy the first communicator's operations and Context first");
+    }
     // Someone holds it: ask the kernel who. Non-blocking so a full backlog cannot stall us.
     UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     ucred cred{};
@@ -296,7 +305,9 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
       // (Another rank's own earlier claim is fine: the pool replaces a broken communicator while
       // it still holds it. Only rank 0 needs its name, to host the rendezvous.)
       if (((mine && rank == 0) || exited) && !forkedChildGrace.Passed() && !deadline.Passed()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        // Each probe stays in the holder's listen queue (nobody accepts it): 40 in the grace
+        // leave room below the backlog of 128 for the probes of later attempts.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
       if (mine) return UniqueFd();
