@@ -82,21 +82,29 @@ def _padded(x, rows):
     return out
 
 
+def _eager(name):
+    """dist.<name> as torch defines it. The kernels below run while torch.compile traces too
+    (on constant inputs), where patch_torch_distributed()'s wrappers would route them straight
+    back to these ops, without end."""
+    fn = getattr(dist, name, None)
+    return getattr(fn, "__collops_original__", fn)
+
+
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor to *_single and deprecated
 # the old names; the library must not warn on its users' behalf, nor fail on older torch.
 def _gather_into(out, x, pg):
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather = _eager("all_gather_single") or _eager("all_gather_into_tensor")
     gather(out, x, group=pg)
 
 
 def _reduce_scatter_into(out, x, op, pg):
-    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    scatter = _eager("reduce_scatter_single") or _eager("reduce_scatter_tensor")
     scatter(out, x, op=_reduce_op(op), group=pg)
 
 
 def _all_reduce(x, op, group_name):
     out = x.clone(memory_format=torch.contiguous_format)
-    dist.all_reduce(out, op=_reduce_op(op), group=resolve_group(group_name))
+    _eager("all_reduce")(out, op=_reduce_op(op), group=resolve_group(group_name))
     return out
 
 
@@ -116,7 +124,7 @@ def _all_gather_v(x, sizes, group_name):
                          f"input has {x.shape[0]} rows")
     out = x.new_empty((sum(sizes), *x.shape[1:]))
     if is_collops_group(pg):
-        dist.all_gather(list(out.split(list(sizes))), x.contiguous(), group=pg)
+        _eager("all_gather")(list(out.split(list(sizes))), x.contiguous(), group=pg)
         return out
     most = max(sizes)
     gathered = x.new_empty((world * most, *x.shape[1:]))
@@ -144,7 +152,7 @@ def _reduce_scatter_v(x, sizes, op, group_name):
                          f"has {x.shape[0]} rows")
     out = x.new_empty((sizes[rank], *x.shape[1:]))
     if is_collops_group(pg):
-        dist.reduce_scatter(out, list(x.split(list(sizes))), op=_reduce_op(op), group=pg)
+        _eager("reduce_scatter")(out, list(x.split(list(sizes))), op=_reduce_op(op), group=pg)
         return out
     most = max(sizes)
     padded = torch.cat([_padded(c, most) for c in x.split(list(sizes))])
@@ -156,7 +164,7 @@ def _reduce_scatter_v(x, sizes, op, group_name):
 def _all_to_all(x, group_name):
     pg = resolve_group(group_name)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    dist.all_to_all_single(out, x.contiguous(), group=pg)
+    _eager("all_to_all_single")(out, x.contiguous(), group=pg)
     return out
 
 
@@ -166,14 +174,14 @@ def _all_to_all_v(x, output_split_sizes, input_split_sizes, group_name):
     _check_sizes(output_split_sizes, world, "all_to_all_v")
     _check_sizes(input_split_sizes, world, "all_to_all_v")
     out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
-    dist.all_to_all_single(out, x.contiguous(), list(output_split_sizes),
+    _eager("all_to_all_single")(out, x.contiguous(), list(output_split_sizes),
                            list(input_split_sizes), group=pg)
     return out
 
 
 def _broadcast(x, src, group_name):
     out = x.clone(memory_format=torch.contiguous_format)
-    dist.broadcast(out, group_src=src, group=resolve_group(group_name))
+    _eager("broadcast")(out, group_src=src, group=resolve_group(group_name))
     return out
 
 

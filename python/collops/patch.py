@@ -2,7 +2,8 @@
 
 After the call, these ``torch.distributed`` functions, when traced by ``torch.compile``, become
 graph-captured ``torch.ops.collops.*`` ops (no graph break) whose results are copied into the
-caller's tensors, exactly as the eager calls would fill them: all_reduce, all_gather,
+caller's tensors, exactly as the eager calls would fill them (a rank outside the group gets
+torch's own call, as without the patch): all_reduce, all_gather,
 all_gather_single and reduce_scatter_single (and their names before torch 2.13,
 all_gather_into_tensor and reduce_scatter_tensor), all_to_all_single (uneven splits too),
 all_to_all, broadcast. Outside compilation, and for ``async_op=True``, the original functions run
@@ -85,13 +86,20 @@ def _dispatching(name, original):
     # asks for a Work as much as the keyword does.
     params = list(inspect.signature(original).parameters)
     async_at = params.index("async_op") if "async_op" in params else None
+    group_at = params.index("group") if "group" in params else None
+
+    def argument(args, kwargs, name, at, default):
+        if at is not None and len(args) > at:
+            return args[at]
+        return kwargs.get(name, default)
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        async_op = kwargs.get("async_op", False)
-        if async_at is not None and len(args) > async_at:
-            async_op = args[async_at]
-        if torch.compiler.is_compiling() and not async_op:
+        async_op = argument(args, kwargs, "async_op", async_at, False)
+        # A rank outside the group has no group name for the ops: torch's own call handles it
+        # (eagerly it returns None with a warning).
+        outside = argument(args, kwargs, "group", group_at, None) is dist.GroupMember.NON_GROUP_MEMBER
+        if torch.compiler.is_compiling() and not async_op and not outside:
             return compiled(*args, **kwargs)
         return original(*args, **kwargs)
 

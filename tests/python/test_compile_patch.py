@@ -96,3 +96,34 @@ def test_patched_dist_calls_and_tensor_parallel_mlp_compile_fullgraph():
     for op in ("all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all_v",
                "broadcast"):
         assert {f"collops.{op}", f"collops.{op}.default"} & set(targets), (op, targets)
+
+
+def _constants_job(ctx):
+    """Tensors made inside the compiled function are constants: tracing runs the ops' real
+    kernels on them, which called the patched dist.* again, without end (RecursionError)."""
+    import collops
+
+    rank, world = ctx.rank, ctx.world_size
+    collops.patch_torch_distributed()
+    try:
+        def step(x):
+            t = torch.tensor([1.0])
+            dist.all_reduce(t)
+            gathered = torch.empty(world)
+            dist.all_gather_into_tensor(gathered, torch.tensor([2.0]))
+            scattered = torch.empty(1)
+            dist.reduce_scatter_tensor(scattered, torch.tensor([3.0, 4.0]))
+            return x + t, gathered, scattered
+
+        got = torch.compile(step, fullgraph=True)(torch.zeros(2))
+    finally:
+        collops.patch.unpatch_torch_distributed()
+    want = (torch.full((2,), float(world)), torch.full((world,), 2.0),
+            torch.tensor([(3.0 + rank) * world]))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    return True
+
+
+def test_patched_calls_on_constants_made_inside_the_compiled_function():
+    assert all(run_group_job(WORLD, _constants_job))
