@@ -316,6 +316,29 @@ TEST(ProcessFaultTest, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
       options);
 }
 
+/// Under an address-space limit (ulimit -v) even a 1 KiB AllReduce failed with "cannot map",
+/// naming neither the limit nor the sparse heaps that take most of the segment's addresses.
+TEST(ProcessFaultTest, AnAddressSpaceLimitBelowTheSegmentNamesTheLimitAndTheHeaps) {
+  RunProcessRanks(1, [](int) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    uint64_t used = 0;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmSize:", 0) == 0) used = std::stoull(line.substr(7)) * 1024;
+    }
+    ASSERT_GT(used, 0u);
+    const rlim_t room = used + (rlim_t{256} << 20);  // well below the 1 GiB heap
+    const rlimit limit{room, room};
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &limit), 0);
+    std::string message;
+    EXPECT_EQ(CaughtStatus([] { MakeLcclComm(0, 1, "address-space-limit"); }, &message),
+              ERROR_OUT_OF_HOST_MEMORY);
+    EXPECT_TRUE(Contains(message, Concat("the address-space limit (ulimit -v) is ", room)))
+        << message;
+    EXPECT_TRUE(Contains(message, "COLLOPS_SHM_HEAP_BYTES")) << message;
+  });
+}
+
 /// A size whose rounding up to pages overflowed returned a zero-length block at the address the
 /// next allocation got again: two buffers aliasing each other.
 TEST(ProcessFaultTest, AllocateSharedOfAnImpossibleSizeIsNull) {

@@ -111,8 +111,18 @@ uint8_t* Segment::Map(int fd, uint64_t bytes, uint64_t populate) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (base == MAP_FAILED) {
     const int err = errno;
+    // Most of the segment is the ranks' sparse heaps: address space, not memory, which only an
+    // address-space limit (ulimit -v) refuses.
+    rlimit addressSpace{};
+    const bool limited =
+        getrlimit(RLIMIT_AS, &addressSpace) == 0 && addressSpace.rlim_cur != RLIM_INFINITY;
     Fail(err == ENOMEM ? ERROR_OUT_OF_HOST_MEMORY : ERROR_COMM_FAIL, "lccl: cannot map the ", bytes,
-         "-byte shared segment: ", std::strerror(err));
+         "-byte shared segment: ", std::strerror(err),
+         limited && err == ENOMEM
+             ? Concat("; the address-space limit (ulimit -v) is ", addressSpace.rlim_cur,
+                      " bytes: raise it, or lower COLLOPS_SHM_HEAP_BYTES (the ranks' shared "
+                      "heaps, most of the segment; 0 = none) or COLLOPS_SHM_BYTES")
+             : std::string());
   }
   madvise(base, bytes, MADV_HUGEPAGE);  // a hint; fine when transparent huge pages are off
   Populate(static_cast<uint8_t*>(base), populate);
