@@ -42,6 +42,38 @@ void Communicator::Agree(const CallSignature& mine) { VerifyAgreement(*this, min
 void* Communicator::AllocateShared(size_t) { return nullptr; }
 bool Communicator::FreeShared(void*) { return false; }
 
+namespace {
+constexpr const char* kOneThreadRule =
+    "operations that share a communicator (the same commDomain, Context and rank) must be "
+    "called by one thread at a time, in the same order on every rank; give threads that run "
+    "at the same time their own commDomain";
+}  // namespace
+
+ExclusiveUse::ExclusiveUse(Communicator& comm, const std::string& caller)
+    : comm_(comm), caller_(caller) {
+  int free = 0;
+  if (comm_.use_.compare_exchange_strong(free, 1, std::memory_order_acquire)) return;
+  int held = 1;  // tell the holder, unless it is gone already or was told
+  comm_.use_.compare_exchange_strong(held, 2, std::memory_order_relaxed);
+  Fail(ERROR_COMM_FAIL, caller_, " (rank ", comm_.Rank(), "): another thread of this rank is in a ",
+       "call on the same ", comm_.BackendName(), " communicator; ", kOneThreadRule,
+       ". That call fails too, and the communicator is stopped on every rank");
+}
+
+ExclusiveUse::~ExclusiveUse() { comm_.use_.store(0, std::memory_order_release); }
+
+void ExclusiveUse::Finish() {
+  if (comm_.use_.load(std::memory_order_relaxed) != 2) return;
+  const std::string message =
+      Concat(caller_, " (rank ", comm_.Rank(), "): another thread of this rank called on the same ",
+             comm_.BackendName(),
+             " communicator during this call, so the peers may have paired this call with that "
+             "one's; ",
+             kOneThreadRule, ". The communicator is stopped on every rank");
+  comm_.Abort(ERROR_COMM_FAIL, message);
+  throw Error(ERROR_COMM_FAIL, message);
+}
+
 std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops) {
   std::vector<int> previous(ops.size(), -1);
   for (size_t i = 0; i < ops.size(); ++i) {

@@ -226,7 +226,10 @@ void OperationBase::RunSharingFailure(Context* context, Body&& body) {
           held = ctx.Communicators().Find(commParam_);
         }
         Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
-        if (comm != nullptr) ShareLocalFailure(*comm, name_, e.status());
+        if (comm != nullptr) {
+          ExclusiveUse use(*comm, name_);
+          ShareLocalFailure(*comm, name_, e.status());
+        }
       } catch (const Error&) {
         // Nobody to tell; our own error stands.
       }
@@ -288,8 +291,10 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
       signature = SignatureImpl(variantPack);
     });
     AcquireCommunicator(context);
+    ExclusiveUse use(*comm_, name_);
     if (!signature.opName.empty()) comm_->Agree(signature);
     ExecuteImpl(variantPack, workspace, workspaceSize, *comm_);
+    use.Finish();
   });
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "op_harness.h"
 #include "thread_ranks.h"
@@ -273,6 +274,46 @@ TEST(OperationBaseErrors, CallerCommunicatorDisagreeingWithTheParamsFailsThePeer
       EXPECT_EQ(status, ERROR_RANK_MISMATCH);
       EXPECT_THAT(LastErrorMessage(), HasSubstr("rank 1 failed its own checks"));
     }
+  });
+}
+
+// Two threads of one rank ran ops of one commDomain at once: they shared the communicator, and
+// about a third of the calls returned NO_ERROR with the other thread's data mixed in. The thread
+// that comes second now fails at once, and the one inside fails when done and stops the
+// communicator, since the peers may have paired its call with the other's.
+TEST(OperationBaseErrors, TwoThreadsOfARankOnOneCommunicatorBothFail) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    auto makeOp = [&] {
+      return MakeOperation(
+          "AllReduceOperation",
+          {{"rank", rank}, {"rankSize", 2}, {"commMode", 1}, {"commDomain", domain}});
+    };
+    OperationPtr first = makeOp(), second = makeOp();
+    HostTensor x = HostTensor::FromValues(ACL_FLOAT, {4}, TestValues(ACL_FLOAT, 4, 2, rank));
+    HostTensor y(ACL_FLOAT, {4}), z(ACL_FLOAT, {4});
+    ASSERT_EQ(RunOperation(*first, {x.tensor()}, {y.tensor()}), NO_ERROR) << LastErrorMessage();
+    if (rank == 1) {
+      // Rank 0's first thread waits in its call for this one meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      RunOperation(*first, {x.tensor()}, {y.tensor()});  // paired with it: either outcome
+      return;
+    }
+    Status inside = NO_ERROR;
+    std::string insideMessage;
+    std::thread other([&] {
+      inside = RunOperation(*first, {x.tensor()}, {y.tensor()});
+      insideMessage = LastErrorMessage();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(RunOperation(*second, {x.tensor()}, {z.tensor()}), ERROR_COMM_FAIL);
+    EXPECT_THAT(LastErrorMessage(),
+                HasSubstr("AllReduceOperation (rank 0): another thread of this rank is in a call "
+                          "on the same lccl communicator"));
+    other.join();
+    EXPECT_EQ(inside, ERROR_COMM_FAIL);
+    EXPECT_THAT(insideMessage, HasSubstr("another thread of this rank called on the same lccl "
+                                         "communicator during this call"));
   });
 }
 

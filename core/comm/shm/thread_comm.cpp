@@ -407,6 +407,10 @@ void ThreadCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 
+void ThreadCommunicator::Abort(Status status, const std::string& why) {
+  group_->Break(status, Concat(group_->Describe(), ": rank ", rank_, " aborted: ", why));
+}
+
 void ThreadCommunicator::Barrier() { group_->Sync(rank_, "Barrier"); }
 
 std::shared_ptr<ThreadCommunicator> JoinThreadGroup(const CommParam& param) {

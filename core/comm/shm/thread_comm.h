@@ -58,6 +58,8 @@ class ThreadCommunicator final : public Communicator {
   void Exchange(const std::vector<PointToPoint>& ops) override;
   void Barrier() override;
   bool Broken() const override { return group_->Broken(); }
+  /// Breaks the group: every rank's waits end with `status` and `why`, and later calls fail.
+  void Abort(Status status, const std::string& why) override;
   void SetIdleHook(std::function<void()> hook) override {
     group_->slot(rank_).idle = std::move(hook);
   }

@@ -173,7 +173,7 @@ void ThreadGroup::ThrowIfBroken() const {
   throw Error(brokenStatus_, brokenMessage_);
 }
 
-void ThreadGroup::BreakAndThrow(Status status, const std::string& message) {
+void ThreadGroup::Break(Status status, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(brokenMutex_);
     if (!broken_.load(std::memory_order_relaxed)) {
@@ -183,6 +183,10 @@ void ThreadGroup::BreakAndThrow(Status status, const std::string& message) {
     }
   }
   WakeAll();
+}
+
+void ThreadGroup::BreakAndThrow(Status status, const std::string& message) {
+  Break(status, message);
   ThrowIfBroken();
   throw Error(status, message);  // not reached: the group is broken by now
 }

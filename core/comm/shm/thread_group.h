@@ -118,8 +118,9 @@ class ThreadGroup {
   bool Broken() const { return broken_.load(std::memory_order_acquire); }
   /// Throws the error that broke the group, if any.
   void ThrowIfBroken() const;
-  /// Marks the group broken with (status, message) unless it already is, wakes every waiter, and
-  /// throws the error that broke it (the first one wins).
+  /// Marks the group broken with (status, message) unless it already is, and wakes every waiter.
+  void Break(Status status, const std::string& message);
+  /// Break, then throws the error that broke the group (the first one wins).
   [[noreturn]] void BreakAndThrow(Status status, const std::string& message);
 
   /// Waits, as rank `rank`, on `word` until ready() or the group breaks: spins, then yields

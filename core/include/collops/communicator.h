@@ -13,6 +13,7 @@
 // has run the cross-rank agreement check (Agree(), signature.h) first.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -157,6 +158,35 @@ class Communicator {
  protected:
   /// Throws ERROR_BACKEND_UNAVAILABLE: "backend <BackendName()> does not support <what>".
   [[noreturn]] void Unsupported(const char* what) const;
+
+ private:
+  friend class ExclusiveUse;
+  /// 0 free, 1 held by an ExclusiveUse, 2 held while another thread tried to enter.
+  std::atomic<int> use_{0};
+};
+
+/// One thread's use of a communicator for one call (OperationBase holds one around each). A
+/// rank is one sequence of calls, as with a NCCL communicator or an MPI_Comm: two threads of a
+/// rank calling on it at once would each meet some peer's call, in an order the peers need not
+/// share, and ops of one commDomain share a communicator. So a second thread entering while
+/// another is inside throws ERROR_COMM_FAIL at once, and the thread inside, whose call the peers
+/// may have paired with the other thread's, aborts the communicator for every rank when it is
+/// done (Finish) instead of returning a result nobody can trust. Use it from one thread.
+class ExclusiveUse {
+ public:
+  /// `caller` names the caller in messages ("AllReduceOperation"); it must outlive this.
+  ExclusiveUse(Communicator& comm, const std::string& caller);
+  ~ExclusiveUse();
+  ExclusiveUse(const ExclusiveUse&) = delete;
+  ExclusiveUse& operator=(const ExclusiveUse&) = delete;
+
+  /// After a call that returned normally: throws ERROR_COMM_FAIL, after aborting the
+  /// communicator, when another thread tried to enter during it.
+  void Finish();
+
+ private:
+  Communicator& comm_;
+  const std::string& caller_;
 };
 
 /// For each op of an Exchange group, the index of the op before it on the same channel (same

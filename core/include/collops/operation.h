@@ -15,7 +15,8 @@ class Context;
 /// One configured collective. Lifecycle: create (params parsed and validated, no communication)
 /// -> InferShape (pure) -> Setup (host counts read and checked, workspace size, communicator
 /// acquired) -> Execute (cross-rank agreement check, local copy, then peers). Execute on CPU is
-/// synchronous. An Operation object is used by one thread at a time.
+/// synchronous. An Operation object is used by one thread at a time, and so are all the ops that
+/// share a communicator (same commDomain and Context): see ExclusiveUse in communicator.h.
 class Operation {
  public:
   virtual ~Operation() = default;
