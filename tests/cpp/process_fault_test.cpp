@@ -494,6 +494,42 @@ TEST(ProcessFaultTest, ARankArrivingAfterItsPeerTimedOutFailsToo) {
       options);
 }
 
+/// Rank 0 sends, then all-reduces; rank 1 all-reduces, then receives. Sends are synchronous, so
+/// neither could move, and both waited out COLLOPS_TIMEOUT; the timeout blamed rank 0 as "stopped
+/// responding". The rank in the send sees its peer sleeping in a collective round it has not
+/// posted, and both fail at once naming the order.
+TEST(ProcessFaultTest, ASendAgainstACollectiveFailsAtOnceNamingTheOrder) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  RunProcessRanks(
+      3,
+      [](int rank) {
+        auto comm = MakeLcclComm(rank, 3, "order");
+        comm->Barrier();
+        const auto start = std::chrono::steady_clock::now();
+        float x[4] = {1, 2, 3, 4}, y[4] = {};
+        std::string message;
+        const Status status = CaughtStatus(
+            [&] {
+              if (rank == 0) comm->Send(x, 4, ACL_FLOAT, 1);
+              comm->AllReduce(x, y, 4, ACL_FLOAT, ReduceOp::kSum);
+              if (rank == 1) comm->Recv(y, 4, ACL_FLOAT, 0);
+            },
+            &message);
+        EXPECT_EQ(status, ERROR_RANK_MISMATCH) << message;
+        EXPECT_TRUE(Contains(message, "the ranks made their calls in different orders")) << message;
+        if (rank == 0) {
+          EXPECT_TRUE(Contains(message, "lccl Send (rank 0 of 3): rank 1 (pid "));
+          EXPECT_TRUE(Contains(message, "waits for this rank in a collective")) << message;
+        } else {
+          EXPECT_TRUE(Contains(message, "rank 0 (pid ")) << message;
+          EXPECT_TRUE(Contains(message, "waits in a send or receive with rank 1")) << message;
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      },
+      options);
+}
+
 TEST(ProcessFaultTest, AbortStopsThePeersWaitingForThisRankAtOnce) {
   // Rank 0 is alive but gives up (as a hierarchical leader does when its cross-host engine
   // fails): ranks waiting for its broadcast stop within the second, well before the 30 s

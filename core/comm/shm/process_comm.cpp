@@ -287,6 +287,7 @@ void ProcessCommunicator::WaitAll() {
     auto arrived = [&] { return peer.posted.load(std::memory_order_acquire) >= round; };
     if (Spin(arrived, r)) continue;
     deadline_ = Deadline::After(timeoutSeconds_);
+    const WaitingInRound mark(segment_.Rank(rank_), round);
     if (peer.word.Wait(arrived, deadline_, [&] { AfterSlice([&] { CheckPeer(r); }); })) continue;
     std::string missing;
     int first = -1;
@@ -305,6 +306,17 @@ bool ProcessCommunicator::PeerDead(int peer) const {
   return ProcessExited(pidfds_[peer], pids_[peer]);
 }
 
+void ProcessCommunicator::CheckCallOrder(int peer) {
+  const uint64_t theirs = segment_.Rank(peer).waitingRound.load(std::memory_order_acquire);
+  if (theirs == 0 || theirs <= round_) return;
+  // The peer sleeps in a collective until this rank posts its round, and this rank waits in a
+  // send or receive for the peer: neither can move again.
+  Break(ERROR_RANK_MISMATCH, peer,
+        Concat(Where(), "rank ", peer, " (", PidOf(peer),
+               ") waits for this rank in a collective while this rank waits in ", op_,
+               " with it: the ranks made their calls in different orders", kCallOrderRule));
+}
+
 void ProcessCommunicator::CheckPeer(int peer) {
   ThrowIfAborted();
   if (PeerDead(peer)) {
@@ -318,6 +330,13 @@ void ProcessCommunicator::ThrowIfAborted() {
     const AbortRecord abort = UnpackAbort(word);
     const int culprit = abort.culprit >= 0 && abort.culprit < size_ ? abort.culprit : 0;
     const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
+    if (abort.status == ERROR_RANK_MISMATCH) {  // CheckCallOrder() on the reporter
+      Break(ERROR_RANK_MISMATCH, culprit,
+            Concat(Where(), "rank ", abort.reporter, " (", PidOf(abort.reporter),
+                   ") waits in a send or receive with rank ", culprit, " while rank ", culprit,
+                   " waits for it in a collective: the ranks made their calls in different orders",
+                   kCallOrderRule));
+    }
     if (abort.reporter == culprit) {  // Abort(): alive, but it failed outside this communicator
       Break(status, culprit,
             Concat(Where(), "rank ", culprit, " (", PidOf(culprit),

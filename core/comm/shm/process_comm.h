@@ -147,6 +147,9 @@ class ProcessCommunicator final : public Communicator {
   void CheckPeer(int peer);
   /// Throws (and breaks the communicator) when any rank published an abort.
   void ThrowIfAborted();
+  /// In a send or receive with `peer`: throws ERROR_RANK_MISMATCH (and breaks the communicator)
+  /// when the peer sleeps in a collective waiting for this rank's round.
+  void CheckCallOrder(int peer);
   bool PeerDead(int peer) const;
   /// Records the failure, publishes it to the other ranks, throws it.
   [[noreturn]] void Break(Status status, int culprit, const std::string& message);

@@ -125,7 +125,9 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
     };
     Await(segment_.Rank(rank_).bell, ready, waiting->op.peer, [&] {
       for (const Transfer& t : group) {
-        if (t.stage != Transfer::kDone) CheckPeer(t.op.peer);
+        if (t.stage == Transfer::kDone) continue;
+        CheckPeer(t.op.peer);
+        CheckCallOrder(t.op.peer);
       }
     });
   }

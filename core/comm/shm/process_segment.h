@@ -69,11 +69,34 @@ struct alignas(kControlStride) RankControl {
   /// could read and write every peer's with process_vm_readv/writev.
   std::atomic<uint64_t> probeAddress{0};
   std::atomic<int32_t> probeReached{0};
+  /// While this rank sleeps in a round of a collective: that round (0 otherwise). A rank waiting
+  /// in a send or receive on a peer reads it to tell that the peer waits for it in a collective:
+  /// a deadlock of calls issued in different orders (process_p2p.cpp).
+  std::atomic<uint64_t> waitingRound{0};
   WaitWord word;  ///< notified after every post
   /// Rung by a peer after each of its point-to-point posts toward this rank: a group of sends and
   /// receives (Exchange) waits on it for whichever of its channels moves first.
   WaitWord bell;
 };
+
+/// Marks `control` as sleeping in collective round `round` for its lifetime.
+class WaitingInRound {
+ public:
+  WaitingInRound(RankControl& control, uint64_t round) : control_(control) {
+    control_.waitingRound.store(round, std::memory_order_release);
+  }
+  ~WaitingInRound() { control_.waitingRound.store(0, std::memory_order_release); }
+  WaitingInRound(const WaitingInRound&) = delete;
+  WaitingInRound& operator=(const WaitingInRound&) = delete;
+
+ private:
+  RankControl& control_;
+};
+
+/// What a rank that finds calls issued in different orders adds to its message.
+constexpr const char* kCallOrderRule =
+    " (every rank must make the same collective calls in the same order, and post each send "
+    "and receive where its peer can meet it)";
 
 /// One side of a point-to-point channel; written only by its owner. The announcement of message
 /// m lives in entry m%2: a side can run at most one message ahead of the other side's reading
