@@ -20,6 +20,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -333,6 +334,10 @@ void UseSharedBuffers(const Options& o, int rank) {
   gSharedSource = comm.get();
 }
 
+std::string OutOfMemory() {
+  return "out of memory allocating this size's buffers (std::bad_alloc)";
+}
+
 /// One rank's whole run over every size. Returns 0, or 1 after recording an error.
 int RunRank(const Options& o, int rank, Shared& sh) {
   const std::vector<int64_t> sizes = Sizes(o);
@@ -353,6 +358,9 @@ int RunRank(const Options& o, int rank, Shared& sh) {
       sh.count[at] = c.layout().bytes / static_cast<int64_t>(o.dtype->size);
       if (o.check) sh.wrong[at] = c.Check();
     }
+  } catch (const std::bad_alloc&) {
+    std::snprintf(sh.errors + rank * 256, 256, "rank %d: %s", rank, OutOfMemory().c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::snprintf(sh.errors + rank * 256, 256, "rank %d: %s", rank, e.what());
     return 1;
@@ -401,6 +409,11 @@ int RunMpirun(Options o) {
                  "with mpirun -np R (OpenMPI)\n");
     return 2;
   }
+  const std::string why = RankCountError(o.op, o.ranks);
+  if (!why.empty()) {
+    if (rank == 0) std::fprintf(stderr, "collops-bench: mpirun -np %d: %s\n", o.ranks, why.c_str());
+    return 2;
+  }
   // mpirun ranks share no parent: a job key from mpirun's job id keeps concurrent runs apart.
   const char* jobId = std::getenv("OMPI_MCA_ess_base_jobid");
   if (std::getenv("COLLOPS_JOB_ID") == nullptr && jobId != nullptr) {
@@ -441,6 +454,8 @@ int RunMpirun(Options o) {
         }
         if (o.check) row.wrong = Reduced(comm.get(), "sum", {c.Check()})[0];
         row.bytes = c.layout().bytes;
+      } catch (const std::bad_alloc&) {
+        error = collops::Concat("rank ", rank, ": ", OutOfMemory());
       } catch (const std::exception& e) {
         error = collops::Concat("rank ", rank, ": ", e.what());
       }
@@ -457,19 +472,12 @@ int RunMpirun(Options o) {
 }
 
 int Main(int argc, char** argv) {
-  const Options o = ParseOptions(argc, argv, /*hasMode=*/true);
+  // Refuses what cannot run (bad sizes, -r 1 for sendrecv, --shared outside process mode).
+  const Options o = ParseOptions(argc, argv, Tool::kBench);
   if (o.mode == Mode::kMpirun) return RunMpirun(o);
-  if (o.ranks < 1 || (o.op == Op::kSendRecv && o.ranks < 2)) {
-    std::fprintf(stderr, "collops-bench: -r must be >= 1 (>= 2 for sendrecv)\n");
-    return 2;
-  }
   const std::vector<int64_t> sizes = Sizes(o);
   Shared sh(static_cast<int>(sizes.size()), o.ranks, o.iters);
   const bool threadMode = o.mode == Mode::kThread;
-  if (o.shared && threadMode) {
-    std::fprintf(stderr, "collops-bench: --shared is for --mode process (threads share memory)\n");
-    return 2;
-  }
   const char* system = threadMode ? "collops-thread"
                        : o.shared ? "collops-process-shared"
                                   : "collops-process";

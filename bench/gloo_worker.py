@@ -8,10 +8,12 @@ collops-bench's --settle-ms), hands it to every rank, and prints one JSON result
 collops-bench's format. The warm-up is bench_common.h's WarmUp: the calls, then more until
 settle_ms have passed, rank 0 deciding for all. Times: a dist.barrier() (not timed) before every
 iteration, per iteration the max over ranks, median and min over iterations. float32 only; the
-layouts are those of bench_common.h (uneven V ops included) and every result is checked.
+layouts are those of bench_layout.h (uneven V ops included) and every result is checked.
 
 gloo has no reduce_scatter: reducescatter(v) run as all_reduce + keeping this rank's slice, which
-is what a gloo user would do; the result line says so in "note".
+is what a gloo user would do; and its all_gather needs equal blocks: allgatherv runs as
+all_to_all_single, each rank sending its own block to every rank. The result line says so in
+"note".
 
 Across simulated hosts (bench/compare --layout 2x2, as root):
   gloo_worker.py -r 4 --netns collops-1-h0,collops-1-h1 --master-addr 10.231.0.1 --ifname eth0
@@ -32,7 +34,7 @@ import torch.multiprocessing as mp
 
 
 def uneven_split(total, parts, key):
-    """bench_common.h UnevenSplit: block j gets weight 1 + (key + j) % 2, remainder to the last."""
+    """bench_layout.h UnevenSplit: block j gets weight 1 + (key + j) % 2, remainder to the last."""
     weights = sum(1 + (key + j) % 2 for j in range(parts))
     counts = [total * (1 + (key + j) % 2) // weights for j in range(parts)]
     counts[-1] += total - sum(counts)
@@ -40,7 +42,7 @@ def uneven_split(total, parts, key):
 
 
 def values(rank, n):
-    """bench_common.h Value(rank, i) = rank + 1 + i % 7."""
+    """bench_layout.h Value(rank, i) = rank + 1 + i % 7."""
     return (torch.arange(n, dtype=torch.int64) % 7 + rank + 1).to(torch.float32)
 
 
@@ -70,12 +72,24 @@ class Case:
             self.golden = values((rank - 1) % world, n)
             self.run = self._sendrecv
             self.result = lambda: self.y
-        elif op in ("allgather", "allgatherv"):
+        elif op == "allgather":
             self.x = values(rank, chunk)
             self.y = [torch.zeros(chunk) for _ in range(world)]
             self.golden = torch.cat([values(r, chunk) for r in range(world)])
             self.run = lambda: dist.all_gather(self.y, self.x)
             self.result = lambda: torch.cat(self.y)
+        elif op == "allgatherv":
+            # bench_layout.h: rank j contributes uneven_split(n, R, 0)[j] elements. gloo's
+            # all_gather refuses blocks of different sizes, so every rank sends its block to each
+            # rank with all_to_all_single (send list prepared once, outside the timed calls).
+            counts = uneven_split(n, world, 0)
+            self.x = values(rank, counts[rank]).repeat(world)
+            self.y = torch.zeros(n)
+            self.golden = torch.cat([values(r, counts[r]) for r in range(world)])
+            self.run = lambda: dist.all_to_all_single(self.y, self.x, counts,
+                                                      [counts[rank]] * world)
+            self.result = lambda: self.y
+            self.note = "gloo all_gather needs equal blocks: all_to_all_single of the own block"
         elif op in ("reducescatter", "reducescatterv"):
             counts = [chunk] * world if op == "reducescatter" else uneven_split(n, world, 0)
             start = sum(counts[:rank])
@@ -203,7 +217,7 @@ def free_port():
 
 
 def factor(op, world):
-    """nccl-tests bus-bandwidth factors (bench_common.h BusFactor)."""
+    """nccl-tests bus-bandwidth factors (bench_layout.h BusFactor)."""
     if op == "allreduce":
         return 2 * (world - 1) / world
     if op in ("broadcast", "sendrecv"):
@@ -211,19 +225,34 @@ def factor(op, world):
     return (world - 1) / world
 
 
+def usage_error(message):
+    """A bad command line: says which option, exits 2 (before any rank starts)."""
+    print(f"gloo_worker: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def option(name, default=None):
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+    if name not in sys.argv:
+        return default
+    at = sys.argv.index(name) + 1
+    if at >= len(sys.argv):
+        usage_error(f"{name} needs a value")
+    return sys.argv[at]
 
 
 def main():
-    world = int(option("-r", 2))
+    text = option("-r", "2")
+    if not text.isdigit() or int(text) < 1:
+        usage_error(f"-r {text}: give a rank count, an integer >= 1")
+    world = int(text)
     netns = option("--netns")
     places = [None] * world
     port = free_port()
     if netns:
         hosts = netns.split(",")
-        if world % len(hosts):
-            sys.exit(f"gloo_worker: -r {world} does not split evenly over {len(hosts)} hosts")
+        if not all(hosts) or world % len(hosts):
+            usage_error(f"--netns {netns}: give one namespace per host, and -r {world} ranks "
+                        "must split evenly over them")
         per_host = world // len(hosts)
         places = [(hosts[r // per_host], option("--master-addr"), option("--ifname", "eth0"))
                   for r in range(world)]

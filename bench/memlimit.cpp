@@ -6,9 +6,12 @@
 //            loop of a 2-rank reduction)
 // Bandwidth is S / time for every kernel (bytes of output produced per second), so it reads
 // directly against a collective's algbw at the same S.
-// Usage: collops-memlimit [-b 8] [-e 64M] [-f 4] [-n 20] [--json]
+// Usage: collops-memlimit [-b 8] [-e 64M] [-f 4] [-w 5] [-n 20] [--json]   (--help: the details)
+// A size whose buffers cannot be allocated prints a FAILED row (JSON: "error") and exits 1.
 #include <atomic>
 #include <cstdio>
+#include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,49 +52,75 @@ double Timed(int threads, F body) {
   return *std::max_element(took.begin(), took.end());
 }
 
+const char* const kKernels[] = {"memcpy1", "memcpy2", "add"};
+
+/// The rows of a size that could not run: one per kernel, as the comparison runner reads them.
+void PrintFailed(const Options& o, size_t n, const std::string& error) {
+  for (const char* name : kKernels) {
+    if (o.json) {
+      std::printf("{\"system\": \"mem-%s\", \"bytes\": %lld, \"error\": \"%s\"}\n", name,
+                  static_cast<long long>(n), JsonText(error).c_str());
+    } else {
+      std::printf("%-8s %12lld B  FAILED: %s\n", name, static_cast<long long>(n), error.c_str());
+    }
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "collops-memlimit: %lld B: %s\n", static_cast<long long>(n), error.c_str());
+}
+
+/// Times the three kernels at `n` bytes and prints their rows. Throws std::bad_alloc when the
+/// buffers (about 5n bytes) cannot be allocated; false if the add kernel computed a wrong sum.
+bool RunSize(const Options& o, size_t n) {
+  std::vector<float> a(n / 4 + 16, 1.5f), b(n / 4 + 16, 2.5f), c(n / 4 + 16, 0.f);
+  std::vector<uint8_t> src(n, 1), dst(n, 0);
+  auto copy1 = [&](int) { std::memcpy(dst.data(), src.data(), n); };
+  auto copy2 = [&](int t) {
+    const size_t half = n / 2;
+    std::memcpy(dst.data() + t * half, src.data() + t * half, t == 0 ? half : n - half);
+  };
+  const size_t floats = n / 4 ? n / 4 : 1;
+  auto add = [&](int) {
+    // __restrict lets the compiler vectorise without runtime alias checks.
+    const float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    float* __restrict pc = c.data();
+    for (size_t i = 0; i < floats; ++i) pc[i] = pa[i] + pb[i];
+  };
+  std::vector<double> times[3];
+  for (int i = 0; i < o.warmup + o.iters; ++i) {
+    // Interleaved like the comparison runner, so the three see the same conditions.
+    const double t1 = Timed(1, copy1), t2 = Timed(2, copy2), t3 = Timed(1, add);
+    if (i < o.warmup) continue;
+    times[0].push_back(t1), times[1].push_back(t2), times[2].push_back(t3);
+  }
+  for (int k = 0; k < 3; ++k) {
+    // ParseOptions guarantees -n >= 1, so every kernel has a time.
+    const double med = Median(times[k]), mn = *std::min_element(times[k].begin(), times[k].end());
+    if (o.json) {
+      std::printf(
+          "{\"system\": \"mem-%s\", \"bytes\": %lld, \"time_med_us\": %.3f, "
+          "\"time_min_us\": %.3f, \"algbw_gbs\": %.4f}\n",
+          kKernels[k], static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
+    } else {
+      std::printf("%-8s %12lld B  med %10.2f us  min %10.2f us  %8.3f GB/s\n", kKernels[k],
+                  static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
+    }
+  }
+  std::fflush(stdout);
+  return c[0] == 4.0f;  // keeps the add loop observable
+}
+
 int Main(int argc, char** argv) {
-  Options o = ParseOptions(argc, argv, /*hasMode=*/false);
+  const Options o = ParseOptions(argc, argv, Tool::kMemLimit);
   for (int64_t size : Sizes(o)) {
     const size_t n = static_cast<size_t>(std::max<int64_t>(size, 8));
-    std::vector<float> a(n / 4 + 16, 1.5f), b(n / 4 + 16, 2.5f), c(n / 4 + 16, 0.f);
-    std::vector<uint8_t> src(n, 1), dst(n, 0);
-    auto copy1 = [&](int) { std::memcpy(dst.data(), src.data(), n); };
-    auto copy2 = [&](int t) {
-      const size_t half = n / 2;
-      std::memcpy(dst.data() + t * half, src.data() + t * half, t == 0 ? half : n - half);
-    };
-    const size_t floats = n / 4 ? n / 4 : 1;
-    auto add = [&](int) {
-      // __restrict lets the compiler vectorise without runtime alias checks.
-      const float* __restrict pa = a.data();
-      const float* __restrict pb = b.data();
-      float* __restrict pc = c.data();
-      for (size_t i = 0; i < floats; ++i) pc[i] = pa[i] + pb[i];
-    };
-    struct Kernel {
-      const char* name;
-      std::vector<double> t;
-    } kernels[3] = {{"memcpy1", {}}, {"memcpy2", {}}, {"add", {}}};
-    for (int i = 0; i < o.warmup + o.iters; ++i) {
-      // Interleaved like the comparison runner, so the three see the same conditions.
-      const double t1 = Timed(1, copy1), t2 = Timed(2, copy2), t3 = Timed(1, add);
-      if (i < o.warmup) continue;
-      kernels[0].t.push_back(t1), kernels[1].t.push_back(t2), kernels[2].t.push_back(t3);
+    try {
+      if (!RunSize(o, n)) return 1;
+    } catch (const std::bad_alloc&) {
+      // Larger sizes would fail too.
+      PrintFailed(o, n, "out of memory allocating the buffers (about 5 x the size)");
+      return 1;
     }
-    for (auto& k : kernels) {
-      const double med = Median(k.t), mn = *std::min_element(k.t.begin(), k.t.end());
-      if (o.json) {
-        std::printf(
-            "{\"system\": \"mem-%s\", \"bytes\": %lld, \"time_med_us\": %.3f, "
-            "\"time_min_us\": %.3f, \"algbw_gbs\": %.4f}\n",
-            k.name, static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
-      } else {
-        std::printf("%-8s %12lld B  med %10.2f us  min %10.2f us  %8.3f GB/s\n", k.name,
-                    static_cast<long long>(n), med * 1e6, mn * 1e6, n / med / 1e9);
-      }
-    }
-    std::fflush(stdout);
-    if (c[0] != 4.0f) return 1;  // keeps the add loop observable
   }
   return 0;
 }

@@ -1,13 +1,17 @@
-// collops-mpi-bench: the peer measurement. The same ops, layouts (bench_common.h), data, golden
+// collops-mpi-bench: the peer measurement. The same ops, layouts (bench_layout.h), data, golden
 // check and timing rule as collops-bench, through OpenMPI's collectives:
 //   allreduce MPI_Allreduce, allgather MPI_Allgather, allgatherv MPI_Allgatherv,
 //   reducescatter MPI_Reduce_scatter_block, reducescatterv MPI_Reduce_scatter,
 //   broadcast MPI_Bcast, alltoall MPI_Alltoall, alltoallv MPI_Alltoallv, sendrecv MPI_Sendrecv
 //   (to rank+1, from rank-1, as nccl-tests' sendrecv).
-// Launch with mpirun -np R; the rank count is the communicator size.
+// Launch with mpirun -np R; the rank count is the communicator size (at least 2 for sendrecv,
+// as collops-bench -r).
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -119,42 +123,72 @@ bool RankZeroSays(bool mine) {
 }
 
 int Main(int argc, char** argv) {
+  // Before MPI_Init: a usage error (or --help) needs no MPI, and rank 0 alone reports it.
+  Options o = ParseOptions(argc, argv, Tool::kMpiBench);
   MPI_Init(&argc, &argv);
-  Options o = ParseOptions(argc, argv, /*hasMode=*/false);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &o.ranks);
-  if (ToMpi(o.dtype->kind, InfoOf(o.op).reduces) == MPI_DATATYPE_NULL) {
-    if (rank == 0) std::fprintf(stderr, "collops-mpi-bench: MPI cannot reduce %s\n", o.dtype->name);
+  std::string refused;
+  const std::string why = RankCountError(o.op, o.ranks);
+  if (!why.empty()) {
+    refused = "mpirun -np " + std::to_string(o.ranks) + ": " + why;
+  } else if (ToMpi(o.dtype->kind, InfoOf(o.op).reduces) == MPI_DATATYPE_NULL) {
+    refused = std::string("-d ") + o.dtype->name + ": MPI cannot reduce " + o.dtype->name;
+  }
+  if (!refused.empty()) {
+    if (rank == 0) std::fprintf(stderr, "collops-mpi-bench: %s\n", refused.c_str());
     MPI_Finalize();
     return 2;
   }
   if (rank == 0) PrintHeader(o, "openmpi");
+  bool failed = false;
   for (int64_t size : Sizes(o)) {
-    Case c(o, rank, size);
-    WarmUp(o, [&] { c.Execute(); }, RankZeroSays);
+    // Every rank allocates, then all agree whether they all could: a rank that gave up alone
+    // would leave its peers waiting in the first collective.
+    std::unique_ptr<Case> c;
+    int allocated = 1, everywhere = 0;
+    try {
+      c = std::make_unique<Case>(o, rank, size);
+    } catch (const std::bad_alloc&) {
+      allocated = 0;
+    }
+    MPI_Allreduce(&allocated, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!everywhere) {
+      if (rank == 0) {
+        Row row;
+        row.bytes = size;
+        row.count = size / static_cast<int64_t>(o.dtype->size);
+        row.error = "out of memory allocating this size's buffers (std::bad_alloc) on a rank";
+        PrintRow(o, "openmpi", row);
+        if (!o.json) std::fprintf(stderr, "collops-mpi-bench: %s\n", row.error.c_str());
+      }
+      failed = true;
+      break;
+    }
+    WarmUp(o, [&] { c->Execute(); }, RankZeroSays);
     std::vector<double> mine(o.iters);
     for (int i = 0; i < o.iters; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = NowSeconds();
-      c.Execute();
+      c->Execute();
       mine[i] = NowSeconds() - t0;
     }
     std::vector<double> worst(o.iters);
     MPI_Reduce(mine.data(), worst.data(), o.iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    long long wrong = o.check ? c.Check() : -1, total = 0;
+    long long wrong = o.check ? c->Check() : -1, total = 0;
     MPI_Reduce(&wrong, &total, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
       Row row;
-      row.bytes = c.l.bytes;
-      row.count = c.l.bytes / static_cast<int64_t>(o.dtype->size);
+      row.bytes = c->l.bytes;
+      row.count = c->l.bytes / static_cast<int64_t>(o.dtype->size);
       row.iterSeconds = worst;
       row.wrong = o.check ? total : -1;
       PrintRow(o, "openmpi", row);
     }
   }
   MPI_Finalize();
-  return 0;
+  return failed ? 1 : 0;
 }
 
 }  // namespace
