@@ -113,9 +113,23 @@ void MpiCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
 void MpiCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op) {
   const MpiCall call("AllReduce", rank_, size_);
+  const size_t e = DataTypeSize(dtype);
+  if (InRankOrder(dtype, op)) {
+    if (count == 0) return;
+    // Reduce-scatter in rank order over R blocks as even as can be, then gather the blocks:
+    // each element is folded once, by one rank, so every rank holds the same bits.
+    std::vector<int64_t> counts(size_), displs(size_);
+    for (int j = 0; j < size_; ++j) {
+      counts[j] = static_cast<int64_t>(count / size_ + (static_cast<size_t>(j) < count % size_));
+      displs[j] = j == 0 ? 0 : displs[j - 1] + counts[j - 1];
+    }
+    uint8_t* mine = static_cast<uint8_t*>(out) + displs[rank_] * e;
+    ReduceScatterInRankOrder(in, counts.data(), displs.data(), mine, dtype, op);
+    GatherV(mine, static_cast<size_t>(counts[rank_]), out, counts.data(), displs.data(), dtype);
+    return;
+  }
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
-  const size_t e = DataTypeSize(dtype);
   const bool inPlace = in == out;
   ForEachChunk(count, [&](size_t offset, int n) {
     uint8_t* chunk = static_cast<uint8_t*>(out) + offset * e;
@@ -178,6 +192,10 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
                                      size_t /*recvCount = sendCounts[Rank()], as verified*/,
                                      DataType dtype, ReduceOp op) {
   const MpiCall call("ReduceScatterV", rank_, size_);
+  if (InRankOrder(dtype, op)) {
+    ReduceScatterInRankOrder(in, sendCounts, sdispls, out, dtype, op);
+    return;
+  }
   const MPI_Datatype type = ElementType(dtype);
   const MPI_Op mpiOp = ReductionOp(dtype, op);
   const size_t e = DataTypeSize(dtype);
@@ -230,6 +248,28 @@ void MpiCommunicator::ReduceScatterV(const void* in, const int64_t* sendCounts,
     });
   }
   copyResultOut();
+}
+
+void MpiCommunicator::ReduceScatterInRankOrder(const void* in, const int64_t* sendCounts,
+                                               const int64_t* sdispls, void* out, DataType dtype,
+                                               ReduceOp op) {
+  const MPI_Datatype type = ElementType(dtype);
+  const size_t e = DataTypeSize(dtype);
+  const auto n = static_cast<size_t>(sendCounts[rank_]);  // every rank's count for this rank
+  auto* input = const_cast<uint8_t*>(static_cast<const uint8_t*>(in));  // only ever sent from
+  std::vector<uint8_t> pieces(static_cast<size_t>(size_) * n * e);      // rank j's at j * n
+  if (n > 0) std::memcpy(pieces.data() + rank_ * n * e, input + sdispls[rank_] * e, n * e);
+  std::vector<Piece> sends, recvs;
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    sends.push_back({j, input + sdispls[j] * e, static_cast<size_t>(sendCounts[j])});
+    recvs.push_back({j, pieces.data() + j * n * e, n});
+  }
+  ExchangePieces(comm_, sends, recvs, type, e);
+  if (n == 0) return;
+  std::vector<const void*> srcs(size_);
+  for (int j = 0; j < size_; ++j) srcs[j] = pieces.data() + j * n * e;
+  ReduceArrays(dtype, op, srcs.data(), srcs.size(), out, n);
 }
 
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,

@@ -5,6 +5,8 @@
 // Every primitive is one MPI collective where MPI has it (MPI_Allreduce, MPI_Allgatherv,
 // MPI_Reduce_scatter, MPI_Alltoallv, MPI_Bcast, MPI_Barrier, MPI_Comm_split). Counts or
 // displacements beyond MaxCount() (INT_MAX) take chunked paths instead of being truncated.
+// float16/bfloat16 sums and products are the exception (InRankOrder, mpi_types.h): each rank
+// folds its share of the elements over all ranks' inputs in rank order itself.
 // Send/Recv/Exchange first swap a (count, dtype) header with each peer so a mismatch fails on both
 // sides; a group's ops all run nonblocking and complete together (MPI_Waitall).
 #pragma once
@@ -57,6 +59,12 @@ class MpiCommunicator final : public Communicator {
   // The unlocked bodies (public methods take the serialisation lock, then call these).
   void GatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
                const int64_t* rdispls, DataType dtype);
+  /// ReduceScatterV for InRankOrder reductions: every rank's range for rank j goes to rank j
+  /// (chunked point to point, as AllToAllV), which folds the ranges in rank order with
+  /// ReduceArrays (float32 accumulation, one rounding) into `out`: lccl's fold, so the bits are
+  /// lccl's. `out` may overlap `in`; it is written only once every piece has arrived.
+  void ReduceScatterInRankOrder(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                                void* out, DataType dtype, ReduceOp op);
   /// The ops of one group (Send and Recv are groups of one), under the serialisation lock.
   void RunGroup(const std::vector<PointToPoint>& ops);
   void CheckPeer(int peer, const char* role) const;

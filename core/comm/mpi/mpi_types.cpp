@@ -42,11 +42,17 @@ MPI_Op MakeLibraryOp(ReduceOp op) {
 
 constexpr int kReduceOps = 4;
 
+bool IsMaxOrMin(int op) {
+  return op == static_cast<int>(ReduceOp::kMax) || op == static_cast<int>(ReduceOp::kMin);
+}
+
 /// The reductions MPI runs through the library's kernels instead of its own: the 2-byte floats,
-/// which MPI has no type for, and the 8- and 16-bit integers, whose sums OpenMPI's AVX op
-/// component saturates instead of wrapping (open-mpi/ompi#8045, "won't fix"; with 4.1.4 here,
-/// 64 int8 of -112 + -71 gave -128, not 73). Made once after MPI is initialised and never freed
-/// (MPI_Finalize releases them).
+/// which MPI has no type for; the 8- and 16-bit integers, whose sums OpenMPI's AVX op component
+/// saturates instead of wrapping (open-mpi/ompi#8045, "won't fix"; with 4.1.4 here, 64 int8 of
+/// -112 + -71 gave -128, not 73); and max/min of float32/float64, where MPI_MAX and MPI_MIN
+/// drop a NaN (a comparison with NaN is false, so which value survives depends on the operand
+/// order) while the kernels let NaN win, as lccl and torch.maximum do. Made once after MPI is
+/// initialised and never freed (MPI_Finalize releases them). MPI_OP_NULL where MPI's own is right.
 struct LibraryOps {
   MPI_Datatype halfType = MPI_DATATYPE_NULL;
   MPI_Op float16[kReduceOps] = {};
@@ -54,6 +60,8 @@ struct LibraryOps {
   MPI_Op int8[kReduceOps] = {};
   MPI_Op uint8[kReduceOps] = {};
   MPI_Op int16[kReduceOps] = {};
+  MPI_Op float32[kReduceOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  MPI_Op float64[kReduceOps] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
 
   LibraryOps() {
     CheckMpi(MPI_Type_contiguous(2, MPI_BYTE, &halfType), "MPI_Type_contiguous");
@@ -65,24 +73,33 @@ struct LibraryOps {
       int8[op] = MakeLibraryOp<ACL_INT8>(reduce);
       uint8[op] = MakeLibraryOp<ACL_UINT8>(reduce);
       int16[op] = MakeLibraryOp<ACL_INT16>(reduce);
+      if (IsMaxOrMin(op)) {
+        float32[op] = MakeLibraryOp<ACL_FLOAT>(reduce);
+        float64[op] = MakeLibraryOp<ACL_DOUBLE>(reduce);
+      }
     }
   }
 
-  /// The library's op for `dtype`, or null where MPI's own is right.
-  const MPI_Op* For(DataType dtype) const {
+  /// The library's op reducing `dtype` with op number `op`, or MPI_OP_NULL where MPI's own is
+  /// right.
+  MPI_Op For(DataType dtype, int op) const {
     switch (dtype) {
       case ACL_FLOAT16:
-        return float16;
+        return float16[op];
       case ACL_BF16:
-        return bfloat16;
+        return bfloat16[op];
       case ACL_INT8:
-        return int8;
+        return int8[op];
       case ACL_UINT8:
-        return uint8;
+        return uint8[op];
       case ACL_INT16:
-        return int16;
+        return int16[op];
+      case ACL_FLOAT:
+        return float32[op];
+      case ACL_DOUBLE:
+        return float64[op];
       default:
-        return nullptr;
+        return MPI_OP_NULL;
     }
   }
 };
@@ -130,9 +147,15 @@ MPI_Op ReductionOp(DataType dtype, ReduceOp op) {
   if (index < 0 || index >= kReduceOps) {
     Fail(ERROR_INVALID_PARAM, "mpi backend: unknown reduce op ", index);
   }
-  if (const MPI_Op* library = Library().For(dtype)) return library[index];
+  const MPI_Op library = Library().For(dtype, index);
+  if (library != MPI_OP_NULL) return library;
   static const MPI_Op kNative[kReduceOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
   return kNative[index];
+}
+
+bool InRankOrder(DataType dtype, ReduceOp op) {
+  return (dtype == ACL_FLOAT16 || dtype == ACL_BF16) &&
+         (op == ReduceOp::kSum || op == ReduceOp::kProd);
 }
 
 void CheckMpi(int rc, const char* call) {

@@ -19,11 +19,18 @@ namespace mpi {
 MPI_Datatype ElementType(DataType dtype);
 
 /// The MPI_Op reducing `dtype` with `op`: MPI_SUM/PROD/MAX/MIN for MPI's 32/64-bit types, and
-/// a user op (commutative) that runs collops' ReduceArrays kernels for float16/bfloat16 (every
-/// combining step accumulates in float32 and rounds once) and for int8/uint8/int16 (sums wrap,
-/// where OpenMPI's AVX component saturates them). Throws
+/// a user op (commutative) that runs collops' ReduceArrays kernels on each pair MPI combines for
+/// float16/bfloat16, for int8/uint8/int16 (sums wrap, where OpenMPI's AVX component saturates
+/// them) and for float32/float64 max and min (NaN wins, where MPI_MAX/MPI_MIN drop it). A user op
+/// on float16/bfloat16 rounds after every pair, so their sums and products do not come here
+/// (MpiCommunicator reduces them in rank order, InRankOrder). Throws
 /// Error(ERROR_INVALID_TENSOR_DTYPE) when reductions do not accept `dtype`.
 MPI_Op ReductionOp(DataType dtype, ReduceOp op);
+
+/// True for float16/bfloat16 sums and products: they must accumulate in float32 over every rank
+/// and round once (DESIGN.md section 4), bit-identical to lccl's fold in rank order, which no
+/// pairwise MPI_Op can do. Max and min never round and reduce through ReductionOp.
+bool InRankOrder(DataType dtype, ReduceOp op);
 
 /// Throws Error(ERROR_COMM_FAIL, "<call>: <MPI_Error_string(rc)>") unless rc is MPI_SUCCESS.
 void CheckMpi(int rc, const char* call);
