@@ -190,12 +190,22 @@ void FinishAvg(const c10d::ReduceOp& op, at::Tensor& t, int size) {
   if (op.op_ == c10d::ReduceOp::AVG) t.div_(size);
 }
 
+// AVG of float16/bfloat16 (and their complex pairs) is summed in float32 and divided there,
+// rounding once at the end: a sum rounded to the narrow type first can overflow (two float16
+// 60000s would average to inf) or round twice.
+bool AvgInFloat32(const c10d::ReduceOp& op, const Reduction& r) {
+  return op.op_ == c10d::ReduceOp::AVG && (r.dtype == ACL_FLOAT16 || r.dtype == ACL_BF16);
+}
+
 // Byte count of a tensor: data movement treats every dtype as bytes.
 size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
 void CheckCpu(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "collops backend: ", what, " takes CPU tensors, got ",
               t.device(), "; use init_process_group(\"cpu:collops,cuda:nccl\") for GPU tensors");
+  TORCH_CHECK(t.layout() == at::kStrided, "collops backend: ", what,
+              " takes dense (strided) tensors, got ", t.layout(),
+              "; sparse tensors are not supported: call .to_dense() first, or use gloo for them");
 }
 
 // Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
@@ -308,7 +318,9 @@ class CollopsBackend final : public c10d::Backend {
     return Run(c10d::OpType::BROADCAST, tensors, [&] {
       for (auto& t : tensors) {
         InPlace(t, "broadcast", [&](at::Tensor& c) {
-          Comm().Broadcast(c.data_ptr(), NumBytes(c), ACL_INT8, static_cast<int>(opts.rootRank));
+          // In elements of its dtype, so ranks whose tensors differ in dtype fail the check.
+          const auto [dtype, es] = MovedAs(c);
+          Comm().Broadcast(c.data_ptr(), NumBytes(c) / es, dtype, static_cast<int>(opts.rootRank));
         });
       }
     });
@@ -464,13 +476,18 @@ class CollopsBackend final : public c10d::Backend {
                                                const c10d::AllToAllOptions&) override {
     return Run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
       CheckCpu(input, "alltoall_base");
+      TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+                  "collops backend: all_to_all_single input is ", input.scalar_type(),
+                  " but output is ", output.scalar_type());
       at::Tensor in = input.contiguous();
+      // In elements of the dtype, so ranks whose tensors differ in dtype fail the check.
+      const auto [dtype, es] = MovedAs(in);
       std::vector<int64_t> sc, sd, rc, rd;
-      RowSplits(in, inputSplits, "input", &sc, &sd);
-      RowSplits(output, outputSplits, "output", &rc, &rd);
+      RowSplits(in, inputSplits, "input", es, &sc, &sd);
+      RowSplits(output, outputSplits, "output", es, &rc, &rd);
       InPlace(output, "alltoall_base", [&](at::Tensor& c) {
         Comm().AllToAllV(in.data_ptr(), sc.data(), sd.data(), c.data_ptr(), rc.data(), rd.data(),
-                         ACL_INT8);
+                         dtype);
       });
     });
   }
@@ -606,8 +623,16 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce") {
+    CheckCpu(tensor, what);
     Reduction r = ReductionOf(tensor, op, what);
     InPlace(r.data, "allreduce", [&](at::Tensor& c) {
+      if (AvgInFloat32(op, r)) {
+        at::Tensor wide = c.to(at::kFloat).contiguous();
+        Comm().AllReduce(wide.data_ptr(), wide.data_ptr(), wide.numel(), ACL_FLOAT, r.op);
+        FinishAvg(op, wide, getSize());
+        c.copy_(wide);  // the one rounding
+        return;
+      }
       Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), r.dtype, r.op);
       FinishAvg(op, c, getSize());
     });
@@ -668,6 +693,18 @@ class CollopsBackend final : public c10d::Backend {
     for (auto& c : counts) c *= r.lanes;
     for (auto& d : displs) d *= r.lanes;
     InPlace(r.data, "reduce_scatter", [&](at::Tensor& c) {
+      if (AvgInFloat32(op, r)) {
+        const int64_t n = static_cast<int64_t>(NumBytes(in) / DataTypeSize(r.dtype));
+        at::Tensor wideIn =
+            n == 0 ? at::empty({0}, at::kFloat)
+                   : at::from_blob(in.data_ptr(), {n}, r.data.scalar_type()).to(at::kFloat);
+        at::Tensor wide = at::empty({c.numel()}, at::kFloat);
+        Comm().ReduceScatterV(wideIn.data_ptr(), counts.data(), displs.data(), wide.data_ptr(),
+                              wide.numel(), ACL_FLOAT, r.op);
+        FinishAvg(op, wide, getSize());
+        c.copy_(wide.view(c.sizes()));  // the one rounding
+        return;
+      }
       Comm().ReduceScatterV(in.data_ptr(), counts.data(), displs.data(), c.data_ptr(), c.numel(),
                             r.dtype, r.op);
       FinishAvg(op, c, getSize());
@@ -689,10 +726,12 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   // Byte counts and displacements of `t`'s dim-0 splits.
+  // Counts and displacements of the row splits, in units of `unitBytes` (an element).
   void RowSplits(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which,
-                 std::vector<int64_t>* counts, std::vector<int64_t>* displs) const {
+                 int64_t unitBytes, std::vector<int64_t>* counts,
+                 std::vector<int64_t>* displs) const {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    const int64_t rowBytes = rows == 0 ? 0 : NumBytes(t) / rows;
+    const int64_t rowUnits = rows == 0 ? 0 : static_cast<int64_t>(NumBytes(t)) / rows / unitBytes;
     std::vector<int64_t> s = splits;
     if (s.empty()) {
       TORCH_CHECK(rows % getSize() == 0, "collops backend: all_to_all_single ", which, " has ",
@@ -704,8 +743,8 @@ class CollopsBackend final : public c10d::Backend {
     int64_t at = 0;
     for (int64_t n : s) {
       TORCH_CHECK(n >= 0, "collops backend: negative ", which, " split size ", n);
-      displs->push_back(at * rowBytes);
-      counts->push_back(n * rowBytes);
+      displs->push_back(at * rowUnits);
+      counts->push_back(n * rowUnits);
       at += n;
     }
     TORCH_CHECK(at == rows, "collops backend: all_to_all_single ", which, " split sizes sum to ",

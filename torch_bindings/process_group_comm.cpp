@@ -6,12 +6,14 @@
 // - AllReduce: allreduce in place on `out`. int16 is reduced as int32 (neither gloo nor NCCL
 //   reduces int16; sums and products wrap back to the same int16 bits); on CPU float16 and
 //   bfloat16 are reduced as float32 and rounded once (DESIGN.md; gloo would accumulate in the
-//   narrow type). NCCL reduces float16/bfloat16 natively.
+//   narrow type). NCCL reduces float16/bfloat16 natively. Floating-point max and min also
+//   max-reduce an isnan mask (uint8) and put NaN where it is set: gloo drops NaNs, lccl lets
+//   them win.
 // - AllGatherV: every block padded to the largest count, one allgather into tensor, blocks copied
 //   to their rdispls (skipped when the layout is already the padded one).
 // - ReduceScatterV: this rank's send blocks packed in rank order, padded to the largest count;
 //   one reduce_scatter into tensor; the first recvCount elements kept. A backend without
-//   reduce_scatter gets allreduce + slice instead.
+//   reduce_scatter gets allreduce + slice instead. Float max/min carry a NaN mask as AllReduce.
 // - AllToAllV: one all_to_all_single with byte splits; blocks packed in rank order first (and
 //   unpacked to rdispls after) only when the displacements are not already packed.
 // - Send/Recv/Exchange: a (count, dtype) header each way, then the payload, on tags of their own;
@@ -29,6 +31,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -103,6 +106,21 @@ at::ScalarType ReductionType(DataType dtype, const c10::Device& device) {
   if (dtype == ACL_INT16) return at::kInt;
   if (device.is_cpu() && (dtype == ACL_FLOAT16 || dtype == ACL_BF16)) return at::kFloat;
   return ScalarTypeOf(dtype);
+}
+
+// True when a max or min over `type` must carry its NaNs beside the data: gloo compares with
+// std::max/std::min semantics, so a NaN survives on some ranks' operand orders and is dropped on
+// others, where lccl (like torch.maximum) lets NaN win. Any backend gets the same treatment.
+bool NeedsNanMask(at::ScalarType type, ReduceOp op) {
+  return (op == ReduceOp::kMax || op == ReduceOp::kMin) && at::isFloatingType(type);
+}
+
+// Where `nans` (a reduced isnan mask, as uint8) is set, `t` becomes the canonical quiet NaN, the
+// bits lccl's kernels give a NaN result (0x7fc00000 in float32, 0x7e00 float16, 0x7fc0
+// bfloat16). Applied to the narrow result: torch's vectorised float32 -> bfloat16 conversion
+// turns a NaN into 0xffff.
+void PutNans(at::Tensor& t, const at::Tensor& nans) {
+  t.masked_fill_(nans.to(at::kBool), std::numeric_limits<double>::quiet_NaN());
 }
 
 c10d::ReduceOp ToTorchOp(ReduceOp op) {
@@ -329,11 +347,22 @@ void ProcessGroupCommunicator::AllReduce(const void* in, void* out, size_t count
     } else if (in != out) {
       dst.copy_(src);
     }
+    // Taken before the reduction overwrites the buffer; max-reduced, it marks every element
+    // that was NaN on any rank.
+    at::Tensor nans;
+    if (NeedsNanMask(wide, op)) nans = buffer.isnan().to(at::kByte);
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToTorchOp(op);
     std::vector<at::Tensor> tensors{buffer};
     Wait(BackendFor(device)->allreduce(tensors, opts));
+    if (nans.defined()) {
+      c10d::AllreduceOptions anyNan;
+      anyNan.reduceOp = ToTorchOp(ReduceOp::kMax);
+      std::vector<at::Tensor> masks{nans};
+      Wait(BackendFor(device)->allreduce(masks, anyNan));
+    }
     if (wide != type) dst.copy_(buffer);  // the one rounding back to the narrow type
+    if (nans.defined()) PutNans(dst, nans);
   });
 }
 
@@ -404,10 +433,20 @@ void ProcessGroupCommunicator::ReduceScatterV(const void* in, const int64_t* sen
       if (sendCounts[r] == 0) continue;
       packed.narrow(0, r * most, sendCounts[r]).copy_(src.narrow(0, sdispls[r], sendCounts[r]));
     }
+    // As in AllReduce: an isnan mask, reduce-scattered with max, puts back the NaNs gloo drops.
+    at::Tensor nans;
+    if (NeedsNanMask(wide, op)) {
+      at::Tensor packedNans = packed.isnan().to(at::kByte);
+      nans = at::empty({most}, OptionsOf(at::kByte));
+      ReduceScatterPadded(packedNans, nans, ReduceOp::kMax);
+    }
     at::Tensor result = at::empty({most}, OptionsOf(wide));
     ReduceScatterPadded(packed, result, op);
     if (recvCount > 0) {
-      View(out, recvCount, type).copy_(result.narrow(0, 0, static_cast<int64_t>(recvCount)));
+      const auto n = static_cast<int64_t>(recvCount);
+      at::Tensor mine = View(out, n, type);
+      mine.copy_(result.narrow(0, 0, n));
+      if (nans.defined()) PutNans(mine, nans.narrow(0, 0, n));
     }
   });
 }

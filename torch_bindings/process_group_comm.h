@@ -90,6 +90,9 @@ class ProcessGroupCommunicator final : public Communicator {
   /// Throws the error of a failed torch call; a lost peer or timeout breaks this communicator
   /// for good and runs the failure hook first.
   [[noreturn]] void Failed(const char* primitive, const std::string& what);
+  /// One reduce_scatter of `packed` into `result` (allreduce + slice where the backend lacks
+  /// it), with the backend's own semantics (gloo's max/min drop NaNs); `packed` may be
+  /// overwritten.
   void ReduceScatterPadded(at::Tensor& packed, at::Tensor& result, ReduceOp op);
   /// The ops of one group (Send and Recv are groups of one).
   void RunGroup(const std::vector<PointToPoint>& ops);

@@ -392,3 +392,39 @@ def _gather_dtypes_that_disagree(ctx):
 
 def test_c10d_backend_gathers_refuse_ranks_whose_dtypes_disagree():
     run_group_job(2, _gather_dtypes_that_disagree)
+
+
+def _broadcast_and_all_to_all_dtypes_that_disagree(ctx):
+    # Same byte size, other dtype on rank 1: broadcast handed rank 1 the bits of 1.0f as int32
+    # (1065353216), all_to_all_single swapped them. Now both ranks refuse, naming the dtypes.
+    dtype = torch.float32 if ctx.rank == 0 else torch.int32
+    with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
+        dist.broadcast(torch.ones(4, dtype=dtype), src=0)
+    with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
+        dist.all_to_all_single(torch.zeros(4, dtype=dtype), torch.ones(4, dtype=dtype))
+    # The group goes on, in elements: uneven rows of float64 (rank r sends r + 1 rows to each).
+    mine = torch.full((2 * (ctx.rank + 1), 2), float(ctx.rank), dtype=torch.float64)
+    out = torch.zeros(3, 2, dtype=torch.float64)
+    dist.all_to_all_single(out, mine, output_split_sizes=[1, 2],
+                           input_split_sizes=[ctx.rank + 1] * 2)
+    assert torch.equal(out, torch.tensor([[0.0] * 2, [1.0] * 2, [1.0] * 2], dtype=torch.float64))
+    return True
+
+
+def test_c10d_backend_broadcast_and_all_to_all_refuse_ranks_whose_dtypes_disagree():
+    assert all(run_group_job(2, _broadcast_and_all_to_all_dtypes_that_disagree))
+
+
+def _sparse_tensors(ctx):
+    # A sparse COO tensor reached is_contiguous(): "unsupported memory format option Contiguous".
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    with pytest.raises(RuntimeError, match=r"allreduce takes dense \(strided\) tensors, got "
+                                           r"Sparse.*call .to_dense\(\) first"):
+        dist.all_reduce(sparse)
+    t = sparse.to_dense()
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.tensor([1.0, 0.0, 2.0, 0.0]) * ctx.world_size)
+
+
+def test_c10d_backend_refuses_sparse_tensors_clearly():
+    run_group_job(1, _sparse_tensors)
