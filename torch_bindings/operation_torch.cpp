@@ -3,8 +3,11 @@
 // The Python surface (method names, the JSON strings they return, "set_varaintpack_param" with
 // ATB's spelling) is ATB's, so ATB test scripts run unchanged. Where ATB is unsafe we differ:
 // every execute* raises RuntimeError carrying the Status name and LastErrorMessage() instead of
-// returning garbage, tensors must be CPU and contiguous (the error names the input and the
-// reason), and bound host counts must match the tensor they stand for element for element.
+// returning garbage, tensors must be CPU (the error names the input), outputs contiguous
+// (inputs are made contiguous, as ATB's BuildVariantPack does), bound host counts must match the
+// tensor they stand for element for element and value for value, and after a failed set_param
+// the object holds no operation, so a script that ignores set_param's result never runs the
+// previous one.
 //
 // The GIL: methods of a torch custom class called from Python run through
 // torch::jit::runAndInsertCall, which releases the GIL around the call. So a rank blocked in a
@@ -15,6 +18,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -152,8 +156,21 @@ const std::vector<HostCountSlot>& HostCountSlots(const std::string& opName) {
   return it == kSlots.end() ? kNone : it->second;
 }
 
-// Reads `value` as a count (an integer >= 0), naming `key` in the error.
+// Reads `value` as a count (an integer >= 0), naming `key` in the error. An integral float (3.0)
+// is accepted, as ATB's binder reads it with get<int64_t>(); one with a fraction (1.5), which
+// get<int64_t>() would truncate, is refused.
 int64_t ReadCount(const std::string& where, const std::string& key, const Json& value) {
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    // [-2^63, 2^63): the doubles that convert to int64 exactly.
+    if (!std::isfinite(d) || std::trunc(d) != d || d < -9223372036854775808.0 ||
+        d >= 9223372036854775808.0) {
+      Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", value.dump());
+    }
+    const auto n = static_cast<int64_t>(d);
+    if (n < 0) Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", value.dump(), " is negative");
+    return n;
+  }
   if (!value.is_number_integer()) {
     Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", value.dump());
   }
@@ -179,28 +196,35 @@ class OperationTorch : public torch::CustomClassHolder {
     }
   }
 
-  /// Creates the operation from JSON params. On failure the previously held operation (if any)
-  /// stays in place, so a rejected tweak never leaves the object unusable.
+  /// Creates the operation from JSON params, dropping the host-count binding (ATB makes a new
+  /// binder on every SetParam). On failure the object holds no operation: ATB scripts ignore
+  /// set_param's result, and running the previous operation instead would give a silently wrong
+  /// result; every later method raises with this call's error until a set_param succeeds.
   std::string SetParam(const std::string& paramJson) {
     Operation* created = nullptr;
     const Status status = CreateOperation(opName_, paramJson, &created);
-    if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
-    op_.reset(created);
-    cpusShared_ = false;              // the new params may name another communicator
-    param_ = Json::parse(paramJson);  // CreateOperation accepted it, so it parses
-    return ResultJson(NO_ERROR, "");
+    const std::string message = status == NO_ERROR ? std::string() : LastErrorMessage();
+    op_.reset(status == NO_ERROR ? created : nullptr);
+    bound_.clear();
+    cpusShared_ = false;  // the new params may name another communicator
+    // CreateOperation accepted it, so it parses.
+    param_ = status == NO_ERROR ? Json::parse(paramJson) : Json();
+    setParamStatus_ = status;
+    setParamError_ = message;
+    return ResultJson(status, message);
   }
 
   /// ATB's UpdateParam: the same as SetParam (the new params replace the old ones entirely).
   std::string UpdateParam(const std::string& paramJson) { return SetParam(paramJson); }
 
   /// Binds host counts by key (see HostCountSlots). Each call replaces every earlier binding;
-  /// a slot with no binding is read from its tensor's own data. Nothing changes on failure.
+  /// a slot with no binding is read from its tensor's own data. A failed call leaves no binding
+  /// at all (never the previous one, which would stand for other counts).
   std::string SetVaraintPackParam(const std::string& runParamJson) {
     std::map<size_t, std::vector<int64_t>> bound;
     const Status status = GuardedTorch([&] { bound = ParseRunParam(runParamJson); });
+    bound_ = std::move(bound);  // empty on failure
     if (status != NO_ERROR) return ResultJson(status, LastErrorMessage());
-    bound_ = std::move(bound);
     return ResultJson(NO_ERROR, "");
   }
 
@@ -234,7 +258,8 @@ class OperationTorch : public torch::CustomClassHolder {
     uint64_t workspaceSize = 0;
     const Status status = GuardedTorch([&] {
       RequireOperation("setup");
-      SetupOp(BuildVariantPack(ins, outs), workspaceSize);
+      SetupOp(SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); }),
+              workspaceSize);
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     result["workspace_size"] = workspaceSize;
@@ -246,8 +271,10 @@ class OperationTorch : public torch::CustomClassHolder {
     std::vector<at::Tensor> outs;
     RaiseOnError("execute", GuardedTorch([&] {
                    RequireOperation("execute");
-                   outs = AllocateOutputs(ins);
-                   RunWithOwnWorkspace(BuildVariantPack(ins, outs));
+                   RunWithOwnWorkspace(SharingFailure([&] {
+                     outs = AllocateOutputs(ins);
+                     return BuildVariantPack(DenseInputs(ins), outs);
+                   }));
                  }));
     return outs;
   }
@@ -274,25 +301,45 @@ class OperationTorch : public torch::CustomClassHolder {
   void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
     RaiseOnError("execute_out", GuardedTorch([&] {
                    RequireOperation("execute_out");
-                   RunWithOwnWorkspace(BuildVariantPack(ins, outs));
+                   RunWithOwnWorkspace(
+                       SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); }));
                  }));
   }
 
-  /// Setup + Execute with a caller-provided workspace tensor (any dtype; its bytes count) of at
-  /// least the size `setup` reported. Returns {"result": 0, "message", "workspace_size"}.
+  /// Setup + Execute with a workspace of at least the size `setup` reported: either a
+  /// caller-provided tensor (any dtype; its bytes count) or, as ATB's
+  /// ExecuteSync(ins, outs, int64_t workspaceSize) takes it, a byte count, for which this object
+  /// provides the memory. Returns {"result": 0, "message", "workspace_size"}.
   std::string ExecuteSync(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs,
-                          const at::Tensor& workspace) {
+                          const c10::IValue& workspace) {
     uint64_t workspaceSize = 0;
     RaiseOnError("execute_sync", GuardedTorch([&] {
                    RequireOperation("execute_sync");
-                   const VariantPack pack = BuildVariantPack(ins, outs);
+                   const VariantPack pack =
+                       SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); });
                    SetupOp(pack, workspaceSize);
                    uint8_t* ws = nullptr;
                    uint64_t wsBytes = 0;
-                   if (workspace.defined() && workspace.numel() > 0) {
-                     const Tensor w = ToCollopsTensor(workspace, "workspace");
-                     ws = static_cast<uint8_t*>(w.deviceData);
-                     wsBytes = w.dataSize;
+                   if (workspace.isInt()) {
+                     const int64_t size = workspace.toInt();
+                     if (size < 0) {
+                       Fail(ERROR_INVALID_WORKSPACE_SIZE, "workspace size ", size, " is negative");
+                     }
+                     wsBytes = static_cast<uint64_t>(size);
+                     if (workspace_.size() < wsBytes) workspace_.resize(wsBytes);
+                     ws = wsBytes > 0 ? workspace_.data() : nullptr;
+                   } else if (workspace.isTensor()) {
+                     const at::Tensor& t = workspace.toTensor();
+                     if (t.defined() && t.numel() > 0) {
+                       const Tensor w = ToCollopsTensor(t, "workspace");
+                       ws = static_cast<uint8_t*>(w.deviceData);
+                       wsBytes = w.dataSize;
+                     }
+                   } else if (!workspace.isNone()) {
+                     Fail(ERROR_INVALID_PARAM,
+                          "the workspace must be a tensor or a byte count "
+                          "(int), got ",
+                          workspace.tagKind());
                    }
                    Check(op_->Execute(pack, ws, wsBytes, nullptr));
                  }));
@@ -311,11 +358,35 @@ class OperationTorch : public torch::CustomClassHolder {
                 "): OperationTorch(", opName_, ").", method, ": ", LastErrorMessage());
   }
 
-  void RequireOperation(const char* method) const {
-    if (op_ == nullptr) {
-      Fail(ERROR_INVALID_PARAM, "OperationTorch(", opName_, ").", method,
-           " called before a successful set_param");
+  // Throws unless an operation is held. The message carries no "OperationTorch(op).method"
+  // prefix: RaiseOnError adds it.
+  void RequireOperation(const char* /*method*/) const {
+    if (op_ != nullptr) return;
+    if (setParamStatus_ != NO_ERROR) {
+      Fail(setParamStatus_, "no operation to run: the last set_param failed (",
+           StatusName(setParamStatus_), " (", static_cast<int>(setParamStatus_),
+           "): ", setParamError_, "); the object holds no operation until a set_param succeeds");
     }
+    Fail(ERROR_INVALID_PARAM, "called before a successful set_param");
+  }
+
+  // The run-param key bound to input slot `input` ("sdispls").
+  const char* HostCountKey(size_t input) const {
+    for (const auto& s : HostCountSlots(opName_)) {
+      if (s.input == input) return s.key;
+    }
+    return "?";
+  }
+
+  // `ins` with every non-contiguous CPU tensor replaced by a contiguous copy, as ATB's
+  // BuildVariantPack does (Utils::ContiguousAtTensor): the collectives read inputs as one flat
+  // buffer. Outputs are never copied: the results must land in the caller's tensors.
+  static std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& ins) {
+    std::vector<at::Tensor> dense = ins;
+    for (auto& t : dense) {
+      if (t.defined() && t.device().is_cpu() && !t.is_contiguous()) t = t.contiguous();
+    }
+    return dense;
   }
 
   std::map<size_t, std::vector<int64_t>> ParseRunParam(const std::string& text) const {
@@ -376,11 +447,14 @@ class OperationTorch : public torch::CustomClassHolder {
       auto it = bound_.find(i);
       if (it != bound_.end()) {
         // ATB's binder points hostData at the bound values without looking at the tensor; we
-        // insist they agree in length, since the op reads numel() counts from hostData.
+        // insist they agree in length, since the op reads numel() counts from hostData, and in
+        // value: the tensor is host memory here, and silently preferring either one would turn
+        // a stale binding (or stale tensors) into a wrong result.
         if (static_cast<size_t>(ins[i].numel()) != it->second.size()) {
           Fail(ERROR_INVALID_TENSOR_SIZE, opName_, ": ", slot, " has ", ins[i].numel(),
                " elements but set_varaintpack_param bound ", it->second.size(), " values to it");
         }
+        CheckBindingMatches(ins[i], i, it->second);
         t.hostData = it->second.data();
       }
       pack.inTensors.push_back(t);
@@ -389,6 +463,21 @@ class OperationTorch : public torch::CustomClassHolder {
       pack.outTensors.push_back(ToCollopsTensor(outs[i], Slot("outTensors", i)));
     }
     return pack;
+  }
+
+  // Fails unless int64 count tensor `t` holds exactly `bound` (other dtypes are left to the op,
+  // which refuses them).
+  void CheckBindingMatches(const at::Tensor& t, size_t input,
+                           const std::vector<int64_t>& bound) const {
+    if (t.scalar_type() != c10::kLong || t.numel() == 0) return;
+    const int64_t* data = t.const_data_ptr<int64_t>();
+    if (std::equal(bound.begin(), bound.end(), data)) return;
+    const char* key = HostCountKey(input);
+    Fail(ERROR_INVALID_PARAM, opName_, ": ", Slot("inTensors", input), " (", key, ") holds ",
+         Json(std::vector<int64_t>(data, data + t.numel())).dump(),
+         " but set_varaintpack_param bound ", key, " = ", Json(bound).dump(),
+         "; pass the same counts to both (a set_varaintpack_param binding lasts until the next "
+         "set_varaintpack_param or set_param)");
   }
 
   std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) const {
@@ -405,10 +494,25 @@ class OperationTorch : public torch::CustomClassHolder {
 
   static CommunicatorPool& Communicators() { return DefaultContext().Communicators(); }
 
-  const CommParam& CommParamOf() const {
-    const auto* base = dynamic_cast<const OperationBase*>(op_.get());
+  OperationBase& Base() const {
+    auto* base = dynamic_cast<OperationBase*>(op_.get());
     if (base == nullptr) Fail(ERROR_INTERNAL_ERROR, opName_, " is not an OperationBase");
-    return base->commParam();
+    return *base;
+  }
+
+  const CommParam& CommParamOf() const { return Base().commParam(); }
+
+  // Runs this rank's own steps before the op's Setup (InferShape for the outputs, the variant
+  // pack): a failure there is told to the peers as Setup tells its own, so they fail at once
+  // instead of waiting for COLLOPS_TIMEOUT in a call this rank will not make.
+  template <class Body>
+  auto SharingFailure(Body&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const Error& e) {
+      Base().ShareFailure(e.status(), nullptr);
+      throw;
+    }
   }
 
   // The op's Setup, which creates its communicator on first use. Ranks that are processes of one
@@ -438,6 +542,8 @@ class OperationTorch : public torch::CustomClassHolder {
   OperationPtr op_;
   Json param_;                                    // the params of the held operation
   std::map<size_t, std::vector<int64_t>> bound_;  // input slot -> host counts
+  Status setParamStatus_ = NO_ERROR;              // of the last set_param
+  std::string setParamError_;                     // its message when it failed
   std::vector<uint8_t> workspace_;
   bool cpusShared_ = false;  // SetupOp's CPU sharing is done for the held operation
 };

@@ -207,33 +207,32 @@ void OperationBase::AcquireCommunicator(Context* context) {
   comm_ = ctx.Communicators().Get(commParam_);
 }
 
+void OperationBase::ShareFailure(Status status, Context* context) {
+  // Only through a communicator that exists already: creating one just to report an error would
+  // make a lone rank wait for a rendezvous. Peers of a rank that fails before its first
+  // communicator exists see ERROR_TIMEOUT naming it (documented in docs/operations.md).
+  if (!IsCollective()) return;
+  try {
+    Context& ctx = context != nullptr ? *context : DefaultContext();
+    // The caller's communicator is there to tell even when it is the failure (its rank or size
+    // disagree with the params): its peers would otherwise pair with our next call.
+    std::shared_ptr<Communicator> held = (comm_ != nullptr && !comm_->Broken()) ? comm_ : nullptr;
+    if (held == nullptr && commParam_.comm == nullptr) held = ctx.Communicators().Find(commParam_);
+    Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
+    if (comm == nullptr) return;
+    ExclusiveUse use(*comm, name_);
+    ShareLocalFailure(*comm, name_, status);
+  } catch (const Error&) {
+    // Nobody to tell; the caller's own error stands.
+  }
+}
+
 template <class Body>
 void OperationBase::RunSharingFailure(Context* context, Body&& body) {
   try {
     body();
   } catch (const Error& e) {
-    // Only through a communicator that exists already: creating one just to report an error
-    // would make a lone rank wait for a rendezvous. Peers of a rank that fails before its first
-    // communicator exists see ERROR_TIMEOUT naming it (documented in docs/operations.md).
-    if (IsCollective()) {
-      try {
-        Context& ctx = context != nullptr ? *context : DefaultContext();
-        // The caller's communicator is there to tell even when it is the failure (its rank or
-        // size disagree with the params): its peers would otherwise pair with our next call.
-        std::shared_ptr<Communicator> held =
-            (comm_ != nullptr && !comm_->Broken()) ? comm_ : nullptr;
-        if (held == nullptr && commParam_.comm == nullptr) {
-          held = ctx.Communicators().Find(commParam_);
-        }
-        Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
-        if (comm != nullptr) {
-          ExclusiveUse use(*comm, name_);
-          ShareLocalFailure(*comm, name_, e.status());
-        }
-      } catch (const Error&) {
-        // Nobody to tell; our own error stands.
-      }
-    }
+    ShareFailure(e.status(), context);
     throw;
   }
 }

@@ -69,22 +69,35 @@ def _copy_result(output, result, what):
     output.copy_(result)
 
 
-def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None):
+def _done_work(output):
+    """What ``async_op=True`` returns: a Work that is already complete (collops runs the
+    collective before returning), whose ``wait()`` is True and whose future holds [output]."""
+    future = torch.futures.Future()
+    future.set_result([output])
+    return torch._C._distributed_c10d._create_work_from_future(future)
+
+
+def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None,
+                                  async_op=False):
     """torch_npu's signature: rank i's `input` (output_split_sizes[i] rows) lands in `output`'s
-    rows in rank order. None = equal splits of output."""
+    rows in rank order. None = equal splits of output. Returns None, or a completed Work when
+    `async_op` (the collective has run by then, as every collops collective has)."""
     sizes = _row_sizes(output_split_sizes, output.shape[0], dist.get_world_size(group),
                        "all_gather_into_tensor_uneven")
     _copy_result(output, F.all_gather_v(input, sizes, group), "all_gather_into_tensor_uneven")
+    return _done_work(output) if async_op else None
 
 
 def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM,
-                                 group=None):
+                                 group=None, async_op=False):
     """torch_npu's signature: `input`'s rows split as input_split_sizes; rank r's `output` gets
-    the reduction over ranks of split r. None = equal splits of input."""
+    the reduction over ranks of split r. None = equal splits of input. Returns None, or a
+    completed Work when `async_op`."""
     sizes = _row_sizes(input_split_sizes, input.shape[0], dist.get_world_size(group),
                        "reduce_scatter_tensor_uneven")
     _copy_result(output, F.reduce_scatter_v(input, sizes, op, group),
                  "reduce_scatter_tensor_uneven")
+    return _done_work(output) if async_op else None
 
 
 def pairwise_apply(f, x, args=(), group=None, equal_size=False):

@@ -88,3 +88,45 @@ def test_four_ranks_pairwise_uneven_and_objects():
     # Seed 002: rank r gets [r, r+1, r+2, r+3].
     assert [r["pairwise"] for r in results] == [[float(r + j) for j in range(4)]
                                                for r in range(4)]
+
+
+def _torch_npu_uneven(ctx):
+    # torch_npu's documentation example for all_gather_into_tensor_uneven (seed 000 names it and
+    # reduce_scatter_tensor_uneven), through the shim's torch_npu.distributed, with async_op.
+    import collops
+    import collops.distributed as cdist
+
+    torch_npu = collops.compat.install_torch_npu()
+    import torch_npu.distributed as npu_dist  # the import form works too
+
+    assert npu_dist is torch_npu.distributed
+    rank, world = ctx.rank, ctx.world_size
+    splits = [2, 3]
+    inputs = [torch.tensor([1, 2], dtype=torch.int32), torch.tensor([4, 5, 6], dtype=torch.int32)]
+    gold = torch.cat(inputs)
+    out = torch.zeros(sum(splits), dtype=torch.int32)
+    assert npu_dist.all_gather_into_tensor_uneven(out, inputs[rank], output_split_sizes=splits,
+                                                  async_op=False) is None
+    assert torch.equal(out, gold), out
+    out = torch.zeros(sum(splits), dtype=torch.int32)
+    work = cdist.all_gather_into_tensor_uneven(out, inputs[rank], splits, None, True)
+    assert work.wait() and torch.equal(out, gold) and work.is_completed()
+    assert torch.equal(work.get_future().value()[0], gold)
+
+    # reduce_scatter: rank r's input is (r + 1) * arange(5); rank r gets rows of split r.
+    x = torch.arange(5.0) * (rank + 1)
+    summed = torch.arange(5.0) * sum(r + 1 for r in range(world))
+    start = sum(splits[:rank])
+    part = torch.empty(splits[rank])
+    assert npu_dist.reduce_scatter_tensor_uneven(part, x, input_split_sizes=splits,
+                                                 op=dist.ReduceOp.SUM, async_op=False) is None
+    assert torch.equal(part, summed[start:start + splits[rank]]), part
+    part = torch.empty(splits[rank])
+    work = cdist.reduce_scatter_tensor_uneven(part, x, splits, dist.ReduceOp.MAX, None, True)
+    assert work.wait()
+    assert torch.equal(part, (torch.arange(5.0) * world)[start:start + splits[rank]]), part
+    return "ok"
+
+
+def test_torch_npu_uneven_collectives_take_async_op():
+    assert run_group_job(2, _torch_npu_uneven) == ["ok"] * 2

@@ -68,13 +68,45 @@ def test_unknown_operation_name_raises_listing_known_ones():
         OperationTorch("AllReduceOp")
 
 
-def test_set_param_failure_keeps_previous_operation():
-    op = make("AllReduceOperation", solo(allReduceType="max"))
-    bad = json.loads(op.set_param(solo(allReduceType="proo")))
-    assert bad["result"] == 1 and "allReduceType" in bad["message"]
+def test_failed_set_param_leaves_no_operation():
+    # Seed scripts ignore set_param's result: after a rejected set_param (quantType is a real
+    # ATB AllReduceParam field collops does not take) the previous "sum" operation must not run
+    # in place of the "max" asked for. Every method fails with set_param's own error instead.
+    op = make("AllReduceOperation", solo(allReduceType="sum"))
+    bad = json.loads(op.set_param(solo(allReduceType="max", quantType=0)))
+    assert bad["result"] == 1 and "quantType" in bad["message"], bad
     x = torch.arange(6, dtype=torch.float32)
+    with pytest.raises(RuntimeError) as raised:
+        op.execute([x])
+    assert "the last set_param failed" in str(raised.value)
+    assert bad["message"] in str(raised.value)
+    for call in (lambda: op.execute_out([x], [torch.empty(6)]),
+                 lambda: op.execute_sync([x], [torch.empty(6)], 0),
+                 lambda: op.empty_shared([2], torch.float32)):
+        with pytest.raises(RuntimeError, match="quantType"):
+            call()
+    for result in (json.loads(op.infer_shape([x])), json.loads(op.setup([x], [torch.empty(6)]))):
+        assert result["result"] == 1 and "quantType" in result["message"], result
+    # A later successful set_param makes the object usable again.
+    make_ok = json.loads(op.set_param(solo(allReduceType="max")))
+    assert make_ok == {"result": 0, "message": ""}
     (y,) = op.execute([x])
     assert torch.equal(y, x)
+
+
+def test_execute_after_failed_set_param_names_its_error_once():
+    op = OperationTorch("AllReduceOperation")
+    bad = json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
+                                              "quantType": 0})))
+    assert bad["result"] == 1
+    with pytest.raises(RuntimeError) as raised:
+        op.execute([torch.ones(2)])
+    first_line = str(raised.value).splitlines()[0]
+    assert first_line.count("OperationTorch(AllReduceOperation).execute") == 1, first_line
+    assert first_line.startswith("ERROR_INVALID_PARAM (1): OperationTorch(AllReduceOperation)"
+                                 ".execute: no operation to run: the last set_param failed"), \
+        first_line
+    assert bad["message"] in first_line and "quantType" in first_line, first_line
 
 
 def test_update_param_replaces_the_operation():
@@ -86,7 +118,8 @@ def test_update_param_replaces_the_operation():
     assert json.loads(op.infer_shape([x]))["shape"] == [[3, 2, 3]]
     bad = json.loads(op.update_param(json.dumps({"rank": 3, "rankSize": 3})))
     assert bad["result"] == 1 and "rank" in bad["message"]
-    assert json.loads(op.infer_shape([x]))["shape"] == [[3, 2, 3]]
+    after = json.loads(op.infer_shape([x]))  # no operation until an update succeeds
+    assert after["result"] == 1 and bad["message"] in after["message"], after
 
 
 # Issue 4 section 6: bad params give result 1 with a message naming the field.
@@ -144,16 +177,69 @@ def vv2_solo_inputs(x, n):
     return [x, counts(n), counts(0), counts(n), counts(0), torch.zeros(n, dtype=torch.int8)]
 
 
-def test_bound_counts_win_over_tensor_data():
+def vv2_solo_golden(x, count, displ):
+    """What a one-rank AllToAllVV2 gives: `count` elements of x from `displ`, as [1, count]."""
+    return x.flatten()[displ:displ + count].reshape(1, count)
+
+
+def test_bound_counts_equal_to_the_tensors_run():
     op = make("AllToAllVV2Operation", solo())
     x = torch.arange(10, dtype=torch.int32)
     assert json.loads(op.set_varaintpack_param(json.dumps(
         {"sendCounts": [4], "sdispls": [3], "recvCounts": [4], "rdispls": [0]}))) == \
         {"result": 0, "message": ""}
-    # The tensors say "send 10 from 0"; the bound values say "send 4 from 3".
-    ins = [x, counts(10), counts(0), counts(10), counts(0), torch.zeros(4, dtype=torch.int8)]
+    ins = [x, counts(4), counts(3), counts(4), counts(0), torch.zeros(4, dtype=torch.int8)]
     (y,) = op.execute(ins)
-    assert torch.equal(y, torch.tensor([[3, 4, 5, 6]], dtype=torch.int32))
+    assert torch.equal(y, vv2_solo_golden(x, 4, 3))
+
+
+def test_bound_counts_differing_from_the_tensors_raise_naming_both():
+    # Neither may win silently: a stale binding (or stale tensors) would give a wrong result.
+    op = make("AllToAllVV2Operation", solo())
+    op.set_varaintpack_param(json.dumps({"sendCounts": [4], "sdispls": [3], "recvCounts": [4],
+                                         "rdispls": [0]}))
+    ins = [torch.arange(10.0), counts(4), counts(5), counts(4), counts(0),
+           torch.zeros(4, dtype=torch.int8)]
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_PARAM.*inTensors\[2\] \(sdispls\) "
+                                           r"holds \[5\] but set_varaintpack_param bound "
+                                           r"sdispls = \[3\]"):
+        op.execute(ins)
+
+
+def test_integral_float_counts_bind_as_atb_reads_them():
+    # ATB's binder reads run params with get<int64_t>(), so 3.0 is 3; 1.5 stays refused
+    # (VARIANT_ERRORS) rather than truncated.
+    op = make("AllToAllVV2Operation", solo())
+    result = json.loads(op.set_varaintpack_param(json.dumps(
+        {"sendCounts": [2.0], "sdispls": [3.0], "recvCounts": [2], "rdispls": [0.0]})))
+    assert result == {"result": 0, "message": ""}, result
+    x = torch.arange(6.0)
+    ins = [x, counts(2), counts(3), counts(2), counts(0), torch.zeros(2, dtype=torch.int8)]
+    (y,) = op.execute(ins)
+    assert torch.equal(y, vv2_solo_golden(x, 2, 3))
+
+
+def test_set_param_drops_the_binding():
+    # As ATB's SetParam makes a new binder: counts given afterwards only in the tensors are used,
+    # not the binding made under the previous params.
+    op = make("AllToAllVV2Operation", solo())
+    x = torch.arange(6.0)
+    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [0], "recvCounts": [2],
+                                         "rdispls": [0]}))
+    (y,) = op.execute([x, counts(2), counts(0), counts(2), counts(0),
+                       torch.zeros(2, dtype=torch.int8)])
+    assert torch.equal(y, vv2_solo_golden(x, 2, 0))
+    assert json.loads(op.set_param(solo())) == {"result": 0, "message": ""}
+    (y,) = op.execute([x, counts(2), counts(3), counts(2), counts(0),
+                       torch.zeros(2, dtype=torch.int8)])
+    assert torch.equal(y, vv2_solo_golden(x, 2, 3))
+    # A failed set_param drops it too (and a later good one starts with none).
+    op.set_varaintpack_param(json.dumps({"sdispls": [1]}))
+    assert json.loads(op.set_param(solo(quantType=0)))["result"] == 1
+    assert json.loads(op.set_param(solo()))["result"] == 0
+    (y,) = op.execute([x, counts(2), counts(4), counts(2), counts(0),
+                       torch.zeros(2, dtype=torch.int8)])
+    assert torch.equal(y, vv2_solo_golden(x, 2, 4))
 
 
 VARIANT_ERRORS = [
@@ -162,6 +248,10 @@ VARIANT_ERRORS = [
     ("AllToAllVV2Operation", {"sendCounts": [1, 2]}, "sendCounts"),
     ("AllToAllVV2Operation", {"rdispls": [-1]}, "rdispls"),
     ("AllToAllVV2Operation", {"recvCounts": [1.5]}, "recvCounts"),
+    ("AllToAllVV2Operation", {"sdispls": [-2.0]}, "sdispls"),
+    ("AllToAllVV2Operation", {"sdispls": [1e19]}, "sdispls"),
+    ("AllToAllVV2Operation", {"sdispls": [True]}, "sdispls"),
+    ("AllGatherVOperation", {"sendCount": 2.5}, "sendCount"),
     ("AllGatherVOperation", {"sendCount": -3}, "sendCount"),
     ("AllGatherVOperation", {"recvCounts": [1, 2]}, "recvCounts"),
     ("ReduceScatterVOperation", {"recvCount": [1, 2]}, "recvCount"),
@@ -179,14 +269,18 @@ def test_bad_varaintpack_param_gives_result_1_naming_the_field(name, run_param, 
     assert field in result["message"], result
 
 
-def test_failed_binding_keeps_the_previous_one():
+@pytest.mark.parametrize("bad", ['{"sendCounts": [2], "sdispls": [0.5], "recvCounts": [2]}',
+                                 '{"sendCounts": [-2]}', 'not json', '{"sendCount": [2]}'])
+def test_failed_binding_leaves_no_binding(bad):
+    # The failed call's counts differ from the previous binding's; keeping that one would make
+    # it override the correct tensors. With no binding, the tensors' counts are used.
     op = make("AllToAllVV2Operation", solo())
     op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2],
                                          "rdispls": [0]}))
-    assert json.loads(op.set_varaintpack_param('{"sendCounts": [-2]}'))["result"] == 1
-    assert json.loads(op.set_varaintpack_param('not json'))["result"] == 1
-    (y,) = op.execute(vv2_solo_inputs(torch.arange(5.0), 2))
-    assert torch.equal(y, torch.tensor([[1.0, 2.0]]))
+    assert json.loads(op.set_varaintpack_param(bad))["result"] == 1
+    x = torch.arange(5.0)
+    (y,) = op.execute(vv2_solo_inputs(x, 2))
+    assert torch.equal(y, vv2_solo_golden(x, 2, 0))
 
 
 def test_empty_binding_reads_counts_from_the_tensors():
@@ -264,6 +358,28 @@ def test_execute_sync_checks_the_workspace():
     assert torch.equal(out, x)
 
 
+def test_execute_sync_takes_atbs_workspace_size_too():
+    # ATB's form: execute_sync(inTensors, outTensors, int64 workspaceSize).
+    op = make("AllToAllOperation", solo(transpose=True))
+    x = torch.arange(12.0).reshape(3, 4)
+    out = torch.empty(3, 4)
+    size = json.loads(op.setup([x], [out]))["workspace_size"]
+    done = json.loads(op.execute_sync([x], [out], size))
+    assert done["result"] == 0 and done["workspace_size"] == size
+    assert torch.equal(out, x)
+    if size > 0:
+        with pytest.raises(RuntimeError, match="ERROR_INVALID_WORKSPACE"):
+            op.execute_sync([x], [out], size - 1)
+    with pytest.raises(RuntimeError, match="ERROR_INVALID_WORKSPACE.*negative"):
+        op.execute_sync([x], [out], -1)
+    with pytest.raises(RuntimeError, match="tensor or a byte count"):
+        op.execute_sync([x], [out], "8")
+    reduced = make("AllReduceOperation", solo())
+    y = torch.empty(4)
+    assert json.loads(reduced.execute_sync([torch.ones(4)], [y], 0))["result"] == 0
+    assert torch.equal(y, torch.ones(4))
+
+
 # ---- tensors ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
@@ -274,11 +390,21 @@ def test_every_dtype_round_trips_through_execute(dtype):
     assert y.dtype == dtype and torch.equal(y[0], x)
 
 
-def test_non_contiguous_input_raises_saying_so():
-    op = make("AllReduceOperation", solo())
-    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_ADDR.*inTensors\[0\] is not "
-                                           r"contiguous"):
-        op.execute([torch.zeros(4, 4).t()])
+def test_non_contiguous_inputs_are_made_contiguous():
+    # As ATB's BuildVariantPack does; the caller's tensor is left as it was.
+    op = make("AllGatherOperation", solo())
+    base = torch.arange(12.0).reshape(3, 4)
+    (y,) = op.execute([base.t()])
+    assert torch.equal(y[0], base.t().contiguous())
+    out = torch.empty(1, 4, 3)
+    op.execute_out([base.t()], [out])
+    assert torch.equal(out[0], base.t().contiguous())
+    assert torch.equal(base, torch.arange(12.0).reshape(3, 4))
+    # A non-contiguous x of AllToAllVV2 is sent in its logical (row-major) order.
+    vv2 = make("AllToAllVV2Operation", solo())
+    (y,) = vv2.execute([base.t(), counts(4), counts(5), counts(4), counts(0),
+                        torch.zeros(4, dtype=torch.int8)])
+    assert torch.equal(y, vv2_solo_golden(base.t().contiguous(), 4, 5))
 
 
 def test_non_contiguous_output_raises_saying_so():

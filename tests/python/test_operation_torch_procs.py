@@ -66,6 +66,30 @@ def test_seeds_script_passes_all_7_dtypes():
 
 # ---- the harness itself: no rank can fail silently ----------------------------------------------
 
+def _infer_shape_failure_on_rank_1(ctx):
+    # execute() infers its outputs' shapes before the op's Setup; rank 1's failure there was
+    # never told, and rank 0 waited COLLOPS_TIMEOUT (300 s) for a call rank 1 would not make.
+    import torch
+    op = torch.classes.OperationTorch.OperationTorch("ReduceScatterOperation")
+    op.set_param(ctx.param())
+    op.execute([torch.ones(4, 2)])  # the communicator exists from here on
+    start = time.time()
+    with pytest.raises(RuntimeError) as raised:
+        op.execute([torch.ones(3 if ctx.rank == 1 else 4, 2)])
+    want = ("ERROR_INVALID_TENSOR_DIM" if ctx.rank == 1 else
+            "rank 1 failed its own checks for this call (ERROR_INVALID_TENSOR_DIM)")
+    assert want in str(raised.value), str(raised.value)
+    assert time.time() - start < 10
+    # The ranks stay in step: the next call runs on both.
+    out = op.execute([torch.full((4, 2), float(ctx.rank))])[0]
+    assert torch.equal(out, torch.ones(2, 2))
+    return True
+
+
+def test_a_rank_failing_execute_before_setup_fails_its_peers_too():
+    assert all(run_process_ranks(2, _infer_shape_failure_on_rank_1))
+
+
 def _raises_on_last_rank(ctx):
     if ctx.rank == ctx.world_size - 1:
         raise ValueError("last rank broke on purpose")

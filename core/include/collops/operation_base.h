@@ -52,6 +52,12 @@ class OperationBase : public Operation {
   /// The communicator params: the key under which the context's pool holds this operation's
   /// communicator (the torch binding allocates shared tensors from it).
   const CommParam& commParam() const { return commParam_; }
+  /// For a caller whose own step of this call failed before Setup or Execute could run (the torch
+  /// binding's InferShape for its outputs): a collective op tells its peers, through the signature
+  /// exchange they are about to enter, that this rank will not make the call, so they fail at
+  /// once with ERROR_RANK_MISMATCH instead of timing out. Only through a communicator that exists
+  /// already; otherwise nothing. Setup and Execute do this for their own failures.
+  void ShareFailure(Status status, Context* context);
 
  protected:
   OperationBase(std::string name, const CommParam& commParam);

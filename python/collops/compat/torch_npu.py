@@ -3,8 +3,9 @@
 :func:`install` makes ``import torch_npu`` return this module, adds ``torch.npu`` (the
 :mod:`collops.compat.npu` namespace: ``set_device``, ``current_device``, ``synchronize``, ...),
 makes ``Tensor.npu()`` / ``Module.npu()`` return the object itself, ``.to("npu:<n>")`` move to
-CPU and factory calls given ``device="npu[:n]"`` make CPU tensors, and registers the
-torch.distributed backend "hccl" as a collops group for CPU tensors.
+CPU and factory calls given ``device="npu[:n]"`` make CPU tensors, registers the
+torch.distributed backend "hccl" as a collops group for CPU tensors, and adds
+``torch_npu.distributed``'s uneven collectives (:mod:`collops.compat.torch_npu_distributed`).
 Tensors therefore stay CPU tensors, which is what OperationTorch and collops groups work on.
 """
 import sys
@@ -121,6 +122,9 @@ def install():
                            f"({getattr(existing, '__file__', existing)}); not shadowing it")
     sys.modules["torch_npu"] = this
     sys.modules["torch_npu.npu"] = npu
+    from . import torch_npu_distributed
+    sys.modules["torch_npu.distributed"] = torch_npu_distributed
+    this.distributed = torch_npu_distributed
     torch.npu = npu
     torch.Tensor.npu = _tensor_npu
     torch.nn.Module.npu = _module_npu
