@@ -258,8 +258,8 @@ class OperationTorch : public torch::CustomClassHolder {
     uint64_t workspaceSize = 0;
     const Status status = GuardedTorch([&] {
       RequireOperation("setup");
-      SetupOp(SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); }),
-              workspaceSize);
+      const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points into these
+      SetupOp(SharingFailure([&] { return BuildVariantPack(dense, outs); }), workspaceSize);
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     result["workspace_size"] = workspaceSize;
@@ -271,9 +271,10 @@ class OperationTorch : public torch::CustomClassHolder {
     std::vector<at::Tensor> outs;
     RaiseOnError("execute", GuardedTorch([&] {
                    RequireOperation("execute");
+                   const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
                    RunWithOwnWorkspace(SharingFailure([&] {
                      outs = AllocateOutputs(ins);
-                     return BuildVariantPack(DenseInputs(ins), outs);
+                     return BuildVariantPack(dense, outs);
                    }));
                  }));
     return outs;
@@ -299,11 +300,12 @@ class OperationTorch : public torch::CustomClassHolder {
 
   /// Runs the collective into caller-provided outputs (shapes and dtypes as InferShape gives).
   void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
-    RaiseOnError("execute_out", GuardedTorch([&] {
-                   RequireOperation("execute_out");
-                   RunWithOwnWorkspace(
-                       SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); }));
-                 }));
+    RaiseOnError(
+        "execute_out", GuardedTorch([&] {
+          RequireOperation("execute_out");
+          const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
+          RunWithOwnWorkspace(SharingFailure([&] { return BuildVariantPack(dense, outs); }));
+        }));
   }
 
   /// Setup + Execute with a workspace of at least the size `setup` reported: either a
@@ -315,8 +317,9 @@ class OperationTorch : public torch::CustomClassHolder {
     uint64_t workspaceSize = 0;
     RaiseOnError("execute_sync", GuardedTorch([&] {
                    RequireOperation("execute_sync");
+                   const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
                    const VariantPack pack =
-                       SharingFailure([&] { return BuildVariantPack(DenseInputs(ins), outs); });
+                       SharingFailure([&] { return BuildVariantPack(dense, outs); });
                    SetupOp(pack, workspaceSize);
                    uint8_t* ws = nullptr;
                    uint64_t wsBytes = 0;
@@ -380,7 +383,8 @@ class OperationTorch : public torch::CustomClassHolder {
 
   // `ins` with every non-contiguous CPU tensor replaced by a contiguous copy, as ATB's
   // BuildVariantPack does (Utils::ContiguousAtTensor): the collectives read inputs as one flat
-  // buffer. Outputs are never copied: the results must land in the caller's tensors.
+  // buffer. Outputs are never copied: the results must land in the caller's tensors. A variant
+  // pack built from the result points into it: keep it alive until the call is done.
   static std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& ins) {
     std::vector<at::Tensor> dense = ins;
     for (auto& t : dense) {
