@@ -253,6 +253,11 @@ TEST(ProcessFaultTest, AFileSizeLimitBelowTheSegmentIsAClearError) {
 /// retried until the timeout, then blamed rank 0 ("did not complete the rendezvous"). Now it
 /// fails at once, saying why.
 TEST(ProcessFaultTest, ARankAtItsOpenFileLimitIsToldSo) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Their runtimes open descriptors of their own while checking (UBSan's vptr check reads memory
+  // through a pipe), and report the full table as a fault of the code under test.
+  GTEST_SKIP() << "needs a build without sanitizers";
+#endif
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "20";
   RunProcessRanks(
