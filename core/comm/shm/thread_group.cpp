@@ -157,7 +157,7 @@ void ThreadGroup::Sync(int rank, const char* what) {
 std::string ThreadGroup::Whereabouts(const std::vector<int>& ranks) const {
   std::string text;
   for (int r : ranks) {
-    const char* what = slots_[r].waitingIn.load(std::memory_order_relaxed);
+    const char* what = slots_[r].waitingIn.load(std::memory_order_acquire);
     if (what == nullptr) continue;
     const int peer = slots_[r].waitingPeer.load(std::memory_order_relaxed);
     text += Concat("; rank ", r, " is waiting in ", what);

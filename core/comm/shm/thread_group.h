@@ -66,7 +66,8 @@ class WaitingMark {
  public:
   WaitingMark(RankSlot& slot, const char* what, int peer = -1) : slot_(slot) {
     slot_.waitingPeer.store(peer, std::memory_order_relaxed);
-    slot_.waitingIn.store(what, std::memory_order_relaxed);
+    // Release: the reader (Whereabouts, acquire) then sees the text an InternedName was made of.
+    slot_.waitingIn.store(what, std::memory_order_release);
   }
   ~WaitingMark() { slot_.waitingIn.store(nullptr, std::memory_order_relaxed); }
   WaitingMark(const WaitingMark&) = delete;
