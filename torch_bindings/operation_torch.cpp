@@ -233,7 +233,7 @@ class OperationTorch : public torch::CustomClassHolder {
   std::string InferShape(const std::vector<at::Tensor>& ins) {
     std::vector<TensorDesc> outDescs;
     const Status status = GuardedTorch([&] {
-      RequireOperation("infer_shape");
+      RequireOperation();
       Check(op_->InferShape(InputDescs(ins), outDescs));
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
@@ -257,9 +257,8 @@ class OperationTorch : public torch::CustomClassHolder {
   std::string Setup(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
     uint64_t workspaceSize = 0;
     const Status status = GuardedTorch([&] {
-      RequireOperation("setup");
-      const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points into these
-      SetupOp(SharingFailure([&] { return BuildVariantPack(dense, outs); }), workspaceSize);
+      RequireOperation();
+      SetupOp(Prepare(ins, outs).pack, workspaceSize);
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     result["workspace_size"] = workspaceSize;
@@ -270,12 +269,9 @@ class OperationTorch : public torch::CustomClassHolder {
   std::vector<at::Tensor> Execute(const std::vector<at::Tensor>& ins) {
     std::vector<at::Tensor> outs;
     RaiseOnError("execute", GuardedTorch([&] {
-                   RequireOperation("execute");
-                   const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
-                   RunWithOwnWorkspace(SharingFailure([&] {
-                     outs = AllocateOutputs(ins);
-                     return BuildVariantPack(dense, outs);
-                   }));
+                   RequireOperation();
+                   outs = SharingFailure([&] { return AllocateOutputs(ins); });
+                   RunWithOwnWorkspace(Prepare(ins, outs).pack);
                  }));
     return outs;
   }
@@ -288,7 +284,7 @@ class OperationTorch : public torch::CustomClassHolder {
   at::Tensor EmptyShared(const std::vector<int64_t>& sizes, c10::ScalarType dtype) {
     at::Tensor t;
     RaiseOnError("empty_shared", GuardedTorch([&] {
-                   RequireOperation("empty_shared");
+                   RequireOperation();
                    if (ToAclDataType(dtype) == ACL_DT_UNDEFINED) {
                      Fail(ERROR_INVALID_TENSOR_DTYPE, "empty_shared: dtype ", c10::toString(dtype),
                           " is not one collops supports");
@@ -300,12 +296,10 @@ class OperationTorch : public torch::CustomClassHolder {
 
   /// Runs the collective into caller-provided outputs (shapes and dtypes as InferShape gives).
   void ExecuteOut(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
-    RaiseOnError(
-        "execute_out", GuardedTorch([&] {
-          RequireOperation("execute_out");
-          const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
-          RunWithOwnWorkspace(SharingFailure([&] { return BuildVariantPack(dense, outs); }));
-        }));
+    RaiseOnError("execute_out", GuardedTorch([&] {
+                   RequireOperation();
+                   RunWithOwnWorkspace(Prepare(ins, outs).pack);
+                 }));
   }
 
   /// Setup + Execute with a workspace of at least the size `setup` reported: either a
@@ -316,10 +310,9 @@ class OperationTorch : public torch::CustomClassHolder {
                           const c10::IValue& workspace) {
     uint64_t workspaceSize = 0;
     RaiseOnError("execute_sync", GuardedTorch([&] {
-                   RequireOperation("execute_sync");
-                   const std::vector<at::Tensor> dense = DenseInputs(ins);  // the pack points here
-                   const VariantPack pack =
-                       SharingFailure([&] { return BuildVariantPack(dense, outs); });
+                   RequireOperation();
+                   const PreparedCall call = Prepare(ins, outs);
+                   const VariantPack& pack = call.pack;
                    SetupOp(pack, workspaceSize);
                    uint8_t* ws = nullptr;
                    uint64_t wsBytes = 0;
@@ -363,7 +356,7 @@ class OperationTorch : public torch::CustomClassHolder {
 
   // Throws unless an operation is held. The message carries no "OperationTorch(op).method"
   // prefix: RaiseOnError adds it.
-  void RequireOperation(const char* /*method*/) const {
+  void RequireOperation() const {
     if (op_ != nullptr) return;
     if (setParamStatus_ != NO_ERROR) {
       Fail(setParamStatus_, "no operation to run: the last set_param failed (",
@@ -383,8 +376,7 @@ class OperationTorch : public torch::CustomClassHolder {
 
   // `ins` with every non-contiguous CPU tensor replaced by a contiguous copy, as ATB's
   // BuildVariantPack does (Utils::ContiguousAtTensor): the collectives read inputs as one flat
-  // buffer. Outputs are never copied: the results must land in the caller's tensors. A variant
-  // pack built from the result points into it: keep it alive until the call is done.
+  // buffer. Outputs are never copied: the results must land in the caller's tensors.
   static std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& ins) {
     std::vector<at::Tensor> dense = ins;
     for (auto& t : dense) {
@@ -505,6 +497,20 @@ class OperationTorch : public torch::CustomClassHolder {
   }
 
   const CommParam& CommParamOf() const { return Base().commParam(); }
+
+  // One call's variant pack, with the contiguous copies of its inputs that the pack points into.
+  struct PreparedCall {
+    std::vector<at::Tensor> inputs;
+    VariantPack pack;
+  };
+
+  // The variant pack of (ins, outs); a failure building it is told to the peers (SharingFailure).
+  PreparedCall Prepare(const std::vector<at::Tensor>& ins, const std::vector<at::Tensor>& outs) {
+    PreparedCall call;
+    call.inputs = DenseInputs(ins);
+    call.pack = SharingFailure([&] { return BuildVariantPack(call.inputs, outs); });
+    return call;
+  }
 
   // Runs this rank's own steps before the op's Setup (InferShape for the outputs, the variant
   // pack): a failure there is told to the peers as Setup tells its own, so they fail at once
