@@ -124,15 +124,22 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
   }
 }
 
-std::vector<uint8_t> ExchangeAgreement(Communicator& comm, const CallSignature& mine) {
-  const int size = comm.Size();
-  const size_t recordBytes = AgreementRecordBytes(size);
+std::vector<uint8_t> ExchangeAgreement(
+    int rankSize, const CallSignature& mine,
+    const std::function<void(const void* in, void* out, size_t bytes)>& gather) {
+  const size_t recordBytes = AgreementRecordBytes(rankSize);
   std::vector<uint8_t> record(recordBytes);
-  EncodeAgreement(mine, size, record.data());
-  std::vector<uint8_t> all(recordBytes * size);
-  comm.AllGatherBytes(record.data(), all.data(), recordBytes);
-  CheckAgreementRecords(all.data(), recordBytes, size, mine);
+  EncodeAgreement(mine, rankSize, record.data());
+  std::vector<uint8_t> all(recordBytes * rankSize);
+  gather(record.data(), all.data(), recordBytes);
+  CheckAgreementRecords(all.data(), recordBytes, rankSize, mine);
   return all;
+}
+
+std::vector<uint8_t> ExchangeAgreement(Communicator& comm, const CallSignature& mine) {
+  return ExchangeAgreement(comm.Size(), mine, [&](const void* in, void* out, size_t bytes) {
+    comm.AllGatherBytes(in, out, bytes);
+  });
 }
 
 void VerifyAgreement(Communicator& comm, const CallSignature& mine) {

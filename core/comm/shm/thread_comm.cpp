@@ -121,29 +121,28 @@ void ThreadCommunicator::Agree(const CallSignature& mine) {
     agreedOpName_ = mine.opName;
     agreementName_ = shm::InternedName(mine.opName + " (cross-rank check)");
   }
-  gatherName_ = agreementName_;
-  try {
-    VerifyAgreement(*this, mine);
-  } catch (...) {
-    gatherName_ = kGatherName;
-    throw;
-  }
-  gatherName_ = kGatherName;
+  ExchangeAgreement(size_, mine, [&](const void* in, void* out, size_t bytes) {
+    GatherBytes(agreementName_, in, out, bytes);
+  });
 }
 
 void ThreadCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
+  GatherBytes("AllGatherBytes", in, out, bytes);
+}
+
+void ThreadCommunicator::GatherBytes(const char* what, const void* in, void* out, size_t bytes) {
   group_->ThrowIfBroken();
   Publish(in, out, static_cast<int64_t>(bytes), ACL_UINT8, 0);
-  group_->Sync(rank_, gatherName_);
-  const std::string bad = CheckUniform(gatherName_, true, nullptr);
-  if (!bad.empty()) FailTogether(gatherName_, bad);
+  group_->Sync(rank_, what);
+  const std::string bad = CheckUniform(what, true, nullptr);
+  if (!bad.empty()) FailTogether(what, bad);
 
   CopyLocal(At(out, rank_, bytes), in, bytes);
   for (int step = 1; step < size_; ++step) {
     const int j = (rank_ + step) % size_;
     CopyPeer(At(out, j, bytes), group_->slot(j).in, bytes);
   }
-  group_->Sync(rank_, gatherName_);
+  group_->Sync(rank_, what);
 }
 
 void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,

@@ -78,16 +78,15 @@ class ThreadCommunicator final : public Communicator {
   /// out of step with this rank.
   void ReduceOrBreak(const char* what, DataType dtype, ReduceOp op, void* dst, size_t count);
   void CheckPeer(const char* what, int peer) const;
+  /// AllGatherBytes, naming its waits `what` (a literal or InternedName).
+  void GatherBytes(const char* what, const void* in, void* out, size_t bytes);
 
   std::shared_ptr<shm::ThreadGroup> group_;
   const int rank_;
   const int size_;
-  std::vector<const void*> srcs_;   ///< reduction inputs, reused so no call allocates
-  std::vector<uint64_t> sent_;      ///< messages sent to each peer
-  std::vector<uint64_t> received_;  ///< messages received from each peer
-  static constexpr const char* kGatherName = "AllGatherBytes";
-  /// What AllGatherBytes calls itself: kGatherName, or agreementName_ while Agree() runs.
-  const char* gatherName_ = kGatherName;
+  std::vector<const void*> srcs_;        ///< reduction inputs, reused so no call allocates
+  std::vector<uint64_t> sent_;           ///< messages sent to each peer
+  std::vector<uint64_t> received_;       ///< messages received from each peer
   std::string agreedOpName_;             ///< the opName agreementName_ was made for
   const char* agreementName_ = nullptr;  ///< "<opName> (cross-rank check)", interned
 };

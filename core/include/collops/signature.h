@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ void VerifyAgreement(Communicator& comm, const CallSignature& mine);
 /// For a backend that needs every rank's counts right after the check (hierarchical AllToAllV):
 /// it reads them with RecordedCount instead of exchanging them a second time.
 std::vector<uint8_t> ExchangeAgreement(Communicator& comm, const CallSignature& mine);
+/// ExchangeAgreement among `rankSize` ranks through `gather(in, out, bytes)`, an AllGatherBytes
+/// of the caller's (lccl thread mode names its wait after the call being checked).
+std::vector<uint8_t> ExchangeAgreement(
+    int rankSize, const CallSignature& mine,
+    const std::function<void(const void* in, void* out, size_t bytes)>& gather);
 
 /// For a rank whose own checks failed: tells the peers (Communicator::Agree with failedStatus,
 /// which exchanges at once) so they fail fast, and swallows what the exchange reports; the caller
