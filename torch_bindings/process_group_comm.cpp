@@ -351,16 +351,14 @@ void ProcessGroupCommunicator::AllReduce(const void* in, void* out, size_t count
     // that was NaN on any rank.
     at::Tensor nans;
     if (NeedsNanMask(wide, op)) nans = buffer.isnan().to(at::kByte);
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = ToTorchOp(op);
-    std::vector<at::Tensor> tensors{buffer};
-    Wait(BackendFor(device)->allreduce(tensors, opts));
-    if (nans.defined()) {
-      c10d::AllreduceOptions anyNan;
-      anyNan.reduceOp = ToTorchOp(ReduceOp::kMax);
-      std::vector<at::Tensor> masks{nans};
-      Wait(BackendFor(device)->allreduce(masks, anyNan));
-    }
+    auto allReduce = [&](at::Tensor& t, ReduceOp reduction) {
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = ToTorchOp(reduction);
+      std::vector<at::Tensor> tensors{t};
+      Wait(BackendFor(device)->allreduce(tensors, opts));
+    };
+    allReduce(buffer, op);
+    if (nans.defined()) allReduce(nans, ReduceOp::kMax);
     if (wide != type) dst.copy_(buffer);  // the one rounding back to the narrow type
     if (nans.defined()) PutNans(dst, nans);
   });

@@ -58,6 +58,7 @@ void ReleaseInForkedChildren(int fd, const std::atomic<uint64_t>* abortRecord) {
 }
 
 void StopReleasingInForkedChildren(int fd) {
+  if (fd < 0) return;  // fd + 1 would match a free slot
   for (int i = 0; i < kSlots; ++i) {
     if (gReleased[i].load(std::memory_order_relaxed) != fd + 1) continue;
     gAbortRecords[i].store(nullptr, std::memory_order_release);  // before the memory goes
