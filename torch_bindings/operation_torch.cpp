@@ -29,6 +29,7 @@
 
 #include "collops/collops.h"
 #include "collops/operation_base.h"
+#include "collops/param_json.h"
 #include "intra_op_threads.h"
 #include "shared_tensor.h"
 
@@ -165,18 +166,18 @@ int64_t ReadCount(const std::string& where, const std::string& key, const Json& 
     // [-2^63, 2^63): the doubles that convert to int64 exactly.
     if (!std::isfinite(d) || std::trunc(d) != d || d < -9223372036854775808.0 ||
         d >= 9223372036854775808.0) {
-      Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", value.dump());
+      Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", ShowJson(value));
     }
     const auto n = static_cast<int64_t>(d);
-    if (n < 0) Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", value.dump(), " is negative");
+    if (n < 0) Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", ShowJson(value), " is negative");
     return n;
   }
   if (!value.is_number_integer()) {
-    Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", value.dump());
+    Fail(ERROR_INVALID_PARAM, where, ": ", key, " must hold integers, got ", ShowJson(value));
   }
   const int64_t n = value.get<int64_t>();
   if (value.is_number_unsigned() && n < 0) {  // above INT64_MAX
-    Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", value.dump(), " does not fit in int64");
+    Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", ShowJson(value), " does not fit in int64");
   }
   if (n < 0) Fail(ERROR_INVALID_PARAM, where, ": ", key, " = ", n, " is negative");
   return n;
@@ -408,7 +409,7 @@ class OperationTorch : public torch::CustomClassHolder {
       if (slot == slots.end()) {
         std::string keys;
         for (const auto& s : slots) keys += (keys.empty() ? "" : ", ") + std::string(s.key);
-        Fail(ERROR_INVALID_PARAM, where, ": unknown key \"", key, "\"",
+        Fail(ERROR_INVALID_PARAM, where, ": unknown key ", ShowJson(Json(key)),
              keys.empty() ? std::string("; this operation takes no host counts")
                           : "; expected one of " + keys);
       }
@@ -421,7 +422,7 @@ class OperationTorch : public torch::CustomClassHolder {
         }
       } else {
         Fail(ERROR_INVALID_PARAM, where, ": ", key, " must be a list of integers, got ",
-             value.dump());
+             ShowJson(value));
       }
       const int64_t expected = slot->scalar ? 1 : rankSize;
       if (expected >= 0 && static_cast<int64_t>(counts.size()) != expected) {

@@ -40,6 +40,22 @@ const char* SetDescription(DtypeSet set) {
   return "?";
 }
 
+/// Whether [a, a + aBytes) and [b, b + bBytes) share a byte; empty ranges share none.
+bool Overlaps(const void* a, uint64_t aBytes, const void* b, uint64_t bBytes) {
+  const auto aBegin = reinterpret_cast<uintptr_t>(a);
+  const auto bBegin = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && aBegin < bBegin + bBytes && bBegin < aBegin + aBytes;
+}
+
+/// "x starts at byte 8 of y", for two overlapping buffers: whichever starts later, in the other.
+std::string WhereOneStarts(const std::string& aName, const void* a, const std::string& bName,
+                           const void* b) {
+  const auto aBegin = reinterpret_cast<uintptr_t>(a);
+  const auto bBegin = reinterpret_cast<uintptr_t>(b);
+  return aBegin >= bBegin ? Concat(aName, " starts at byte ", aBegin - bBegin, " of ", bName)
+                          : Concat(bName, " starts at byte ", bBegin - aBegin, " of ", aName);
+}
+
 std::string Names(const std::vector<TensorSpec>& specs) {
   std::string names;
   for (const auto& s : specs) names += (names.empty() ? "" : ", ") + std::string(s.name);
@@ -139,27 +155,45 @@ void OperationBase::CheckAliasing(const VariantPack& pack) const {
   if (pack.inTensors.empty() || pack.outTensors.empty()) return;
   const Tensor& x = pack.inTensors[0];
   const Tensor& y = pack.outTensors[0];
-  const auto xBegin = reinterpret_cast<uintptr_t>(x.deviceData);
-  const auto yBegin = reinterpret_cast<uintptr_t>(y.deviceData);
-  if (x.dataSize == 0 || y.dataSize == 0 || xBegin >= yBegin + y.dataSize ||
-      yBegin >= xBegin + x.dataSize) {
-    return;
-  }
+  if (!Overlaps(x.deviceData, x.dataSize, y.deviceData, y.dataSize)) return;
   const DtypeSet xData = InputSpecs()[0].dtypes;
   if (xData != DtypeSet::kMovable && xData != DtypeSet::kReducible) return;  // Recv's template
   const InPlaceForm form = InPlaceFormImpl(pack);
-  if (form.inputAt != nullptr && x.deviceData == form.inputAt) return;
+  if (form.inputAt != nullptr && x.deviceData == form.inputAt) {
+    const std::string refusal = InPlaceRefusalImpl(pack);
+    if (refusal.empty()) return;
+    Fail(ERROR_INVALID_PARAM, Where(), ": ", refusal);
+  }
   const char* xName = InputSpecs()[0].name;
   const char* yName = OutputSpecs()[0].name;
-  const std::string where = xBegin >= yBegin
-                                ? Concat(xName, " starts at byte ", xBegin - yBegin, " of ", yName)
-                                : Concat(yName, " starts at byte ", yBegin - xBegin, " of ", xName);
   const std::string allowed =
       form.description == nullptr
           ? Concat("peers may still read ", xName, " while ", yName, " is written")
           : Concat("the one in-place form supported is ", form.description);
-  Fail(ERROR_INVALID_PARAM, Where(), ": ", yName, " overlaps ", xName, " (", where, "); ", allowed,
-       ", so give ", yName, " its own buffer");
+  Fail(ERROR_INVALID_PARAM, Where(), ": ", yName, " overlaps ", xName, " (",
+       WhereOneStarts(xName, x.deviceData, yName, y.deviceData), "); ", allowed, ", so give ",
+       yName, " its own buffer");
+}
+
+void OperationBase::CheckWorkspaceAliasing(const VariantPack& pack,
+                                           const uint8_t* workspace) const {
+  auto check = [&](const std::vector<Tensor>& tensors, const std::vector<TensorSpec>& specs,
+                   const char* role) {
+    for (size_t i = 0; i < tensors.size() && i < specs.size(); ++i) {
+      if (specs[i].dtypes == DtypeSet::kShapeOnly) continue;  // its data is never touched
+      const Tensor& t = tensors[i];
+      const void* data =
+          specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr ? t.hostData : t.deviceData;
+      if (!Overlaps(workspace, setupWorkspaceSize_, data, t.dataSize)) continue;
+      Fail(ERROR_INVALID_PARAM, Where(), ": the workspace (", setupWorkspaceSize_,
+           " bytes in use) overlaps ", role, "[", i, "] (", specs[i].name,
+           "): ", WhereOneStarts("the workspace", workspace, specs[i].name, data),
+           "; the op writes the workspace while its inputs are still read and before its ",
+           "outputs are final, so give the workspace its own memory");
+    }
+  };
+  check(pack.inTensors, InputSpecs(), "inTensors");
+  check(pack.outTensors, OutputSpecs(), "outTensors");
 }
 
 void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
@@ -287,6 +321,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
       }
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
+      CheckWorkspaceAliasing(variantPack, workspace);
       signature = SignatureImpl(variantPack);
     });
     AcquireCommunicator(context);

@@ -15,9 +15,9 @@ std::string SafeDump(const nlohmann::json& value) {
 
 std::string Cut(std::string text) { return text.size() > 60 ? text.substr(0, 57) + "..." : text; }
 
-/// Short rendering of a JSON value for messages. Containers are summarised one level deep:
-/// dump() recurses once per nesting level, so a deeply nested param would overflow the stack.
-std::string Show(const nlohmann::json& value) {
+}  // namespace
+
+std::string ShowJson(const nlohmann::json& value) {
   if (!value.is_structured()) return Cut(SafeDump(value));
   std::string text = value.is_array() ? "[" : "{";
   for (auto it = value.begin(); it != value.end() && text.size() <= 60; ++it) {
@@ -29,13 +29,11 @@ std::string Show(const nlohmann::json& value) {
   return Cut(text);
 }
 
-}  // namespace
-
 JsonParamReader::JsonParamReader(const nlohmann::json& json, std::string opName)
     : json_(json), opName_(std::move(opName)) {
   if (!json_.is_object()) {
     Fail(ERROR_INVALID_PARAM, opName_, ": params must be a JSON object, got ", json_.type_name(),
-         " ", Show(json_));
+         " ", ShowJson(json_));
   }
 }
 
@@ -48,7 +46,7 @@ const nlohmann::json* JsonParamReader::Find(const char* key) {
 void JsonParamReader::WrongType(const char* key, const nlohmann::json& value,
                                 const char* expected) const {
   Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" must be ", expected, ", got ",
-       value.type_name(), " ", Show(value));
+       value.type_name(), " ", ShowJson(value));
 }
 
 int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& value, int64_t lo,
@@ -56,7 +54,8 @@ int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& valu
   if (!value.is_number_integer()) WrongType(key, value, "an integer");
   if (value.is_number_unsigned() &&
       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", Show(value), " is out of range");
+    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", ShowJson(value),
+         " is out of range");
   }
   const int64_t v = value.get<int64_t>();
   if (v < lo || v > hi) {

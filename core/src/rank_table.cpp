@@ -1,6 +1,7 @@
 #include "collops/rank_table.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,12 +12,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collops/param_json.h"
 #include "collops/status.h"
 
 namespace collops {
 namespace {
 
 using nlohmann::json;
+
+/// A table of 4096 ranks is well under 1 MiB; anything this large is not a rank table, and reading
+/// it whole (a log file named by mistake) would only exhaust memory.
+constexpr off_t kMaxRankTableBytes = off_t{64} << 20;
 
 /// Every message starts with the file, so a job with several tables says which one is wrong.
 template <class... Args>
@@ -40,34 +46,63 @@ long long Number(const json& value, const std::string& where, const std::string&
     for (char c : text) digits = digits && c >= '0' && c <= '9';
     if (digits) return std::stoll(text);
   }
-  Bad(path, where, " = ", value.dump(), " is not a non-negative integer (or a string of digits)");
+  Bad(path, where, " = ", ShowJson(value),
+      " is not a non-negative integer (or a string of digits)");
 }
 
 std::string Text(const json& value, const std::string& where, const std::string& path) {
-  if (!value.is_string()) Bad(path, where, " = ", value.dump(), " must be a string");
+  if (!value.is_string()) Bad(path, where, " = ", ShowJson(value), " must be a string");
   return value.get<std::string>();
 }
 
-}  // namespace
+/// "a FIFO", for a file that is not a regular one.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
 
-HostLayout LoadRankTable(const std::string& path, int rankSize) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) Bad(path, "cannot be read: ", std::strerror(errno));
+/// The whole file open at `fd`.
+std::string ReadRegularFile(int fd, const std::string& path) {
+  struct stat info;
+  if (fstat(fd, &info) != 0) Bad(path, "cannot be read: ", std::strerror(errno));
+  // A FIFO would block until a writer came (COLLOPS_TIMEOUT bounds only waits for peers), and a
+  // device such as /dev/zero never ends.
+  if (!S_ISREG(info.st_mode)) {
+    Bad(path, "cannot be read: it is ", FileKind(info.st_mode), ", not a regular file");
+  }
+  auto tooLarge = [&] {
+    Bad(path, "cannot be read: it is larger than ", kMaxRankTableBytes >> 20,
+        " MiB, far more than a rank table of any job size needs");
+  };
+  if (info.st_size > kMaxRankTableBytes) tooLarge();
   std::string text;
   char buffer[65536];
   for (;;) {
     const ssize_t got = read(fd, buffer, sizeof(buffer));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      close(fd);
-      Bad(path, "cannot be read: ", std::strerror(error));
-    }
-    if (got == 0) break;
+    if (got < 0) Bad(path, "cannot be read: ", std::strerror(errno));
+    if (got == 0) return text;
     text.append(buffer, static_cast<size_t>(got));
+    // The file may grow while it is read, and /proc files report a size of 0.
+    if (text.size() > static_cast<size_t>(kMaxRankTableBytes)) tooLarge();
   }
-  close(fd);
-  return ParseRankTable(text, path, rankSize);
+}
+
+}  // namespace
+
+HostLayout LoadRankTable(const std::string& path, int rankSize) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer opens it.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) Bad(path, "cannot be read: ", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  return ParseRankTable(ReadRegularFile(fd, path), path, rankSize);
 }
 
 HostLayout ParseRankTable(const std::string& text, const std::string& path, int rankSize) {
@@ -77,6 +112,8 @@ HostLayout ParseRankTable(const std::string& text, const std::string& path, int 
   } catch (const json::parse_error& e) {
     // e.byte counts from 1 and points at the offending character.
     Bad(path, "malformed JSON at byte offset ", e.byte == 0 ? 0 : e.byte - 1, " (", e.what(), ")");
+  } catch (const json::exception& e) {  // out_of_range 406: a number such as 1e400
+    Bad(path, "malformed JSON (", e.what(), ")");
   }
   if (!table.is_object()) Bad(path, "the top level must be an object, not ", table.type_name());
   if (table.contains("version")) Text(table["version"], "version", path);

@@ -61,6 +61,14 @@ Status CreateOperation(const std::string& opName, const nlohmann::json& param, C
 }
 
 Status CreateOperation(const std::string& opName, const std::string& paramJson, Operation** op) {
+  // The parser stops at a NUL byte, so anything after one would be silently ignored.
+  const size_t nul = paramJson.find('\0');
+  if (nul != std::string::npos) {
+    if (op != nullptr) *op = nullptr;
+    SetLastErrorMessage(Concat(opName, ": params contain a NUL byte at byte offset ", nul,
+                               "; JSON text cannot hold one"));
+    return ERROR_INVALID_PARAM;
+  }
   nlohmann::json param;
   try {
     param = nlohmann::json::parse(paramJson);

@@ -4,6 +4,8 @@
 #include <limits>
 #include <sstream>
 
+#include "collops/status.h"
+
 namespace collops {
 
 size_t DataTypeSize(DataType dtype) {
@@ -55,8 +57,11 @@ std::string DataTypeName(DataType dtype) {
 }
 
 int64_t NumElements(const Dims& dims) {
+  const uint64_t dimNum = std::min<uint64_t>(dims.dimNum, kMaxDimNum);
+  // Before multiplying: [2^62, 4, 0] holds nothing, however the other dims overflow.
+  if (std::find(dims.dims, dims.dims + dimNum, 0) != dims.dims + dimNum) return 0;
   int64_t n = 1;
-  for (uint64_t i = 0; i < dims.dimNum && i < kMaxDimNum; ++i) {
+  for (uint64_t i = 0; i < dimNum; ++i) {
     if (__builtin_mul_overflow(n, dims.dims[i], &n)) return std::numeric_limits<int64_t>::max();
   }
   return n;
@@ -104,7 +109,18 @@ int64_t CheckedBytes(const int64_t* dims, size_t dimNum, size_t elementSize) {
 }
 
 uint64_t TensorBytes(const TensorDesc& desc) {
-  return static_cast<uint64_t>(NumElements(desc.shape)) * DataTypeSize(desc.dtype);
+  const uint64_t dimNum = std::min<uint64_t>(desc.shape.dimNum, kMaxDimNum);
+  for (uint64_t i = 0; i < dimNum; ++i) {
+    if (desc.shape.dims[i] < 0) {
+      Fail(ERROR_INVALID_TENSOR_DIM, "shape ", DimsToString(desc.shape), " has a negative dim");
+    }
+  }
+  const int64_t bytes = CheckedBytes(desc.shape.dims, dimNum, DataTypeSize(desc.dtype));
+  if (bytes < 0) {
+    Fail(ERROR_INVALID_TENSOR_SIZE, "shape ", DimsToString(desc.shape), " of ",
+         DataTypeName(desc.dtype), " is more than 2^63 - 1 bytes");
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 }  // namespace collops

@@ -124,14 +124,34 @@ void ReduceScatterVOperation::PrepareImpl(const VariantPack& pack) {
 }
 
 InPlaceForm ReduceScatterVOperation::InPlaceFormImpl(const VariantPack& pack) const {
-  // out as this rank's own piece of x, which only this rank reads; without a tail, since the tail
-  // is zeroed before the peers have read x.
+  // out as this rank's own piece of x (InPlaceRefusalImpl checks that no peer reads it); without
+  // a tail, since the tail is zeroed before the peers have read x.
   const Tensor& x = pack.inTensors[0];
   const Tensor& out = pack.outTensors[0];
   const char* form = "out starting at x.flat[sdispls[rank]] with out.numel() == recvCount";
   if (NumElements(out.desc.shape) != recvCount_) return {nullptr, form};
   const auto own = static_cast<uintptr_t>(sdispls_[commParam().rank]) * DataTypeSize(x.desc.dtype);
   return {reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(out.deviceData) - own), form};
+}
+
+std::string ReduceScatterVOperation::InPlaceRefusalImpl(const VariantPack&) const {
+  // The piece is this rank's to overwrite only if no peer reads any of it: peers read their
+  // blocks of x while, or after, this rank writes its result there.
+  const int rank = commParam().rank;
+  const int64_t begin = sdispls_[rank];
+  const int64_t end = begin + recvCount_;  // offsets within real memory: no overflow
+  for (size_t j = 0; j < sendCounts_.size(); ++j) {
+    if (static_cast<int>(j) == rank || sendCounts_[j] == 0) continue;
+    if (sdispls_[j] < end && begin < sdispls_[j] + sendCounts_[j]) {
+      return Concat("out lies on x in the in-place form (out starting at x.flat[sdispls[", rank,
+                    "] = ", begin, "], ", recvCount_, " elements), but the block sent to rank ", j,
+                    " (sdispls[", j, "] = ", sdispls_[j], ", sendCounts[", j,
+                    "] = ", sendCounts_[j], ") overlaps it: rank ", j,
+                    " may read it after this rank has written its result there, so give out its ",
+                    "own buffer or keep the other ranks' blocks off that piece");
+    }
+  }
+  return "";
 }
 
 CallSignature ReduceScatterVOperation::SignatureImpl(const VariantPack& pack) const {

@@ -11,11 +11,14 @@
 // 0 <= recvCount <= out.numel(), and count params, when given, equal to their tensors →
 // otherwise ERROR_INVALID_PARAM. Across ranks every rank j must send sendCounts_j[rank] ==
 // recvCount of this rank, else ERROR_RANK_MISMATCH on every rank before any data moves.
+// In place (out = x.flat[sdispls[rank]:], out.numel() == recvCount) is refused when a block sent
+// to another rank overlaps that piece: the peer could read it after this rank wrote its result.
 // Execute zeroes only the tail past recvCount, then the communicator reduces in rank order
 // (float16/bfloat16 accumulate in float32), so equal ranges give bit-identical results.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collops/operation_base.h"
@@ -38,6 +41,9 @@ class ReduceScatterVOperation final : public OperationBase {
                       std::vector<TensorDesc>& out) const override;
   void PrepareImpl(const VariantPack& pack) override;
   InPlaceForm InPlaceFormImpl(const VariantPack& pack) const override;
+  /// The counts of the last PrepareImpl make the in-place form unsafe when a block sent to another
+  /// rank overlaps this rank's piece x.flat[sdispls[rank] : +recvCount].
+  std::string InPlaceRefusalImpl(const VariantPack& pack) const override;
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                    Communicator& comm) override;

@@ -157,6 +157,33 @@ TEST(AllToAllErrors, WorkspaceIsXBytesForTransposeOnly) {
   });
 }
 
+// A workspace on x or y was used as given: every status NO_ERROR, thousands of wrong elements.
+TEST(AllToAllErrors, WorkspaceOverlappingXOrYIsInvalidParam) {
+  Operation* raw = nullptr;
+  ASSERT_EQ(CreateOperation(ParamFor(0, 1, UniqueDomain(), true), &raw), NO_ERROR);
+  OperationPtr op(raw);
+  // One buffer: x [2, 4] floats, then y [2, 4], then 72 spare bytes.
+  HostTensor buffer(ACL_FLOAT, {34});
+  const Tensor x = View(buffer, 0, {2, 4});
+  const Tensor y = View(buffer, 8, {2, 4});
+  VariantPack pack{{x}, {y}};
+  uint64_t workspaceSize = 0;
+  ASSERT_EQ(op->Setup(pack, workspaceSize, nullptr), NO_ERROR) << LastErrorMessage();
+  ASSERT_EQ(workspaceSize, 32u);
+  uint8_t* base = static_cast<uint8_t*>(buffer.data());
+  EXPECT_EQ(op->Execute(pack, base + 60, workspaceSize, nullptr), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(),
+              HasSubstr("AllToAllOperation (rank 0): the workspace (32 bytes in use) overlaps "
+                        "outTensors[0] (y): the workspace starts at byte 28 of y"));
+  EXPECT_EQ(op->Execute(pack, base + 4, workspaceSize, nullptr), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("overlaps inTensors[0] (x): the workspace starts at "
+                                            "byte 4 of x"));
+  // Right after y, and larger than Setup asked for: only the bytes in use count.
+  EXPECT_EQ(op->Execute(pack, base + 64, workspaceSize, nullptr), NO_ERROR) << LastErrorMessage();
+  EXPECT_EQ(op->Execute(pack, base + 64, workspaceSize + 40, nullptr), NO_ERROR)
+      << LastErrorMessage();
+}
+
 TEST(AllToAllErrors, RanksWithDifferentElementCountsGetRankMismatchOnEveryRank) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(3, [&](int rank) {

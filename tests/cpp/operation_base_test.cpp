@@ -108,6 +108,47 @@ TEST(OperationBaseErrors, ShapeWhoseByteSizeOverflowsIsInvalidSize) {
   EXPECT_EQ(RunOperation(*op, {huge}, {huge}), ERROR_INVALID_TENSOR_SIZE);
 }
 
+// NumElements saturated [2^62, 4, 0] to INT64_MAX elements: the range rule passed a send of 2^26
+// elements from an empty x, and Execute read past it; the size check named a wrapped byte count.
+TEST(OperationBaseErrors, ZeroDimShapeHoldsNothingHoweverLargeTheOtherDims) {
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_EQ(NumElements(MakeDims({big, 4, 0})), 0);
+  EXPECT_EQ(TensorBytes(Desc(ACL_FLOAT, {big, 4, 0})), 0u);
+  OperationPtr op = MakeOperation("AllToAllVOperation", {{"rank", 0},
+                                                         {"rankSize", 1},
+                                                         {"commMode", 1},
+                                                         {"commDomain", UniqueDomain()},
+                                                         {"sendCounts", {8}},
+                                                         {"sdispls", {0}},
+                                                         {"recvCounts", {8}},
+                                                         {"rdispls", {0}}});
+  HostTensor x(ACL_FLOAT, {8});
+  HostTensor y(ACL_FLOAT, {1, 8});
+  Tensor empty = x.tensor();
+  empty.desc.shape = MakeDims({big, 4, 0});
+  empty.dataSize = 0;
+  EXPECT_EQ(RunOperation(*op, {empty}, {y.tensor()}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("exceeds x.numel() = 0"));
+  empty.dataSize = 32;
+  EXPECT_EQ(RunOperation(*op, {empty}, {y.tensor()}), ERROR_INVALID_TENSOR_SIZE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("has dataSize 32 but shape [4611686018427387904, 4, 0] "
+                                            "of float32 needs 0 bytes"));
+}
+
+TEST(OperationBaseErrors, TensorBytesRefusesSizesBeyondInt64) {
+  std::string message;
+  try {
+    TensorBytes(Desc(ACL_FLOAT, {(int64_t{1} << 61) + 1, 4}));
+    ADD_FAILURE() << "a wrapped size was returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_TENSOR_SIZE);
+    message = e.what();
+  }
+  EXPECT_THAT(message,
+              HasSubstr("shape [2305843009213693953, 4] of float32 is more than 2^63 - 1"));
+  EXPECT_EQ(TensorBytes(Desc(ACL_INT16, {3, 5})), 30u);
+}
+
 TEST(OperationBaseErrors, TransposedRowsThatOverflowAreInvalidDim) {
   // An empty x [2^62, 0] passes the size rule, but y would have 2^62 * rankSize rows.
   OperationPtr op = MakeOperation(
@@ -236,6 +277,18 @@ TEST(OperationBaseErrors, MalformedJsonTextIsInvalidParam) {
   EXPECT_EQ(CreateOperation("AllReduceOperation", std::string("{\"rank\": 0,"), &op),
             ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("not valid JSON"));
+}
+
+// The JSON parser stops at a NUL byte: `{"rankSize":1}\0junk` was accepted as valid params.
+TEST(OperationBaseErrors, JsonTextWithANulByteIsInvalidParam) {
+  Operation* op = nullptr;
+  const std::string text("{\"rank\": 0, \"rankSize\": 1}\0junk", 31);
+  EXPECT_EQ(CreateOperation("AllReduceOperation", text, &op), ERROR_INVALID_PARAM);
+  EXPECT_EQ(op, nullptr);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("NUL byte at byte offset 26"));
+  EXPECT_EQ(CreateOperation("AllReduceOperation", text.substr(0, 26), &op), NO_ERROR)
+      << LastErrorMessage();
+  DestroyOperation(op);
 }
 
 TEST(OperationBaseErrors, CallerCommunicatorOfOtherSizeIsInvalidParam) {

@@ -3,6 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
 #include <string>
 
 #include "collops/rank_table.h"
@@ -77,6 +84,108 @@ TEST(RankTable, DirectoryIsUnreadable) {
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
     EXPECT_THAT(e.what(), HasSubstr("cannot be read"));
+  }
+}
+
+/// The message of the ERROR_INVALID_PARAM that LoadRankTable(path) throws, "" (after a failure)
+/// when it throws nothing.
+std::string LoadRejection(const std::string& path) {
+  try {
+    LoadRankTable(path, 1);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(path)) << "the message names the file";
+    return e.what();
+  }
+  ADD_FAILURE() << path << " was accepted";
+  return "";
+}
+
+/// A fresh directory for one test's files, removed (with what the test put there) at the end.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = ::testing::TempDir() + "collops_rank_table_XXXXXX";
+    path_ = mkdtemp(pattern.data()) != nullptr ? pattern : "";
+    EXPECT_FALSE(path_.empty()) << "mkdtemp failed";
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Opening a FIFO for reading blocked until a writer came: a job hung forever, whatever
+// COLLOPS_TIMEOUT said.
+TEST(RankTable, FifoIsRefusedAtOnce) {
+  ScratchDir dir;
+  const std::string fifo = dir.File("table.fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto load = std::async(std::launch::async, [&] { return LoadRejection(fifo); });
+  if (load.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "LoadRankTable blocked on a FIFO";
+    close(open(fifo.c_str(), O_WRONLY));  // a writer that leaves at once releases the reader
+  }
+  EXPECT_THAT(load.get(), HasSubstr("it is a FIFO, not a regular file"));
+}
+
+// /dev/zero was read until memory ran out, and the error did not name the file.
+TEST(RankTable, DeviceIsRefused) {
+  EXPECT_THAT(LoadRejection("/dev/zero"),
+              HasSubstr("it is a character device, not a regular file"));
+}
+
+TEST(RankTable, FileLargerThan64MiBIsRefused) {
+  ScratchDir dir;
+  const std::string big = dir.File("big.json");
+  const int fd = open(big.c_str(), O_WRONLY | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, (off_t{64} << 20) + 1), 0);  // sparse: costs no disk
+  close(fd);
+  EXPECT_THAT(LoadRejection(big), HasSubstr("larger than 64 MiB"));
+}
+
+/// `[[[...0...]]]`, `depth` arrays deep.
+std::string Nested(size_t depth) { return std::string(depth, '[') + "0" + std::string(depth, ']'); }
+
+// dump() of a value nested this deep recursed once per level and overflowed the stack (Setup
+// crashed). Parsing and destroying such a document do not recurse.
+TEST(RankTable, DeeplyNestedValuesAreShownShort) {
+  const std::string deep = Nested(200000);
+  for (const char* key : {"version", "status", "server_count"}) {
+    std::string message;
+    try {
+      ParseRankTable(Concat("{\"", key, "\": ", deep, ", \"server_list\": []}"), "inline", 1);
+      ADD_FAILURE() << key << " nested 200000 deep was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
+      message = e.what();
+    }
+    EXPECT_THAT(message, HasSubstr(Concat(key, " = [[...]]"))) << key;
+    EXPECT_LT(message.size(), 300u) << key;
+  }
+  try {
+    ParseRankTable(Concat(R"({"server_count": 1, "server_list": [{"server_id": "a", "device": [)",
+                          R"({"device_id": 0, "rank_id": )", deep, "}]}]}"),
+                   "inline", 1);
+    ADD_FAILURE() << "rank_id nested 200000 deep was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("server_list[0].device[0].rank_id = [[...]] is not"));
+  }
+}
+
+TEST(RankTable, NumberTooLargeForADoubleIsInvalidParam) {
+  try {
+    ParseRankTable(R"({"server_count": 1e400, "server_list": []})", "inline", 1);
+    ADD_FAILURE() << "1e400 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("rank table inline: malformed JSON"), HasSubstr("1e400")));
   }
 }
 

@@ -206,6 +206,21 @@ def test_bound_counts_differing_from_the_tensors_raise_naming_both():
         op.execute(ins)
 
 
+@pytest.mark.parametrize("op_name,key", [("AllToAllVV2Operation", "sendCounts"),
+                                         ("AllGatherVOperation", "sendCount"),
+                                         ("AllToAllVV2Operation", "unknown")])
+def test_deeply_nested_or_huge_bound_values_give_a_short_error(op_name, key):
+    # dump() of the offending value recursed once per level (a segfault at 100000 levels) and
+    # copied a 10 MB string whole into the message.
+    op = make(op_name, solo())
+    depth = 200000
+    for value_text in ("[" * depth + "1" + "]" * depth, '{"a":' * depth + "1" + "}" * depth,
+                       json.dumps("x" * 10_000_000)):
+        result = json.loads(op.set_varaintpack_param('{"' + key + '": ' + value_text + "}"))
+        assert result["result"] == 1, result["message"][:200]
+        assert len(result["message"]) < 400, len(result["message"])
+
+
 def test_integral_float_counts_bind_as_atb_reads_them():
     # ATB's binder reads run params with get<int64_t>(), so 3.0 is 3; 1.5 stays refused
     # (VARIANT_ERRORS) rather than truncated.

@@ -81,6 +81,13 @@ class OperationBase : public Operation {
     (void)pack;
     return {};
   }
+  /// Asked only when x does lie at InPlaceFormImpl's inputAt: why this call's counts still make
+  /// the form unsafe (a peer would read memory y covers after this rank wrote it), the whole
+  /// sentence for the message; "" (the default) when it is safe.
+  virtual std::string InPlaceRefusalImpl(const VariantPack& pack) const {
+    (void)pack;
+    return "";
+  }
   /// What this rank is about to do, for the cross-rank agreement check. A signature with an
   /// empty opName skips the check (Send and Recv: the communicator checks the pair itself).
   virtual CallSignature SignatureImpl(const VariantPack& pack) const = 0;
@@ -120,6 +127,9 @@ class OperationBase : public Operation {
   void CheckOutputsMatchInferred(const VariantPack& pack) const;
   /// Refuses an overlap of the data input x and output y other than the op's InPlaceForm.
   void CheckAliasing(const VariantPack& pack) const;
+  /// Refuses a workspace whose bytes in use (Setup's size) overlap any input or output that holds
+  /// data (shape carriers aside), for every op (ERROR_INVALID_PARAM, as any other aliasing).
+  void CheckWorkspaceAliasing(const VariantPack& pack, const uint8_t* workspace) const;
   void AcquireCommunicator(Context* context);
   /// Runs a rank-local step; if it throws, a collective op first tells its peers through the
   /// signature exchange they are about to enter, so they fail at once instead of timing out.

@@ -14,6 +14,12 @@
 
 namespace collops {
 
+/// A short rendering of `value` for an error message, safe for any value: at most ~60 characters,
+/// containers summarised one level deep (dump() recurses once per nesting level, so showing a
+/// deeply nested value from a user's file or params would overflow the stack), bytes that are
+/// not UTF-8 replaced.
+std::string ShowJson(const nlohmann::json& value);
+
 /// Reads fields out of a JSON object. Absent keys keep their defaults; a present key of the wrong
 /// JSON type, or a key no field claims (reported by Finish), throws Error(ERROR_INVALID_PARAM)
 /// naming the op, the key and the offending value.

@@ -62,8 +62,9 @@ struct VariantPack {
 size_t DataTypeSize(DataType dtype);
 /// "float16" for ACL_FLOAT16; "unknown(<n>)" otherwise.
 std::string DataTypeName(DataType dtype);
-/// Product of the dims; 1 for a 0-dim shape. Saturates at INT64_MAX instead of overflowing: the
-/// operations reject such shapes (ERROR_INVALID_TENSOR_SIZE) before anything else reads them.
+/// Product of the dims; 1 for a 0-dim shape, 0 when any dim is 0 (whatever the others). Saturates
+/// at INT64_MAX instead of overflowing: the operations reject such shapes
+/// (ERROR_INVALID_TENSOR_SIZE) before anything else reads them.
 int64_t NumElements(const Dims& dims);
 Dims MakeDims(std::initializer_list<int64_t> dims);
 Dims MakeDims(const std::vector<int64_t>& dims);
@@ -78,7 +79,9 @@ inline bool operator!=(const TensorDesc& a, const TensorDesc& b) { return !(a ==
 /// that exceeds INT64_MAX (a 0 dim makes it 0, however large the others).
 int64_t CheckedBytes(const int64_t* dims, size_t dimNum, size_t elementSize);
 
-/// Bytes of a tensor described by `desc`.
+/// Bytes of a tensor described by `desc` (0 for an unknown dtype). Throws
+/// Error(ERROR_INVALID_TENSOR_DIM) for a negative dim and Error(ERROR_INVALID_TENSOR_SIZE) when the
+/// size exceeds 2^63 - 1 bytes, rather than returning a wrapped number.
 uint64_t TensorBytes(const TensorDesc& desc);
 
 }  // namespace collops
