@@ -16,8 +16,9 @@
 namespace collops {
 
 /// An uninitialised tensor from `comm`'s AllocateShared when it gives memory, else at::empty (no
-/// communicator, a backend without such memory, a full heap). The tensor keeps the communicator,
-/// and so its heap, alive until it is freed.
+/// communicator, a backend without such memory, a full heap); AllocateShared's error when it
+/// refuses (lccl in a child of fork(): the heap is the parent's). The tensor keeps the
+/// communicator, and so its heap, alive until it is freed.
 inline at::Tensor SharedOrEmpty(const std::vector<int64_t>& sizes, c10::ScalarType dtype,
                                 std::shared_ptr<Communicator> comm) {
   const auto options = at::TensorOptions().dtype(dtype);

@@ -10,10 +10,12 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -29,6 +31,7 @@
 #include "core/comm/shm/process_heap.h"
 #include "piece_layout.h"
 #include "process_ranks.h"
+#include "thread_comm_test_util.h"
 
 namespace collops {
 namespace testing {
@@ -154,6 +157,33 @@ TEST_F(HeapFixture, FullHeapGivesNullAndFreedNeighboursMerge) {
   EXPECT_FALSE(heap_.Free(&local));
   EXPECT_TRUE(heap_.Free(c));
   EXPECT_FALSE(heap_.Free(c));  // twice
+}
+
+/// A child of fork() shares the heap's pages with its parent (the memfd is mapped MAP_SHARED): its
+/// free punched them out of the parent's buffers (a torch tensor's deleter at the child's exit
+/// zeroed the parent's tensor), and its allocations were the parent's next ones. In a child the
+/// heap now does nothing.
+TEST_F(HeapFixture, AForkedChildNeitherFreesNorAllocatesTheParentsPages) {
+  auto* a = static_cast<uint8_t*>(heap_.Allocate(2 * kPage));
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 0x5a, 2 * kPage);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const bool freed = heap_.Free(a);  // nothing happens, but `a` is the heap's
+    const void* got = heap_.Allocate(kPage);
+    _exit(freed && got == nullptr ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's heap refused the free or handed out memory";
+  EXPECT_EQ(ResidentBytes(), 2 * kPage);
+  uint64_t changed = 0;
+  for (uint64_t i = 0; i < 2 * kPage; ++i) changed += a[i] != 0x5a;
+  EXPECT_EQ(changed, 0u) << "the child's free reached the parent's pages";
+  EXPECT_EQ(heap_.Allocate(kPage), a + 2 * kPage);  // the parent's heap carries on
+  EXPECT_TRUE(heap_.Free(a));
 }
 
 TEST_F(HeapFixture, OffsetOfAcceptsOnlyRangesInside) {
@@ -483,6 +513,54 @@ TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
         std::vector<int32_t> in(4, rank), out(4, -1);
         comm->AllReduce(in.data(), out.data(), 4, ACL_INT32, ReduceOp::kSum);
         EXPECT_EQ(out[0], 1);
+      },
+      options);
+}
+
+/// The same through the communicator, as a DataLoader worker forked from a torch rank meets it:
+/// the child frees what it inherited (its tensors' deleters), asks for shared memory, stops the
+/// communicator and destroys it; the parent's buffers, its next allocation and its collectives
+/// are untouched. The child's AllocateShared is refused naming the creator, as its calls are.
+TEST(ProcessHeap, AForkedChildLeavesItsParentsSharedMemoryAlone) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_CACHE_BYTES"] = "0";  // every free gives its pages back
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  RunProcessRanks(
+      2,
+      [](int rank) {
+        std::shared_ptr<shm::ProcessCommunicator> comm = MakeProcessComm(rank, 2, "heap-fork");
+        const size_t count = 1 << 14;
+        auto* mine = static_cast<int32_t*>(comm->AllocateShared(count * sizeof(int32_t)));
+        ASSERT_NE(mine, nullptr);
+        std::fill(mine, mine + count, rank + 1);
+        const pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+          bool ok = comm->FreeShared(mine);
+          std::string message;
+          ok = ok && CaughtStatus([&] { comm->AllocateShared(4096); }, &message) == ERROR_COMM_FAIL;
+          ok = ok && message.find(Concat("belongs to pid ", getppid())) != std::string::npos &&
+               message.find("a child of fork() cannot use it") != std::string::npos;
+          if (!ok) std::fprintf(stderr, "child of rank %d: %s\n", rank, message.c_str());
+          comm->Abort(ERROR_COMM_FAIL, "a child of fork() stops what is not its own");
+          comm.reset();
+          _exit(ok ? 0 : 1);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(child, &status, 0), child);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            << "the child freed, got shared memory or was not told why it cannot";
+        size_t changed = 0;
+        for (size_t i = 0; i < count; ++i) changed += mine[i] != rank + 1;
+        EXPECT_EQ(changed, 0u) << "the child's free reached the parent's buffer";
+        auto* next = static_cast<int32_t*>(comm->AllocateShared(count * sizeof(int32_t)));
+        ASSERT_NE(next, nullptr);
+        comm->AllReduce(mine, next, count, ACL_INT32, ReduceOp::kSum);
+        changed = 0;
+        for (size_t i = 0; i < count; ++i) changed += next[i] != 3 || mine[i] != rank + 1;
+        EXPECT_EQ(changed, 0u);
+        EXPECT_TRUE(comm->FreeShared(mine));
+        EXPECT_TRUE(comm->FreeShared(next));
       },
       options);
 }

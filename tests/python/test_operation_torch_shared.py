@@ -3,6 +3,7 @@ collectives between processes move with one copy. Results must equal the golden 
 memory the tensors live in; the tests also check, from /proc/self/maps, that the memory really is
 the communicator's shared segment where it should be, and ordinary memory where it cannot be."""
 import json
+import os
 
 import pytest
 import torch
@@ -62,6 +63,46 @@ def test_alltoallvv2_int8_on_shared_memory_between_processes():
 
 def test_allreduce_on_shared_memory_between_processes():
     run_process_ranks(2, allreduce_shared)
+
+
+def fork_child_leaves_shared_memory_alone(ctx):
+    """A child of fork() shares the heap's pages with its parent (MAP_SHARED memfd): its free of
+    an inherited tensor (the deleter, run at `del` or at the child's exit) punched them out of the
+    parent's tensor, which read zeros; its empty_shared handed it the parent's next tensor."""
+    R = ctx.world_size
+    op = golden.make_op("AllReduceOperation", ctx.param(allReduceType="sum"))
+    op.execute([torch.ones(10)])  # the communicator exists: execute's outputs are in the heap
+    (u,) = op.execute([torch.ones(1 << 16)])
+    assert in_lccl_segment(u)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            try:
+                op.empty_shared([1 << 16], torch.float32)
+                code = 1
+            except RuntimeError as e:
+                if "ERROR_COMM_FAIL" not in str(e) or f"belongs to pid {os.getppid()}" not in str(e):
+                    code = 2
+            del u  # its deleter frees the heap range, in the child
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    golden.assert_equal(u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor after the child")
+    code = os.waitstatus_to_exitcode(status)
+    assert code == 0, f"{ctx}: the child " + {1: "got shared memory", 2: "was told something else"}.get(
+        code, f"exited with {code}")
+    v = op.empty_shared([1 << 16], torch.float32)
+    assert in_lccl_segment(v)
+    v.fill_(ctx.rank + 1)
+    (w,) = op.execute([v])
+    golden.assert_equal(w, torch.full([1 << 16], R * (R + 1) / 2), f"{ctx}: AllReduce after the fork")
+    golden.assert_equal(u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor at the end")
+
+
+def test_a_forked_child_leaves_its_parents_shared_tensors_alone(monkeypatch):
+    monkeypatch.setenv("COLLOPS_SHM_HEAP_CACHE_BYTES", "0")  # every free gives its pages back
+    run_process_ranks(2, fork_child_leaves_shared_memory_alone)
 
 
 def test_thread_ranks_get_ordinary_memory_and_the_same_results():

@@ -15,27 +15,62 @@ namespace shm {
 namespace {
 
 // fd + 1 per slot, 0 = free: plain atomics, because the child handler runs after fork(), where a
-// mutex another thread held stays locked forever. More descriptors than slots keep the old
-// behaviour (the child holds them).
-constexpr int kSlots = 1024;
-std::atomic<int> gReleased[kSlots];
-std::atomic<const std::atomic<uint64_t>*> gAbortRecords[kSlots];  ///< of gReleased[i]'s holder
+// mutex another thread held stays locked forever. Slots come in blocks chained by `next`: a new
+// block is allocated and linked (never freed, never unlinked) when every slot is taken, so the
+// child handler only ever walks the chain. With a fixed table, the claims of communicators past
+// its end stayed with the child, and the parent's next communicator of that rank found its name
+// taken by "an earlier communicator of this process".
+constexpr int kSlotsPerBlock = 1024;
+/// No constructor: the first block is zero-initialised before any code runs (no dynamic
+/// initialisation to race with a communicator made by another static initialiser), and
+/// `new Block()` value-initialises, which zeroes every slot.
+struct Block {
+  std::atomic<int> released[kSlotsPerBlock];
+  std::atomic<const std::atomic<uint64_t>*> abortRecords[kSlotsPerBlock];  ///< of released[i]'s
+  std::atomic<Block*> next;
+};
+Block gFirst;
 std::atomic<uint64_t> gGeneration{0};
+
+Block* Next(const Block* block) { return block->next.load(std::memory_order_acquire); }
+
+/// The block after `block`, linked now if there is none yet.
+Block* NextOrNew(Block* block) {
+  Block* next = Next(block);
+  if (next != nullptr) return next;
+  auto* fresh = new Block();
+  if (block->next.compare_exchange_strong(next, fresh, std::memory_order_acq_rel)) return fresh;
+  delete fresh;  // another thread linked one first
+  return next;
+}
 
 // Async-signal-safe calls only: the child of a multithreaded parent may call nothing else.
 void InForkedChild() {
-  for (std::atomic<int>& slot : gReleased) {
-    const int stored = slot.load(std::memory_order_relaxed);
-    if (stored == 0) continue;
-    const int blank = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (blank >= 0) {
-      dup3(blank, stored - 1, O_CLOEXEC);
-      close(blank);
+  for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
+    for (int i = 0; i < kSlotsPerBlock; ++i) {
+      const int stored = block->released[i].load(std::memory_order_relaxed);
+      block->abortRecords[i].store(nullptr, std::memory_order_relaxed);
+      if (stored == 0) continue;
+      const int blank = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (blank >= 0) {
+        dup3(blank, stored - 1, O_CLOEXEC);
+        close(blank);
+      }
+      block->released[i].store(0, std::memory_order_relaxed);
     }
-    slot.store(0, std::memory_order_relaxed);
   }
-  for (auto& record : gAbortRecords) record.store(nullptr, std::memory_order_relaxed);
   gGeneration.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// Whether `fd` is a unix socket bound to the abstract address `name` (without its leading NUL).
+bool BoundTo(int fd, const std::string& name) {
+  sockaddr_un addr{};
+  socklen_t length = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) return false;
+  if (length < offsetof(sockaddr_un, sun_path)) return false;
+  const size_t pathBytes = length - offsetof(sockaddr_un, sun_path);
+  return addr.sun_family == AF_UNIX && pathBytes == name.size() + 1 && addr.sun_path[0] == '\0' &&
+         std::memcmp(addr.sun_path + 1, name.data(), name.size()) == 0;
 }
 
 void InstallOnce() {
@@ -48,38 +83,38 @@ void InstallOnce() {
 void ReleaseInForkedChildren(int fd, const std::atomic<uint64_t>* abortRecord) {
   if (fd < 0) return;
   InstallOnce();
-  for (int i = 0; i < kSlots; ++i) {
-    int free = 0;
-    if (gReleased[i].compare_exchange_strong(free, fd + 1)) {
-      gAbortRecords[i].store(abortRecord, std::memory_order_release);
-      return;
+  for (Block* block = &gFirst;; block = NextOrNew(block)) {
+    for (int i = 0; i < kSlotsPerBlock; ++i) {
+      int free = 0;
+      if (block->released[i].compare_exchange_strong(free, fd + 1)) {
+        block->abortRecords[i].store(abortRecord, std::memory_order_release);
+        return;
+      }
     }
   }
 }
 
 void StopReleasingInForkedChildren(int fd) {
   if (fd < 0) return;  // fd + 1 would match a free slot
-  for (int i = 0; i < kSlots; ++i) {
-    if (gReleased[i].load(std::memory_order_relaxed) != fd + 1) continue;
-    gAbortRecords[i].store(nullptr, std::memory_order_release);  // before the memory goes
-    int mine = fd + 1;
-    if (gReleased[i].compare_exchange_strong(mine, 0)) return;
+  for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
+    for (int i = 0; i < kSlotsPerBlock; ++i) {
+      if (block->released[i].load(std::memory_order_relaxed) != fd + 1) continue;
+      block->abortRecords[i].store(nullptr, std::memory_order_release);  // before the memory goes
+      int mine = fd + 1;
+      if (block->released[i].compare_exchange_strong(mine, 0)) return;
+    }
   }
 }
 
 bool HoldsLiveClaim(const std::string& name) {
-  for (int i = 0; i < kSlots; ++i) {
-    const int stored = gReleased[i].load(std::memory_order_acquire);
-    if (stored == 0) continue;
-    const std::atomic<uint64_t>* abortRecord = gAbortRecords[i].load(std::memory_order_acquire);
-    if (abortRecord != nullptr && abortRecord->load(std::memory_order_acquire) != 0) continue;
-    sockaddr_un addr{};
-    socklen_t length = sizeof(addr);
-    if (getsockname(stored - 1, reinterpret_cast<sockaddr*>(&addr), &length) != 0) continue;
-    const size_t pathBytes = length - offsetof(sockaddr_un, sun_path);
-    if (addr.sun_family == AF_UNIX && pathBytes == name.size() + 1 && addr.sun_path[0] == '\0' &&
-        std::memcmp(addr.sun_path + 1, name.data(), name.size()) == 0) {
-      return true;
+  for (const Block* block = &gFirst; block != nullptr; block = Next(block)) {
+    for (int i = 0; i < kSlotsPerBlock; ++i) {
+      const int stored = block->released[i].load(std::memory_order_acquire);
+      if (stored == 0) continue;
+      const std::atomic<uint64_t>* abortRecord =
+          block->abortRecords[i].load(std::memory_order_acquire);
+      if (abortRecord != nullptr && abortRecord->load(std::memory_order_acquire) != 0) continue;
+      if (BoundTo(stored - 1, name)) return true;
     }
   }
   return false;

@@ -15,6 +15,7 @@
 #include "collops/backend.h"
 #include "core/comm/shm/cross_memory_policy.h"
 #include "core/comm/shm/process_rendezvous.h"
+#include "core/comm/shm/rank_list.h"
 
 namespace collops {
 namespace shm {
@@ -146,9 +147,9 @@ void BindToOwnCpu(int rank, int rankSize) {
 
 ProcessCommunicator::ProcessCommunicator(const CommParam& param)
     : rank_(param.rank), size_(param.rankSize) {
-  if (size_ <= 0 || size_ > 4096 || rank_ < 0 || rank_ >= size_) {
+  if (size_ <= 0 || size_ > kMaxLcclRanks || rank_ < 0 || rank_ >= size_) {
     Fail(ERROR_INVALID_PARAM, "lccl: rank ", rank_, " of rankSize ", size_,
-         " is not a valid rank (0 <= rank < rankSize <= 4096)");
+         " is not a valid rank (0 <= rank < rankSize <= ", kMaxLcclRanks, ")");
   }
   timeoutSeconds_ = CommTimeoutSeconds(param.timeoutSeconds, &timeoutSource_);
   // Read before the rendezvous: a bad value fails here, naming the variable, not after joining.
@@ -256,15 +257,17 @@ std::string ProcessCommunicator::Where() const {
   return Concat("lccl ", op_, " (rank ", rank_, " of ", size_, "): ");
 }
 
+void ProcessCommunicator::RefuseForkedChild(const char* op) const {
+  Fail(ERROR_COMM_FAIL, "lccl ", op, " (rank ", rank_, " of ", size_,
+       "): this communicator belongs to pid ", creatorPid_,
+       ", which created it; a child of fork() cannot use it (create a new one in the child)");
+}
+
 void ProcessCommunicator::Enter(const char* op) {
   if (failureStatus_ != NO_ERROR) throw Error(failureStatus_, failureMessage_);
-  if (forkGeneration_ != ForkGeneration()) {
-    // The peers know this rank by its creator's pid, whose memory they read and write: a forked
-    // child's calls would move the parent's data or fail on addresses it does not have.
-    Fail(ERROR_COMM_FAIL, "lccl ", op, " (rank ", rank_, " of ", size_,
-         "): this communicator belongs to pid ", creatorPid_,
-         ", which created it; a child of fork() cannot use it (create a new one in the child)");
-  }
+  // The peers know this rank by its creator's pid, whose memory they read and write: a forked
+  // child's calls would move the parent's data or fail on addresses it does not have.
+  if (InForkedChild()) RefuseForkedChild(op);
   op_ = op;
   // A peer that gave up on this communicator (its timeout, a lost rank) published an abort record:
   // without this check a rank arriving late would complete a call its peers already failed,
@@ -291,14 +294,16 @@ void ProcessCommunicator::WaitAll() {
     if (peer.word.Wait(arrived, deadline_, [&] { AfterSlice([&] { CheckPeer(r); }); })) continue;
     std::string missing;
     int first = -1;
+    size_t count = 0;
     for (int j = 0; j < size_; ++j) {
       if (j == rank_ || segment_.Rank(j).posted.load(std::memory_order_acquire) >= round) continue;
-      missing += Concat(first < 0 ? "" : ", ", j, " (", PidOf(j), ")");
+      if (count++ < kListedRanks) missing += Concat(first < 0 ? "" : ", ", j, " (", PidOf(j), ")");
       if (first < 0) first = j;
     }
+    if (count > kListedRanks) missing += Concat(" and ", count - kListedRanks, " more");
     Break(ERROR_TIMEOUT, first,
-          Concat(Where(), "rank", missing.find(',') == std::string::npos ? " " : "s ", missing,
-                 " did not arrive within ", timeoutSeconds_, " s (", timeoutSource_, ")"));
+          Concat(Where(), "rank", count == 1 ? " " : "s ", missing, " did not arrive within ",
+                 timeoutSeconds_, " s (", timeoutSource_, ")"));
   }
 }
 
@@ -356,8 +361,15 @@ void ProcessCommunicator::ThrowIfAborted() {
   }
 }
 
+void* ProcessCommunicator::AllocateShared(size_t bytes) {
+  // The heap's pages are the parent's: what the child got would be the parent's next allocation.
+  if (InForkedChild()) RefuseForkedChild("AllocateShared");
+  return heap_.Allocate(bytes);
+}
+
 void ProcessCommunicator::Abort(Status status, const std::string& why) {
-  if (failureStatus_ != NO_ERROR) return;
+  // The abort record is in the segment: a child's would stop its parent's communicator.
+  if (failureStatus_ != NO_ERROR || InForkedChild()) return;
   // This rank as its own culprit: how the peers tell an abort from a loss they detected.
   MarkBroken(status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST, rank_,
              Concat("lccl (rank ", rank_, " of ", size_, "): aborted: ", why));

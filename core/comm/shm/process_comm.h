@@ -74,8 +74,9 @@ class ProcessCommunicator final : public Communicator {
   void Agree(const CallSignature& mine) override;
   bool Broken() const override { return failureStatus_ != NO_ERROR; }
   /// From this rank's heap in the segment (process_heap.h); nullptr when COLLOPS_SHM_HEAP_BYTES
-  /// is 0, R > 64, or the heap has no room.
-  void* AllocateShared(size_t bytes) override { return heap_.Allocate(bytes); }
+  /// is 0, R > 64, or the heap has no room. In a child of fork(): ERROR_COMM_FAIL, as Enter().
+  void* AllocateShared(size_t bytes) override;
+  /// In a child of fork(): does nothing (the pages are the parent's; process_heap.h).
   bool FreeShared(void* p) override { return heap_.Free(p); }
   void SetIdleHook(std::function<void()> hook) override { idleHook_ = std::move(hook); }
   void Abort(Status status, const std::string& why) override;
@@ -98,6 +99,10 @@ class ProcessCommunicator final : public Communicator {
   // --- process_comm.cpp: round synchronisation and failure handling ---
   /// Starts a public call: rethrows the stored failure and sets the op name for messages.
   void Enter(const char* op);
+  /// Whether this process is a child of fork() of the one that created the communicator.
+  bool InForkedChild() const { return forkGeneration_ != ForkGeneration(); }
+  /// ERROR_COMM_FAIL for a call `op` in a child of fork(), naming the creator.
+  [[noreturn]] void RefuseForkedChild(const char* op) const;
   /// Half of `rank`'s slot that round `round` uses.
   uint8_t* HalfOf(int rank, uint64_t round) const { return segment_.Half(rank, round); }
   /// The half this rank fills for the round it is about to post.

@@ -23,6 +23,7 @@ void SharedHeap::Reset(int fd, uint8_t* base, uint64_t fileOffset, uint64_t byte
   bytes_ = bytes;
   cacheLimit_ = cacheBytes;
   cachedBytes_ = 0;
+  forkGeneration_ = ForkGeneration();
   free_.clear();
   used_.clear();
   cached_.clear();
@@ -62,6 +63,7 @@ void SharedHeap::Punch(uint64_t offset, uint64_t length) {
 }
 
 void* SharedHeap::Allocate(size_t bytes) {
+  if (InForkedChild()) return nullptr;
   if (bytes > std::numeric_limits<uint64_t>::max() - kPage) return nullptr;  // rounding overflows
   const uint64_t length = (std::max<uint64_t>(bytes, 1) + kPage - 1) / kPage * kPage;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -96,6 +98,8 @@ void* SharedHeap::Allocate(size_t bytes) {
 bool SharedHeap::Free(void* p) {
   const int64_t offset = OffsetOf(p, 0);
   if (offset < 0) return false;
+  // A child's free (a tensor's deleter at its exit, say) would punch the parent's pages.
+  if (InForkedChild()) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   const auto used = used_.find(static_cast<uint64_t>(offset));
   if (used == used_.end()) return false;

@@ -11,6 +11,11 @@
 // in every rank that touched it. That made OperationTorch.execute, which allocates its outputs
 // here on every call, 8x slower than execute_out at 1 MiB (714 vs 90 us, R=2). Beyond the limit,
 // and when the system has no memory for a new range, pages go back to the system.
+//
+// A child of fork() inherits the heap's mapping, which stays MAP_SHARED with the memfd: a hole
+// it punched, or a range it handed out, would be the parent's pages. So in a child (another fork
+// generation than the one that called Reset) the heap does nothing at all: Allocate gives
+// nullptr and Free leaves the pages, which the parent still uses, to the parent.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +24,8 @@
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "core/comm/shm/fork_guard.h"
 
 namespace collops {
 namespace shm {
@@ -34,10 +41,11 @@ class SharedHeap {
   /// owned), keeping the pages of at most `cacheBytes` freed bytes; forgets earlier allocations.
   void Reset(int fd, uint8_t* base, uint64_t fileOffset, uint64_t bytes, uint64_t cacheBytes);
   /// At least `bytes` bytes, page aligned, not initialised (new pages are zero; a reused range
-  /// holds what this rank last wrote there); nullptr when the heap has no free range that large
-  /// or the system no memory for it.
+  /// holds what this rank last wrote there); nullptr when the heap has no free range that large,
+  /// the system no memory for it, or this is a child of fork().
   void* Allocate(size_t bytes);
-  /// Returns an Allocate()d range; false (and nothing happens) when `p` is not one.
+  /// Returns an Allocate()d range; false (and nothing happens) when `p` is not one. In a child of
+  /// fork() nothing happens either: true for any address inside the heap.
   bool Free(void* p);
   /// Offset in the heap of [p, p + bytes) when it lies wholly inside the heap, else -1.
   int64_t OffsetOf(const void* p, size_t bytes) const {
@@ -48,6 +56,9 @@ class SharedHeap {
     }
     return static_cast<int64_t>(at - base);
   }
+  /// Whether this process is a child of fork() of the one that called Reset(): its pages are the
+  /// parent's. No lock: a mutex another thread held at the fork stays locked in the child.
+  bool InForkedChild() const { return forkGeneration_ != ForkGeneration(); }
   /// Bytes currently handed out (tests).
   uint64_t AllocatedBytes() const;
   /// Bytes free but keeping their pages (tests).
@@ -69,6 +80,7 @@ class SharedHeap {
   uint64_t bytes_ = 0;
   uint64_t cacheLimit_ = 0;
   uint64_t cachedBytes_ = 0;
+  uint64_t forkGeneration_ = ForkGeneration();  ///< of the process that called Reset()
   mutable std::mutex mutex_;
   std::map<uint64_t, uint64_t> free_;    ///< offset -> length of each free range, never adjacent
   std::map<uint64_t, uint64_t> used_;    ///< offset -> length of each allocation

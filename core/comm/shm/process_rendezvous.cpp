@@ -40,6 +40,13 @@ constexpr uint32_t kMaxWireString = 4096;
 constexpr size_t kMaxJobKeyBytes = 1024;
 /// Descriptors per message; the kernel takes at most SCM_MAX_FD (253).
 constexpr size_t kFdsPerMessage = 250;
+/// Connections rank 0's claim socket queues before it accepts them.
+constexpr int kListenBacklog = 128;
+/// How long a joining rank waits, after rank 0 closed its connection, for rank 0's pidfd to say
+/// whether it exited: the kernel closes a dying process's sockets before it marks it exited.
+/// Short, since a live rank 0 (an earlier communicator's rendezvous closing) costs all of it; a
+/// later exit is caught by the checks on every attempt that follows (LastHost).
+constexpr int kExitGraceMillis = 20;
 
 struct HelloWire {
   uint32_t magic;
@@ -80,9 +87,26 @@ sockaddr_un AbstractAddress(const std::string& name, socklen_t* length) {
   return addr;
 }
 
+/// "RLIMIT_NOFILE = 1024, see ulimit -n", for messages about a full descriptor table.
+std::string OpenFileLimit() {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  return Concat(
+      "RLIMIT_NOFILE = ",
+      limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_cur),
+      ", see ulimit -n");
+}
+
+/// Why a call that needed a new descriptor failed with `error`, naming the limit it hit.
+std::string DescriptorError(int error) {
+  if (error == EMFILE) return Concat(std::strerror(error), " (", OpenFileLimit(), ")");
+  if (error == ENFILE) return Concat(std::strerror(error), " (the system-wide limit, fs.file-max)");
+  return std::strerror(error);
+}
+
 UniqueFd NewSocket() {
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.Valid()) Fail(ERROR_COMM_FAIL, "lccl: socket(AF_UNIX) failed: ", std::strerror(errno));
+  if (!fd.Valid()) Fail(ERROR_COMM_FAIL, "lccl: socket(AF_UNIX) failed: ", DescriptorError(errno));
   return fd;
 }
 
@@ -221,14 +245,11 @@ IoResult RecvPidfds(int fd, int rankSize, const Deadline& deadline, std::vector<
 /// The kernel drops passed descriptors (MSG_CTRUNC) when the receiver has no room for them in its
 /// descriptor table; without this message the rank would only see rank 0 "never answer".
 [[noreturn]] void FailDroppedFds(const RendezvousSpec& spec, pid_t host) {
-  rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
   Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", spec.rank,
        " could not take the descriptors rank 0 (pid ", host,
        ") passed it: the kernel dropped them, as it does when a process has reached its open-file "
-       "limit (Too many open files; RLIMIT_NOFILE = ",
-       limit.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_cur),
-       ", see ulimit -n)");
+       "limit (Too many open files; ",
+       OpenFileLimit(), ")");
 }
 
 int OpenPidfd(pid_t pid) {
@@ -278,7 +299,7 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
     socklen_t length = 0;
     const sockaddr_un addr = AbstractAddress(name, &length);
     if (bind(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) == 0) {
-      if (listen(fd.Get(), 128) != 0) {
+      if (listen(fd.Get(), kListenBacklog) != 0) {
         Fail(ERROR_COMM_FAIL, Describe(spec), ": listen failed: ", std::strerror(errno));
       }
       return fd;
@@ -362,12 +383,51 @@ std::string OtherRankSizesHere(const RendezvousSpec& spec) {
   return text.empty() ? text : text + ": every rank must pass the same rankSize";
 }
 
+/// A descriptor held only to be given up: when rank 0's table is full, closing it makes room to
+/// accept one more connection and answer it, instead of leaving the peer waiting and the
+/// listener readable (an accept that fails at once, again and again).
+UniqueFd OpenReserve() { return UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC)); }
+
+std::string OutOfDescriptors(const RendezvousSpec& spec, int error) {
+  return Concat(Describe(spec), ": rank 0 (pid ", getpid(),
+                ") ran out of file descriptors during the rendezvous: ", DescriptorError(error));
+}
+
+/// Answers every connection waiting in `listener`'s queue with the failure that ends the
+/// rendezvous, so ranks that connected but were not accepted yet fail with it at once instead of
+/// at their timeout. `reserve` is given up for an accept that the full table refuses.
+void RefuseWaiting(int listener, UniqueFd& reserve, Status status, const std::string& message) {
+  fcntl(listener, F_SETFL, O_NONBLOCK);  // closed right after: nothing else accepts on it
+  for (int i = 0; i <= kListenBacklog; ++i) {
+    UniqueFd conn(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.Valid() && (errno == EMFILE || errno == ENFILE) && reserve.Valid()) {
+      reserve.Reset();
+      conn.Reset(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+    }
+    if (!conn.Valid()) return;
+    SendReply(conn.Get(), status, message, {});
+    conn.Reset();
+    if (!reserve.Valid()) reserve = OpenReserve();
+  }
+}
+
+/// accept4 errors after which the next connection may do better.
+bool AcceptMayRetry(int error) {
+  return error == EINTR || error == ECONNABORTED || error == EAGAIN || error == EWOULDBLOCK ||
+         error == EPROTO;
+}
+
 RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
                       const SegmentMaker& makeSegment, const Deadline& deadline) {
   const int size = spec.rankSize;
   RendezvousResult result;
   result.pids.assign(size, 0);
   result.pids[0] = getpid();
+  // First of all: a table already full could not answer the ranks that connect.
+  UniqueFd reserve = OpenReserve();
+  if (!reserve.Valid() && (errno == EMFILE || errno == ENFILE)) {
+    Fail(ERROR_COMM_FAIL, OutOfDescriptors(spec, errno));
+  }
   std::vector<UniqueFd> pidfds(size);  // every rank's, rank 0's own included, for the answers
   pidfds[0].Reset(OpenPidfd(getpid()));
   Status failStatus = NO_ERROR;
@@ -384,6 +444,7 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     for (auto& peer : peers) {
       if (peer.Valid()) SendReply(peer.Get(), status, message, {});
     }
+    RefuseWaiting(listener.Get(), reserve, status, message);
     throw Error(status, message);
   };
   int arrived = 1;
@@ -407,7 +468,17 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     }
     if ((fds[0].revents & POLLIN) == 0) continue;
     UniqueFd conn(accept4(listener.Get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn.Valid()) continue;
+    if (!conn.Valid()) {
+      // The connection stays queued, so the listener is readable again at once: retrying spun
+      // until the timeout, and each rank then blamed the other for not arriving.
+      const int error = errno;
+      if (AcceptMayRetry(error)) continue;
+      failAll(ERROR_COMM_FAIL,
+              error == EMFILE || error == ENFILE
+                  ? OutOfDescriptors(spec, error)
+                  : Concat(Describe(spec), ": rank 0 (pid ", getpid(),
+                           ") cannot accept the other ranks: ", std::strerror(error)));
+    }
     ucred cred{};
     if (!PeerCredentials(conn.Get(), &cred)) continue;
     if (cred.uid != geteuid()) {
@@ -486,6 +557,44 @@ bool ProcessExited(const UniqueFd& pidfd, pid_t pid) {
   return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+namespace {
+
+/// ProcessExited, waiting up to `millis` ms for the exit.
+bool ExitsWithin(const UniqueFd& pidfd, pid_t pid, int millis) {
+  if (pidfd.Valid()) {
+    pollfd pfd{pidfd.Get(), POLLIN, 0};
+    int ready = 0;
+    do {
+      ready = poll(&pfd, 1, millis);
+    } while (ready < 0 && errno == EINTR);
+    return ready > 0;
+  }
+  for (int waited = 0;; waited += 5) {
+    if (ProcessExited(pidfd, pid)) return true;
+    if (waited >= millis) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+/// The rank 0 that a joining rank last reached, whose connection then closed without an answer:
+/// rank 0 of an earlier communicator closing its rendezvous (the same process opens the next one),
+/// or a rank 0 that is dying. Checked on every later attempt, since the kernel closes a dying
+/// process's sockets before its pidfd says it exited; unchecked, the attempts that follow find
+/// its name free and wait for a rank 0 that will never come back.
+struct LastHost {
+  bool reached = false;
+  pid_t pid = 0;
+  UniqueFd pidfd;
+
+  bool Exited(int graceMillis = 0) const { return reached && ExitsWithin(pidfd, pid, graceMillis); }
+};
+
+[[noreturn]] void FailHostExited(const RendezvousSpec& spec, pid_t host) {
+  Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host, ") exited during the rendezvous");
+}
+
+}  // namespace
+
 std::string JobKeyFromEnv() {
   if (const char* job = NonEmptyEnv("COLLOPS_JOB_ID")) return job;
   const char* addr = NonEmptyEnv("MASTER_ADDR");
@@ -519,6 +628,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
   const Deadline deadline = Deadline::After(spec.timeoutSeconds);
   const std::string name = ClaimSocketName(ownerUid, spec, 0);
   int backoffMicros = 200;
+  LastHost last;
   for (;;) {
     UniqueFd fd = NewSocket();
     socklen_t length = 0;
@@ -526,6 +636,14 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     if (connect(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
       if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR) {
         Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ", std::strerror(errno));
+      }
+      if (last.Exited()) FailHostExited(spec, last.pid);
+      if (deadline.Passed() && last.reached) {
+        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", last.pid, ") closed rank ", spec.rank,
+             "'s connection without an answer and did not open the rendezvous again "
+             "within ",
+             spec.timeoutSeconds, " s (", spec.timeoutSource,
+             "); rank 0 may have failed: its own error says why");
       }
       if (deadline.Passed()) {
         Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ", spec.timeoutSeconds,
@@ -537,7 +655,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     }
     ucred host{};
     PeerCredentials(fd.Get(), &host);
-    const UniqueFd hostPidfd = PeerPidfd(fd.Get(), host.pid);
+    UniqueFd hostPidfd = PeerPidfd(fd.Get(), host.pid);
     HelloWire hello{kWireMagic,
                     kWireVersion,
                     spec.rank,
@@ -550,9 +668,10 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     std::vector<UniqueFd> passed;
     // Rank 0 answers by its own deadline, which started no earlier than our connect.
     const Deadline replyDeadline = Deadline::After(spec.timeoutSeconds + 5);
-    IoResult io =
-        SendAll(fd.Get(), message.data(), message.size()) ? IoResult::kOk : IoResult::kClosed;
-    if (io == IoResult::kOk) io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &passed);
+    // The answer is read even when the hello could not be sent: a rank 0 that fails answers the
+    // connections it has not accepted yet and closes them, possibly before their hello arrived.
+    SendAll(fd.Get(), message.data(), message.size());
+    IoResult io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &passed);
     if (io == IoResult::kTimeout) {
       Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid, ") accepted rank ", spec.rank,
            " but never answered");
@@ -560,13 +679,14 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     if (io == IoResult::kFdsDropped) FailDroppedFds(spec, host.pid);
     if (io == IoResult::kClosed) {
       // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
-      if (ProcessExited(hostPidfd, host.pid)) {
-        Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host.pid,
-             ") exited during the rendezvous");
-      }
+      last.reached = true;
+      last.pid = host.pid;
+      last.pidfd = std::move(hostPidfd);
+      if (last.Exited(kExitGraceMillis)) FailHostExited(spec, host.pid);
       if (deadline.Passed()) {
         Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid,
-             ") did not complete the rendezvous within ", spec.timeoutSeconds, " s");
+             ") did not complete the rendezvous within ", spec.timeoutSeconds,
+             " s; rank 0 may have failed: its own error says why");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;

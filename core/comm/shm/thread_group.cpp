@@ -60,9 +60,10 @@ std::string ThreadGroup::Describe() const { return DescribeGroup(domain_, size_)
 std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
   const int size = param.rankSize;
   const int rank = param.rank;
-  if (size <= 0) {
+  // Before the group exists: it holds rankSize^2 channels.
+  if (size <= 0 || size > kMaxLcclRanks) {
     Fail(ERROR_INVALID_PARAM, DescribeGroup(param.commDomain, size), ": rankSize = ", size,
-         " must be > 0");
+         " must be in [1, ", kMaxLcclRanks, "] (the most ranks an lccl communicator has)");
   }
   if (rank < 0 || rank >= size) {
     Fail(ERROR_INVALID_PARAM, DescribeGroup(param.commDomain, size), ": rank = ", rank,
@@ -79,6 +80,13 @@ std::shared_ptr<ThreadGroup> ThreadGroup::Join(const CommParam& param) {
     if (!entry) entry = std::make_shared<ThreadGroup>(param.commDomain, size);
     group = entry;
     if (group->claimed_[rank]) {
+      // One of the two threads is some other rank (or no rank of this group), so the group cannot
+      // form as meant: the ranks waiting in it learn so now rather than at the timeout.
+      registry.forming.erase(key);
+      group->Break(ERROR_RANK_MISMATCH,
+                   Concat(group->Describe(), ": a second thread joined as rank ", rank,
+                          " while the group was forming, so it cannot form; every thread must ",
+                          "pass its own rank"));
       Fail(ERROR_INVALID_PARAM, group->Describe(), ": rank ", rank,
            " joined twice (another thread already holds rank ", rank,
            " of the group that is forming)");
@@ -156,9 +164,14 @@ void ThreadGroup::Sync(int rank, const char* what) {
 
 std::string ThreadGroup::Whereabouts(const std::vector<int>& ranks) const {
   std::string text;
+  size_t shown = 0;
   for (int r : ranks) {
     const char* what = slots_[r].waitingIn.load(std::memory_order_acquire);
     if (what == nullptr) continue;
+    if (shown++ == kListedRanks) {
+      text += "; and more ranks are waiting in calls of this group";
+      break;
+    }
     const int peer = slots_[r].waitingPeer.load(std::memory_order_relaxed);
     text += Concat("; rank ", r, " is waiting in ", what);
     if (peer >= 0)

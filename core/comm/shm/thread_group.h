@@ -152,6 +152,9 @@ class ThreadGroup {
   }
 
   /// Joins (or starts forming) the group for `param` and blocks until all its ranks have joined.
+  /// rankSize above kMaxLcclRanks is ERROR_INVALID_PARAM before anything is allocated. A second
+  /// thread claiming a rank of a forming group gets ERROR_INVALID_PARAM, and the ranks already
+  /// waiting in that group ERROR_RANK_MISMATCH at once (the group cannot form as meant).
   static std::shared_ptr<ThreadGroup> Join(const CommParam& param);
 
  private:
