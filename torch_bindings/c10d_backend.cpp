@@ -27,6 +27,7 @@
 // torch.distributed.Backend.register_backend).
 #include <ATen/DLConvertor.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -45,6 +46,7 @@
 #include "collops/backend.h"
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
+#include "collops/context.h"
 #include "collops/hierarchical_communicator.h"
 #include "collops/reduce.h"
 #include "collops/status.h"
@@ -138,6 +140,11 @@ const char* OpName(const c10d::ReduceOp& op) {
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }
 
+bool IsBitwise(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
+         op.op_ == c10d::ReduceOp::BXOR;
+}
+
 // AVG is SUM followed by a division on every rank (as gloo does for floats).
 ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   switch (op.op_) {
@@ -151,8 +158,11 @@ ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
     case c10d::ReduceOp::MAX:
       return ReduceOp::kMax;
     default:
-      TORCH_CHECK(false, "collops backend: ", what,
-                  " supports SUM, AVG, PRODUCT, MIN and MAX, not ReduceOp.", OpName(op));
+      TORCH_CHECK(
+          false, "collops backend: ", what,
+          " supports SUM, AVG, PRODUCT, MIN and MAX (allreduce and reduce also BAND, BOR and "
+          "BXOR), not ReduceOp.",
+          OpName(op));
   }
 }
 
@@ -612,7 +622,11 @@ class CollopsBackend final : public c10d::Backend {
       Comm().Exchange(ops);
       return "";
     } catch (const Error& e) {
-      return Describe(e);
+      if (e.status() != ERROR_RANK_MISMATCH) return Describe(e);
+      // The sizes in the message are the engine's, who saw bytes (deferred_p2p.cpp).
+      return Concat(Describe(e),
+                    " (send and recv move bytes here, as gloo's do, so the counts "
+                    "are bytes: a float32 tensor of 5 elements is 20 int8 elements)");
     }
   }
 
@@ -624,6 +638,10 @@ class CollopsBackend final : public c10d::Backend {
 
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce") {
     CheckCpu(tensor, what);
+    if (IsBitwise(op)) {
+      AllReduceBitwise(tensor, op, what);
+      return;
+    }
     Reduction r = ReductionOf(tensor, op, what);
     InPlace(r.data, "allreduce", [&](at::Tensor& c) {
       if (AvgInFloat32(op, r)) {
@@ -636,6 +654,37 @@ class CollopsBackend final : public c10d::Backend {
       Comm().AllReduce(c.data_ptr(), c.data_ptr(), c.numel(), r.dtype, r.op);
       FinishAvg(op, c, getSize());
     });
+  }
+
+  // BAND/BOR/BXOR of integer and bool tensors, which gloo computes (a bool BOR is a cheap "any
+  // rank"): every rank gathers every rank's tensor and folds them in rank order. R times the
+  // memory of a reduction, but these carry flags and masks, not activations.
+  void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what) {
+    TORCH_CHECK(!at::isFloatingType(tensor.scalar_type()) && !tensor.is_complex(),
+                "collops backend: ", what, " with ReduceOp.", OpName(op),
+                " needs an integer or bool tensor, got ", tensor.scalar_type());
+    const at::Tensor in = tensor.contiguous();
+    const auto [dtype, es] = MovedAs(in);
+    const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
+    std::vector<int64_t> counts(getSize(), n), displs(getSize());
+    for (int i = 0; i < getSize(); ++i) displs[i] = i * n;
+    at::Tensor all = at::empty({getSize(), in.numel()}, in.options());
+    Comm().AllGatherV(in.data_ptr(), n, all.data_ptr(), counts.data(), displs.data(), dtype);
+    at::Tensor folded = all[0].clone();
+    for (int i = 1; i < getSize(); ++i) {
+      switch (op.op_) {
+        case c10d::ReduceOp::BAND:
+          folded.bitwise_and_(all[i]);
+          break;
+        case c10d::ReduceOp::BOR:
+          folded.bitwise_or_(all[i]);
+          break;
+        default:
+          folded.bitwise_xor_(all[i]);
+          break;
+      }
+    }
+    tensor.copy_(folded.view(tensor.sizes()));
   }
 
   void AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input) {
@@ -818,7 +867,7 @@ pybind11::capsule EmptySharedBytes(const c10::intrusive_ptr<c10d::Backend>& back
 
 // Loaded by collops/_c10d_backend.py from this same library file (see the header comment).
 PYBIND11_MODULE(_c10d, m) {
-  m.doc() = "The collops torch.distributed backend factory.";
+  m.doc() = "The collops torch.distributed backend factory, and what Python reaches beyond it.";
   pybind11::module_::import("torch.distributed");  // registers the Store and Backend types
   m.def("create_backend", &collops::CreateBackend, pybind11::arg("store"), pybind11::arg("rank"),
         pybind11::arg("size"), pybind11::arg("timeout"));
@@ -832,4 +881,12 @@ PYBIND11_MODULE(_c10d, m) {
       "empty_shared_bytes", &collops::EmptySharedBytes, pybind11::arg("backend"),
       pybind11::arg("bytes"),
       "A DLPack capsule of `bytes` uint8 that the group's lccl communicator moves with one copy.");
+  // Without the GIL: freeing a communicator may wait for threads of it that need the GIL.
+  m.def(
+      "release_communicators",
+      [](const std::optional<std::string>& commDomain) {
+        return collops::DefaultContext().Communicators().Release(commDomain);
+      },
+      pybind11::arg("comm_domain"), pybind11::call_guard<pybind11::gil_scoped_release>(),
+      "Drops the default context's communicators of comm_domain (None: all); returns how many.");
 }

@@ -42,9 +42,20 @@ std::shared_ptr<Communicator> CommunicatorPool::Find(const CommParam& param) {
   return (it != communicators_.end() && !it->second->Broken()) ? it->second : nullptr;
 }
 
-void CommunicatorPool::Clear() {
+size_t CommunicatorPool::Release(const std::optional<std::string>& commDomain) {
+  // Destroyed after the lock is let go: a communicator's teardown may take a while, and other
+  // threads (ranks of thread mode) may need the pool meanwhile.
+  std::vector<std::shared_ptr<Communicator>> released;
   std::lock_guard<std::mutex> lock(mutex_);
-  communicators_.clear();
+  for (auto it = communicators_.begin(); it != communicators_.end();) {
+    if (commDomain.has_value() && std::get<1>(it->first) != *commDomain) {
+      ++it;
+      continue;
+    }
+    released.push_back(std::move(it->second));
+    it = communicators_.erase(it);
+  }
+  return released.size();
 }
 
 uint8_t* Context::Workspace(uint64_t bytes) {

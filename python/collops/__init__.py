@@ -20,7 +20,7 @@ import os
 
 import torch  # first: libcollops_torch.so resolves its torch symbols against the loaded torch
 
-__all__ = ["BUILD_COMMAND", "library_path", "compat"]
+__all__ = ["BUILD_COMMAND", "library_path", "compat", "release_communicators"]
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LIB_NAME = "libcollops_torch.so"
@@ -124,5 +124,22 @@ from . import compat  # noqa: E402  (needs the library loaded)
 from . import _c10d_backend  # noqa: E402
 
 _c10d_backend.register(_LIBRARY or library_path())
+
+
+def release_communicators(comm_domain=None):
+    """Lets go of the communicators that this process' ``OperationTorch`` objects created: those
+    of ``comm_domain``, or all of them when it is None. Returns how many were let go.
+
+    They are cached per (backend, commDomain, rankSize, rank, commMode) for the life of the
+    process, so that later operations reuse them; a job that goes through many commDomains calls
+    this when it is done with one, as it would call ``destroy_process_group``: on every rank at
+    the same point of its calls. A communicator is freed once no ``OperationTorch`` holds it (an
+    object holds it from its first execute until it is deleted or given new params); the next
+    operation of that domain then makes a new one, which the peers must make too.
+    """
+    if comm_domain is not None and not isinstance(comm_domain, str):
+        raise TypeError(f"release_communicators: comm_domain must be a str or None, "
+                        f"got {type(comm_domain).__name__}")
+    return _c10d_backend.native(_LIBRARY or library_path()).release_communicators(comm_domain)
 from . import ops, functional, distributed  # noqa: E402,F401
 from .patch import patch_torch_distributed  # noqa: E402,F401

@@ -23,13 +23,20 @@ def _import_factory_module(library_path):
     return module
 
 
+def native(library_path):
+    """The `_c10d` module of the library at `library_path` (imported once)."""
+    global _factory
+    if _factory is None:
+        _factory = _import_factory_module(library_path)
+    return _factory
+
+
 def register(library_path):
     """Registers "collops" with torch.distributed (once per process; later calls do nothing)."""
     if not dist.is_available() or hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    global _factory
-    _factory = _import_factory_module(library_path)
-    dist.Backend.register_backend(BACKEND_NAME, _factory.create_backend, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, native(library_path).create_backend,
+                                  devices=["cpu"])
 
 
 def factory():

@@ -142,3 +142,44 @@ def _avg(ctx):
 def test_collops_backend_avg_of_half_types_divides_before_rounding():
     """The average of two float16 60000s is 60000, not inf (the sum, 120000, overflows float16)."""
     run_group_job(2, _avg)
+
+
+def _bitwise(ctx):
+    rank, world = ctx.rank, ctx.world_size
+    folds = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
+             dist.ReduceOp.BXOR: torch.bitwise_xor}
+    g = torch.Generator().manual_seed(7)
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool):
+        info = torch.iinfo(dtype) if dtype != torch.bool else None
+        for shape in ((), (0,), (3, 5)):
+            if dtype == torch.bool:
+                xs = [torch.randint(0, 2, shape, generator=g).bool() for _ in range(world)]
+            else:
+                xs = [torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64)
+                      .to(dtype) for _ in range(world)]
+            for op, fold in folds.items():
+                t = xs[rank].clone()
+                dist.all_reduce(t, op=op)
+                want = functools.reduce(fold, xs)
+                assert torch.equal(t, want), (dtype, shape, op, t, want)
+                r = xs[rank].clone()
+                dist.reduce(r, dst=1, op=op)
+                if rank == 1:
+                    assert torch.equal(r, want), (dtype, shape, op, "reduce")
+    # A float tensor: refused on every rank before any data moves.
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BOR)
+    except RuntimeError as e:
+        float_error = str(e)
+    else:
+        float_error = None
+    flag = torch.tensor([rank == world - 1])
+    dist.all_reduce(flag, op=dist.ReduceOp.BOR)  # the group still works: "any rank" is True
+    return float_error, bool(flag)
+
+
+def test_collops_backend_bitwise_reductions_of_integers_and_bools():
+    """BAND/BOR/BXOR as gloo computes them, bit-exact against torch's fold in rank order."""
+    for float_error, flag in run_group_job(3, _bitwise):
+        assert "needs an integer or bool tensor" in float_error, float_error
+        assert flag

@@ -90,6 +90,46 @@ def test_a_rank_failing_execute_before_setup_fails_its_peers_too():
     assert all(run_process_ranks(2, _infer_shape_failure_on_rank_1))
 
 
+def _domains_released(ctx):
+    import gc
+    import json
+
+    import torch
+
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    def all_reduce(domain):
+        op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+        op.set_param(ctx.param(domain=domain, allReduceType="sum"))
+        (out,) = op.execute([torch.ones(4)])
+        assert torch.equal(out, torch.full((4,), float(ctx.world_size)))
+
+    all_reduce(f"{ctx.domain}-warm")
+    before = fds()
+    for cycle in range(3):
+        for d in range(10):  # each op is dropped at once; its communicator stays cached
+            all_reduce(f"{ctx.domain}-{cycle}-{d}")
+        cached = fds()
+        gc.collect()
+        assert collops.release_communicators(f"{ctx.domain}-{cycle}-0") == 1
+        assert collops.release_communicators(None) == 10  # the rest, and the warm-up's
+        all_reduce(f"{ctx.domain}-warm")  # a released domain makes a new communicator
+        after = fds()
+        assert cached > after + 20, (before, cached, after)  # three descriptors per communicator
+        assert after <= before + 2, (before, cached, after)
+    with pytest.raises(TypeError, match="comm_domain must be a str or None"):
+        collops.release_communicators(3)
+    return json.dumps([before, after])
+
+
+def test_released_communicators_free_their_descriptors():
+    """OperationTorch's communicators live in the process' default context, one per commDomain:
+    without collops.release_communicators a job going through many domains kept every one
+    (3 descriptors, a claim socket and 2 GiB of address space each)."""
+    run_process_ranks(2, _domains_released)
+
+
 def _raises_on_last_rank(ctx):
     if ctx.rank == ctx.world_size - 1:
         raise ValueError("last rank broke on purpose")

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,8 +26,11 @@ class CommunicatorPool {
   /// The communicator Get() would return, if it exists already and is not broken; else null.
   /// Never creates one (creating waits for the other ranks).
   std::shared_ptr<Communicator> Find(const CommParam& param);
-  /// Drops every cached communicator (they are freed when no operation holds them any more).
-  void Clear();
+  /// Drops the cached communicators of `commDomain` (of every domain when it has no value): each is
+  /// freed once no operation holds it, and the next Get() for that domain creates a new one.
+  /// Collective in effect, like destroy_process_group: every rank releases at the same point of
+  /// its calls. Returns how many were dropped.
+  size_t Release(const std::optional<std::string>& commDomain);
 
  private:
   using Key = std::tuple<std::string, std::string, int, int, int>;
