@@ -3,8 +3,8 @@
 Tensor functions work on any process group (collops runs uneven lists natively; other backends
 go through ``torch.ops.collops``' padded fallbacks). The object functions -- ``barrier``,
 ``broadcast``, ``gather`` -- move pickled Python objects through the default group's Store, so
-they need no tensor communication at all; like hfai's they take no group, and every rank must call
-them in the same order.
+they need no tensor communication at all; every rank of the group must call them in the same
+order, and each round deletes its keys once every rank is done with them.
 """
 import itertools
 import pickle
@@ -115,43 +115,91 @@ def pairwise_apply(f, x, args=(), group=None, equal_size=False):
     return [f(x, xs[j], *args) for j in range(world)]
 
 
-_generation = itertools.count()
+_generations = {}  # group name -> itertools.count(): every member calls in the same order
 
 
-def _store():
-    return dist.distributed_c10d._get_default_store()
+class _ObjectRound:
+    """One object collective of `group` through the default Store: its members (global ranks),
+    this rank's place among them, and a key prefix no other round uses."""
+
+    def __init__(self, kind, group):
+        self.rank = dist.get_rank()
+        group = group if group is not None else dist.group.WORLD
+        if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group gives the other ranks
+            self.members = []
+            return
+        self.members = dist.get_process_group_ranks(group)
+        name = group.group_name
+        generation = next(_generations.setdefault(name, itertools.count()))
+        self.key = f"collops/objects/{name}/{kind}/{generation}"
+        self.store = dist.distributed_c10d._get_default_store()
+
+    def member(self):
+        return self.rank in self.members
+
+    def check_rank(self, rank, what):
+        if rank not in self.members:
+            raise ValueError(f"collops.distributed.{what}: rank {rank} is not in the group "
+                             f"(its ranks are {self.members})")
+
+    def last_of(self, counter, expected):
+        """True on the rank whose arrival brings `counter` to `expected`: every other rank is
+        done with the round's keys, so that rank deletes them."""
+        return self.store.add(f"{self.key}/{counter}", 1) == expected
+
+    def delete(self, *suffixes):
+        for suffix in suffixes:
+            self.store.delete_key(f"{self.key}{suffix}")
 
 
-def _key(kind):
-    return f"collops/objects/{kind}/{next(_generation)}"
+def _result(async_op):
+    return _done_work(None) if async_op else None
 
 
 def barrier(group=None, async_op=False):
-    """Returns once every rank of the default group has entered (through the Store)."""
-    store, world = _store(), dist.get_world_size()
-    key = _key("barrier")
-    if store.add(key, 1) == world:
-        store.set(key + "/done", b"1")
-    store.wait([key + "/done"])
+    """Returns once every rank of `group` (default: all) has entered, through the Store. With
+    ``async_op=True`` it still waits, then returns a completed Work."""
+    r = _ObjectRound("barrier", group)
+    if not r.member():
+        return None
+    world = len(r.members)
+    if r.last_of("entered", world):
+        r.store.set(f"{r.key}/open", b"1")
+    r.store.wait([f"{r.key}/open"])
+    if r.last_of("left", world):
+        r.delete("/entered", "/open", "/left")
+    return _result(async_op)
 
 
 def broadcast(objs, src=0, group=None, async_op=False):
-    """objs[0] of rank `src` (any picklable object) replaces objs[0] on every other rank."""
-    store = _store()
-    key = _key("broadcast")
-    if dist.get_rank() == src:
-        store.set(key, pickle.dumps(objs[0]))
+    """objs[0] of rank `src` (a global rank; any picklable object) replaces objs[0] on every other
+    rank of `group`."""
+    r = _ObjectRound("broadcast", group)
+    if not r.member():
+        return None
+    r.check_rank(src, "broadcast")
+    readers = len(r.members) - 1
+    if r.rank == src:
+        if readers > 0:
+            r.store.set(f"{r.key}/object", pickle.dumps(objs[0]))
     else:
-        objs[0] = pickle.loads(store.get(key))
+        objs[0] = pickle.loads(r.store.get(f"{r.key}/object"))
+        if r.last_of("read", readers):
+            r.delete("/object", "/read")
+    return _result(async_op)
 
 
 def gather(obj, gather_list=None, dst=0, group=None, async_op=False):
-    """Rank `dst` gets every rank's `obj` in gather_list (rank order); others pass None."""
-    store, rank, world = _store(), dist.get_rank(), dist.get_world_size()
-    key = _key("gather")
-    store.set(f"{key}/{rank}", pickle.dumps(obj))
-    if rank != dst:
-        return
-    if gather_list is None:
+    """Rank `dst` (a global rank) gets every member's `obj` in gather_list, in group rank order;
+    the others pass None."""
+    r = _ObjectRound("gather", group)
+    if not r.member():
+        return None
+    r.check_rank(dst, "gather")
+    if r.rank == dst and gather_list is None:
         raise ValueError("collops.distributed.gather: rank dst needs a gather_list")
-    gather_list[:] = [pickle.loads(store.get(f"{key}/{i}")) for i in range(world)]
+    r.store.set(f"{r.key}/{r.rank}", pickle.dumps(obj))
+    if r.rank == dst:
+        gather_list[:] = [pickle.loads(r.store.get(f"{r.key}/{m}")) for m in r.members]
+        r.delete(*[f"/{m}" for m in r.members])
+    return _result(async_op)

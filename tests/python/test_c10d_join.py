@@ -92,3 +92,31 @@ def test_torchrun_restarts_a_job_whose_rank_died(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     for rank in (0, 1):
         assert f"rank {rank} attempt 1 done on lccl" in run.stdout, run.stdout + run.stderr
+
+
+def _create_then_leave(ctx, port):
+    import torch.distributed as dist
+
+    import collops  # noqa: F401  (registers the backend; loads the factory)
+    from collops import _c10d_backend
+
+    store = dist.TCPStore("127.0.0.1", port, ctx.world_size, is_master=ctx.rank == 0,
+                          wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    backend = _c10d_backend.factory().create_backend(store, ctx.rank, ctx.world_size,
+                                                     datetime.timedelta(seconds=30))
+    del backend, store  # rank 0's Store server goes with it: that rank has nothing else to do
+    return "created"
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_the_store_host_may_leave_once_its_group_exists(attempt):
+    """Rank 0 hosts the TCPStore (torchrun, tcp://) and returns from creating the group when every
+    rank has read what it needs from the Store, not before: a peer still reading would otherwise
+    fail in init_process_group on a closed connection (about every other run at 4 ranks)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert rank_harness.run_process_ranks(4, _create_then_leave, port,
+                                          timeout=120) == ["created"] * 4

@@ -130,3 +130,45 @@ def _torch_npu_uneven(ctx):
 
 def test_torch_npu_uneven_collectives_take_async_op():
     assert run_group_job(2, _torch_npu_uneven) == ["ok"] * 2
+
+
+def _objects_on_a_subgroup(ctx):
+    import collops.distributed as cdist
+
+    rank = ctx.rank
+    sub = dist.new_group([0, 2])
+    store = dist.distributed_c10d._get_default_store()
+    cdist.barrier()
+    keys_before = store.num_keys()
+    for step in range(30):
+        if rank == 1:  # not a member: every call returns at once, as torch's for non-members
+            assert cdist.barrier(group=sub) is None
+            continue
+        work = cdist.barrier(group=sub, async_op=True)
+        assert work.wait()
+        objs = [("payload", step, "x" * 1000)] if rank == 2 else [None]
+        cdist.broadcast(objs, src=2, group=sub)
+        assert objs == [("payload", step, "x" * 1000)]
+        gl = [] if rank == 0 else None
+        cdist.gather(rank * 10 + step, gl, dst=0, group=sub)
+        if rank == 0:
+            assert gl == [step, 20 + step]
+    cdist.barrier()
+    grown = store.num_keys() - keys_before
+    try:
+        cdist.broadcast([None], src=1, group=sub)
+    except ValueError as e:
+        bad_src = str(e)
+    else:
+        bad_src = None if rank == 1 else "no error"
+    return grown, bad_src
+
+
+def test_object_collectives_honour_the_group_and_leave_no_keys():
+    results = run_group_job(3, _objects_on_a_subgroup)
+    # 30 rounds of three object collectives: each deletes its keys once every rank is done
+    # (only the counters of the last world barrier may still be there).
+    assert all(grown <= 3 for grown, _ in results), results
+    assert results[0][1] == results[2][1]
+    assert "rank 1 is not in the group" in results[0][1]
+    assert results[1][1] is None
