@@ -441,6 +441,34 @@ TEST(HierarchicalErrors, AllToAllVWithOtherCountsThanItsAgreeIsAnInternalError) 
   }
 }
 
+// The host's lccl numbers its ranks 0..k-1; the error must also say which job ranks those are,
+// or "rank 0 sends 5 elements" points the user at a rank on the other host.
+TEST(HierarchicalErrors, ErrorsInsideAHostNameTheJobRanks) {
+  const HostLayout layout = Layout({0, 0, 1, 1});
+  const int size = 4;
+  const std::string domain = UniqueDomain();
+  std::vector<std::string> errors(size);
+  RunThreadRanks(size, [&](int rank) {
+    auto comm = ThreadHierarchy(rank, layout, domain);
+    std::vector<float> buf(6);
+    try {
+      if (rank == 2) comm->Send(buf.data(), 5, ACL_FLOAT, 3);
+      if (rank == 3) comm->Recv(buf.data(), 6, ACL_FLOAT, 2);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH) << e.what();
+      errors[rank] = e.what();
+    }
+  });
+  for (int rank : {2, 3}) {
+    EXPECT_THAT(errors[rank], AllOf(HasSubstr("sends 5 elements"),
+                                    HasSubstr("[rank numbers above are within host 1's lccl "
+                                              "communicator; in the job: 0 = 2, 1 = 3]")))
+        << "rank " << rank;
+  }
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
 TEST(HierarchicalErrors, CommunicatorsMustMatchTheLayout) {
   const std::string domain = UniqueDomain();
   auto one = [&](const std::string& name) {
@@ -577,21 +605,19 @@ TEST(HcclAuto, TableServerSpanningHostsIsInvalidOnEveryRank) {
       AcrossPretendHosts());
 }
 
-/// Runs `body` with COLLOPS_ENGINE set to `engine` (unset when null) and restores it.
-void WithEngineEnv(const char* engine, const std::function<void()>& body) {
-  const char* old = std::getenv("COLLOPS_ENGINE");
+/// Runs `body` with environment variable `name` set to `value` (unset when null), then restores
+/// it.
+void WithEnv(const char* name, const char* value, const std::function<void()>& body) {
+  const char* old = std::getenv(name);
   const std::string saved = old ? old : "";
-  if (engine) {
-    setenv("COLLOPS_ENGINE", engine, 1);
-  } else {
-    unsetenv("COLLOPS_ENGINE");
-  }
+  auto set = [name](const char* v) { v ? setenv(name, v, 1) : unsetenv(name); };
+  set(value);
   body();
-  if (old) {
-    setenv("COLLOPS_ENGINE", saved.c_str(), 1);
-  } else {
-    unsetenv("COLLOPS_ENGINE");
-  }
+  set(old ? saved.c_str() : nullptr);
+}
+
+void WithEngineEnv(const char* engine, const std::function<void()>& body) {
+  WithEnv("COLLOPS_ENGINE", engine, body);
 }
 
 TEST(HcclAuto, MultiHostTableWithoutEngineSaysWhatToDo) {
@@ -618,6 +644,31 @@ TEST(HcclAuto, UnknownEngineIsInvalid) {
       EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
       EXPECT_THAT(e.what(), HasSubstr("COLLOPS_ENGINE = \"gloo\""));
     }
+  });
+}
+
+// No engine fits (no mpirun, no torch group) and no table: hccl takes the domain to be on this
+// host. When torchrun says the job spans hosts, the rendezvous timing out most likely means the
+// domain does not: the error says so instead of only "did not arrive".
+TEST(HcclAuto, NoEngineInAJobSpanningHostsHintsWhyTheRendezvousTimedOut) {
+  WithEngineEnv(nullptr, [] {
+    WithEnv("WORLD_SIZE", "4", [] {
+      WithEnv("LOCAL_WORLD_SIZE", "2", [] {
+        Context context;
+        CommParam param = HcclParam(0, 2, "", UniqueDomain());
+        param.timeoutSeconds = 0.5;
+        try {
+          context.Communicators().Get(param);
+          ADD_FAILURE() << "a rendezvous without its peer succeeded";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.status(), ERROR_TIMEOUT);
+          EXPECT_THAT(e.what(), AllOf(HasSubstr("did not arrive"),
+                                      HasSubstr("the launcher says the job spans hosts "
+                                                "(WORLD_SIZE=4, LOCAL_WORLD_SIZE=2)"),
+                                      HasSubstr("mpirun")));
+        }
+      });
+    });
   });
 }
 

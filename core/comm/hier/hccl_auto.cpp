@@ -168,6 +168,29 @@ std::shared_ptr<Communicator> CreateHierarchical(const CommParam& param,
   return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter), layout);
 }
 
+/// lccl for a domain that no engine fits, taken to be on this host (docs/backends.md). When the
+/// launcher says the job spans hosts, a rendezvous that times out most likely means this domain
+/// does too: the error says so, not only which ranks did not arrive.
+std::shared_ptr<Communicator> CreateLcclWithoutEngine(const CommParam& lccl) {
+  try {
+    return CreateCommunicator(lccl);
+  } catch (const Error& e) {
+    const std::string world = Env("WORLD_SIZE");
+    const std::string local = Env("LOCAL_WORLD_SIZE");
+    if (e.status() != ERROR_TIMEOUT || world.empty() || local.empty() || world == local) throw;
+    Fail(ERROR_TIMEOUT, e.what(),
+         "; backend hccl found no engine between hosts for this domain "
+         "(no torch.distributed group named \"",
+         lccl.commDomain, "\" or of ", lccl.rankSize,
+         " ranks, no mpirun) and took its ranks to be on this host, but the launcher says the "
+         "job spans hosts (WORLD_SIZE=",
+         world, ", LOCAL_WORLD_SIZE=", local,
+         "): if the "
+         "domain's ranks are on several hosts, name a torch.distributed group of them as "
+         "commDomain, or run the job under mpirun");
+  }
+}
+
 std::shared_ptr<Communicator> CreateHccl(const CommParam& param) {
   const CommParam lccl = WithBackend(param, "lccl");
   const std::string& table = param.rankTableFile;
@@ -180,7 +203,7 @@ std::shared_ptr<Communicator> CreateHccl(const CommParam& param) {
   }
   std::shared_ptr<Communicator> flat = CreateEngine(param, !table.empty());
   if (flat == nullptr) {
-    if (table.empty()) return CreateCommunicator(lccl);
+    if (table.empty()) return CreateLcclWithoutEngine(lccl);
     Fail(ERROR_BACKEND_UNAVAILABLE, "backend hccl: rank table ", table, " places the ",
          param.rankSize, " ranks on ", layout.HostCount(),
          " hosts, which needs an engine between hosts, and none is usable: run the job under ",

@@ -9,6 +9,7 @@
 #include "collops/hierarchical_communicator.h"
 #include "collops/signature.h"
 #include "collops/status.h"
+#include "core/comm/hier/job_rank_names.h"
 #include "core/comm/hier/wide_accumulation.h"
 
 namespace collops {
@@ -66,6 +67,16 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator>
     Fail(ERROR_INVALID_PARAM, "hierarchical communicator (rank ", rank_, "): inter is rank ",
          inter_->Rank(), " of ", inter_->Size(), " but this leader is host ", host_, " of ",
          HostCount());
+  }
+  const std::string hostScope =
+      Concat("host ", host_, "'s ", intra_->BackendName(), " communicator");
+  intra_ = WithJobRankNames(std::move(intra_), hostScope, mine);
+  if (inter_ != nullptr) {
+    std::vector<int> leaders;
+    for (const std::vector<int>& ranks : ranksOn_) leaders.push_back(ranks.front());
+    const std::string leaderScope =
+        Concat("the host leaders' ", inter_->BackendName(), " communicator");
+    inter_ = WithJobRankNames(std::move(inter_), leaderScope, leaders);
   }
   // A cross-host message this rank sent just before it went to wait inside its host may still
   // be queued in its engine (OpenMPI over TCP moves data only inside MPI calls), and the rank
