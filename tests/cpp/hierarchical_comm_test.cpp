@@ -416,25 +416,37 @@ TEST(HierarchicalGoldenDirect, WaitsInsideAHostDriveTheEngine) {
   EXPECT_GE(progressCalls[0], 2) << "the leader slept ~10 slices waiting for rank 1";
 }
 
-/// Agree() on one exchange then AllToAllV with other counts is a caller's bug: it fails on the
-/// spot (every rank here, since every rank makes it) rather than moving data by a wrong matrix.
-TEST(HierarchicalErrors, AllToAllVWithOtherCountsThanItsAgreeIsAnInternalError) {
-  const HostLayout layout = Layout({0, 0, 1, 1});
-  const int size = 4;
+/// Runs `call(comm, rank)` on every rank of a thread hierarchy over `layout`; returns each rank's
+/// error message ("" when it did not throw), every thrown status checked to be `expected`.
+std::vector<std::string> ErrorsOfEveryRank(
+    const HostLayout& layout, Status expected,
+    const std::function<void(Communicator& comm, int rank)>& call) {
+  const int size = static_cast<int>(layout.hostOfRank.size());
   const std::string domain = UniqueDomain();
   std::vector<std::string> errors(size);
   RunThreadRanks(size, [&](int rank) {
     auto comm = ThreadHierarchy(rank, layout, domain);
-    const ExchangeCase agreed(rank, size, [](int j, int i) { return 1 + (j + i) % 2; });
-    const ExchangeCase called(rank, size, [](int j, int i) { return 2 + (j + i) % 2; });
-    comm->Agree(agreed.Signature());
     try {
-      called.Run(*comm);
+      call(*comm, rank);
     } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_INTERNAL_ERROR);
+      EXPECT_EQ(e.status(), expected) << e.what();
       errors[rank] = e.what();
     }
   });
+  return errors;
+}
+
+/// Agree() on one exchange then AllToAllV with other counts is a caller's bug: it fails on the
+/// spot (every rank here, since every rank makes it) rather than moving data by a wrong matrix.
+TEST(HierarchicalErrors, AllToAllVWithOtherCountsThanItsAgreeIsAnInternalError) {
+  const int size = 4;
+  const std::vector<std::string> errors = ErrorsOfEveryRank(
+      Layout({0, 0, 1, 1}), ERROR_INTERNAL_ERROR, [](Communicator& comm, int rank) {
+        const ExchangeCase agreed(rank, size, [](int j, int i) { return 1 + (j + i) % 2; });
+        const ExchangeCase called(rank, size, [](int j, int i) { return 2 + (j + i) % 2; });
+        comm.Agree(agreed.Signature());
+        called.Run(comm);
+      });
   for (int rank = 0; rank < size; ++rank) {
     EXPECT_THAT(errors[rank], HasSubstr("differ from those of the Agree() before it"))
         << "rank " << rank;
@@ -444,21 +456,12 @@ TEST(HierarchicalErrors, AllToAllVWithOtherCountsThanItsAgreeIsAnInternalError) 
 // The host's lccl numbers its ranks 0..k-1; the error must also say which job ranks those are,
 // or "rank 0 sends 5 elements" points the user at a rank on the other host.
 TEST(HierarchicalErrors, ErrorsInsideAHostNameTheJobRanks) {
-  const HostLayout layout = Layout({0, 0, 1, 1});
-  const int size = 4;
-  const std::string domain = UniqueDomain();
-  std::vector<std::string> errors(size);
-  RunThreadRanks(size, [&](int rank) {
-    auto comm = ThreadHierarchy(rank, layout, domain);
-    std::vector<float> buf(6);
-    try {
-      if (rank == 2) comm->Send(buf.data(), 5, ACL_FLOAT, 3);
-      if (rank == 3) comm->Recv(buf.data(), 6, ACL_FLOAT, 2);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH) << e.what();
-      errors[rank] = e.what();
-    }
-  });
+  const std::vector<std::string> errors = ErrorsOfEveryRank(
+      Layout({0, 0, 1, 1}), ERROR_RANK_MISMATCH, [](Communicator& comm, int rank) {
+        std::vector<float> buf(6);
+        if (rank == 2) comm.Send(buf.data(), 5, ACL_FLOAT, 3);
+        if (rank == 3) comm.Recv(buf.data(), 6, ACL_FLOAT, 2);
+      });
   for (int rank : {2, 3}) {
     EXPECT_THAT(errors[rank], AllOf(HasSubstr("sends 5 elements"),
                                     HasSubstr("[rank numbers above are within host 1's lccl "
