@@ -140,6 +140,14 @@ const char* OpName(const c10d::ReduceOp& op) {
   return i < sizeof(kNames) / sizeof(kNames[0]) ? kNames[i] : "unknown";
 }
 
+/// Counts and displacements of `size` blocks of `n` elements each, one after the other.
+struct EvenBlocks {
+  EvenBlocks(int size, int64_t n) : counts(size, n), displs(size) {
+    for (int i = 0; i < size; ++i) displs[i] = i * n;
+  }
+  std::vector<int64_t> counts, displs;
+};
+
 bool IsBitwise(const c10d::ReduceOp& op) {
   return op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
          op.op_ == c10d::ReduceOp::BXOR;
@@ -542,7 +550,7 @@ class CollopsBackend final : public c10d::Backend {
  private:
   // The lccl communicator of this group (one host), or the hierarchical one (several), created
   // (rendezvous included) on first use.
-  Communicator& Comm() {
+  VerifiedCommunicator& Comm() {
     std::lock_guard<std::mutex> lock(mu_);
     // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
     // fast with its error, as torch's own backends do. Rebuilding it would start a rendezvous
@@ -622,8 +630,10 @@ class CollopsBackend final : public c10d::Backend {
       Comm().Exchange(ops);
       return "";
     } catch (const Error& e) {
-      if (e.status() != ERROR_RANK_MISMATCH) return Describe(e);
-      // The sizes in the message are the engine's, who saw bytes (deferred_p2p.cpp).
+      // The sizes in a send/recv mismatch are the engine's, who saw bytes (deferred_p2p.cpp).
+      if (e.status() != ERROR_RANK_MISMATCH || !IsSendRecvMismatchMessage(e.what())) {
+        return Describe(e);
+      }
       return Concat(Describe(e),
                     " (send and recv move bytes here, as gloo's do, so the counts "
                     "are bytes: a float32 tensor of 5 elements is 20 int8 elements)");
@@ -666,10 +676,12 @@ class CollopsBackend final : public c10d::Backend {
     const at::Tensor in = tensor.contiguous();
     const auto [dtype, es] = MovedAs(in);
     const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
-    std::vector<int64_t> counts(getSize(), n), displs(getSize());
-    for (int i = 0; i < getSize(); ++i) displs[i] = i * n;
+    const EvenBlocks blocks(getSize(), n);
     at::Tensor all = at::empty({getSize(), in.numel()}, in.options());
-    Comm().AllGatherV(in.data_ptr(), n, all.data_ptr(), counts.data(), displs.data(), dtype);
+    // Agreed on as what it is, with the torch dtype: ranks passing BOR and BAND, a bool and a
+    // uint8 tensor, or calling all_gather_into_tensor of the same size must not pair.
+    Comm().AllGatherVAs(Concat("AllReduce ", OpName(op), " of ", in.scalar_type()), in.data_ptr(),
+                        n, all.data_ptr(), blocks.counts.data(), blocks.displs.data(), dtype);
     at::Tensor folded = all[0].clone();
     for (int i = 1; i < getSize(); ++i) {
       switch (op.op_) {
@@ -726,10 +738,10 @@ class CollopsBackend final : public c10d::Backend {
                 output.numel(), " elements, expected ", in.numel() * getSize());
     const auto [dtype, es] = MovedAs(in);
     const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
-    std::vector<int64_t> counts(getSize(), n), displs(getSize());
-    for (int i = 0; i < getSize(); ++i) displs[i] = i * n;
+    const EvenBlocks blocks(getSize(), n);
     InPlace(output, "all_gather_into_tensor", [&](at::Tensor& c) {
-      Comm().AllGatherV(in.data_ptr(), n, c.data_ptr(), counts.data(), displs.data(), dtype);
+      Comm().AllGatherV(in.data_ptr(), n, c.data_ptr(), blocks.counts.data(), blocks.displs.data(),
+                        dtype);
     });
   }
 
@@ -807,7 +819,7 @@ class CollopsBackend final : public c10d::Backend {
   int generation_ = 0;     // hierarchical communicators created so far
   std::mutex mu_;
   std::shared_ptr<DeferredP2P> p2p_;
-  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<VerifiedCommunicator> comm_;
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
 };
 

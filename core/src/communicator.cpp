@@ -96,4 +96,9 @@ std::string SendRecvMismatchMessage(const std::string& backend, int sender, int6
                 DataTypeName(static_cast<DataType>(recvType)), " from rank ", sender);
 }
 
+bool IsSendRecvMismatchMessage(const std::string& message) {
+  return message.find(" Send/Recv: rank ") != std::string::npos &&
+         message.find(", which expects ") != std::string::npos;
+}
+
 }  // namespace collops

@@ -36,8 +36,14 @@ void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, Da
 void VerifiedCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                       const int64_t* recvCounts, const int64_t* rdispls,
                                       DataType dtype) {
+  AllGatherVAs("AllGatherV", in, sendCount, out, recvCounts, rdispls, dtype);
+}
+
+void VerifiedCommunicator::AllGatherVAs(const std::string& purpose, const void* in,
+                                        size_t sendCount, void* out, const int64_t* recvCounts,
+                                        const int64_t* rdispls, DataType dtype) {
   CallSignature s;
-  s.opName = Name("AllGatherV");
+  s.opName = Name(purpose.c_str());
   s.dtype = dtype;
   s.sendCounts.assign(Size(), static_cast<int64_t>(sendCount));
   s.recvCounts.assign(recvCounts, recvCounts + Size());

@@ -173,13 +173,29 @@ def _bitwise(ctx):
         float_error = str(e)
     else:
         float_error = None
+    # Ranks that disagree (the op, bool against uint8, a gather of the same bytes) must not pair.
+    mismatches = []
+    for mine in ({"op": dist.ReduceOp.BOR if rank == 0 else dist.ReduceOp.BAND},
+                 {"dtype": torch.bool if rank == 0 else torch.uint8},
+                 {"gather": rank == 0}):
+        t = torch.ones(4, dtype=mine.get("dtype", torch.int32))
+        try:
+            if mine.get("gather"):
+                dist.all_gather_into_tensor(torch.empty(4 * world, dtype=t.dtype), t)
+            else:
+                dist.all_reduce(t, op=mine.get("op", dist.ReduceOp.BXOR))
+        except RuntimeError as e:
+            mismatches.append("ERROR_RANK_MISMATCH" in str(e))
+        else:
+            mismatches.append(False)
     flag = torch.tensor([rank == world - 1])
     dist.all_reduce(flag, op=dist.ReduceOp.BOR)  # the group still works: "any rank" is True
-    return float_error, bool(flag)
+    return float_error, bool(flag), mismatches
 
 
 def test_collops_backend_bitwise_reductions_of_integers_and_bools():
     """BAND/BOR/BXOR as gloo computes them, bit-exact against torch's fold in rank order."""
-    for float_error, flag in run_group_job(3, _bitwise):
+    for float_error, flag, mismatches in run_group_job(3, _bitwise):
         assert "needs an integer or bool tensor" in float_error, float_error
         assert flag
+        assert mismatches == [True, True, True], mismatches

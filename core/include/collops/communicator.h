@@ -116,7 +116,9 @@ class Communicator {
   /// processes: a heap in its shared segment, COLLOPS_SHM_HEAP_BYTES). At least `bytes` bytes,
   /// 64-byte aligned, not initialised (as malloc's: memory this rank freed may come back with
   /// what it wrote there); nullptr when the backend has no such memory or no room left, and the
-  /// caller then uses ordinary memory. Valid until FreeShared() or the communicator's end.
+  /// caller then uses ordinary memory. Valid until FreeShared() or the communicator's end. Throws
+  /// where this process may not use the communicator at all (lccl: a child of fork(), whose
+  /// allocations would be its parent's memory: ERROR_COMM_FAIL, as its calls).
   virtual void* AllocateShared(size_t bytes);
   /// Returns AllocateShared() memory; false when `p` did not come from this communicator.
   virtual bool FreeShared(void* p);
@@ -200,5 +202,7 @@ std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops);
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,
                                     int64_t recvType);
+/// Whether `message` holds a SendRecvMismatchMessage (a wrapper may have added to it).
+bool IsSendRecvMismatchMessage(const std::string& message);
 
 }  // namespace collops

@@ -31,6 +31,11 @@ class VerifiedCommunicator final : public Communicator {
   void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
   void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
                   const int64_t* rdispls, DataType dtype) override;
+  /// AllGatherV agreed on under `purpose` rather than "AllGatherV": a collective built from a
+  /// gather (the torch backend's bitwise all-reduce) names what it is, so ranks calling another
+  /// collective, or a plain gather of the same size, get ERROR_RANK_MISMATCH.
+  void AllGatherVAs(const std::string& purpose, const void* in, size_t sendCount, void* out,
+                    const int64_t* recvCounts, const int64_t* rdispls, DataType dtype);
   void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                       size_t recvCount, DataType dtype, ReduceOp op) override;
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
