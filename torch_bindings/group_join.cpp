@@ -106,9 +106,9 @@ HostLayout ExchangeHostLayout(c10d::Store& store, const std::string& token, int 
     std::vector<uint8_t> v = store.get(Concat(kHostKeyPrefix, token, "/", r));
     identities.emplace_back(v.begin(), v.end());
   }
-  // Rank 0 usually hosts the Store (torchrun, tcp://, env://): were it to return, and perhaps
-  // exit, while a peer still reads the identities, that peer would fail inside
-  // init_process_group on a closed connection. The last reader lets rank 0 go.
+  // The default group's rank 0 usually hosts the Store (torchrun, tcp://, env://): were it to
+  // return, and perhaps exit, while a peer still reads the identities, that peer would fail
+  // inside init_process_group on a closed connection. The last reader lets rank 0 go.
   const std::string read = Concat(kHostKeyPrefix, token, "/read");
   if (store.add(read, 1) == size) store.set(read + "/all", Bytes("1"));
   if (rank == 0) store.wait({read + "/all"});

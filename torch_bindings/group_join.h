@@ -26,8 +26,9 @@ namespace collops {
 std::string JoinGroup(c10d::Store& store, int rank, int size, double timeoutSeconds);
 
 /// Every rank's HostIdentity() through the Store (keys under `token`, so never a previous
-/// attempt's), as a layout of ranks over hosts. Collective, after JoinGroup; rank 0 (which
-/// usually hosts the Store) returns only once every rank has read every identity.
+/// attempt's), as a layout of ranks over hosts. Collective, after JoinGroup; the group's rank 0
+/// (the default group's usually hosts the Store) returns only once every rank has read every
+/// identity.
 HostLayout ExchangeHostLayout(c10d::Store& store, const std::string& token, int rank, int size);
 
 }  // namespace collops

@@ -11,7 +11,7 @@ import importlib.util
 import torch.distributed as dist
 
 BACKEND_NAME = "collops"
-_factory = None  # the `_c10d` module, once registered
+_factory = None  # the `_c10d` module, once imported (native())
 
 
 def _import_factory_module(library_path):

@@ -196,10 +196,12 @@ def gather(obj, gather_list=None, dst=0, group=None, async_op=False):
     if not r.member():
         return None
     r.check_rank(dst, "gather")
-    if r.rank == dst and gather_list is None:
-        raise ValueError("collops.distributed.gather: rank dst needs a gather_list")
     r.store.set(f"{r.key}/{r.rank}", pickle.dumps(obj))
     if r.rank == dst:
-        gather_list[:] = [pickle.loads(r.store.get(f"{r.key}/{m}")) for m in r.members]
+        # Read (and deleted) before the check below: the other ranks' keys must not outlive it.
+        objects = [pickle.loads(r.store.get(f"{r.key}/{m}")) for m in r.members]
         r.delete(*[f"/{m}" for m in r.members])
+        if gather_list is None:
+            raise ValueError("collops.distributed.gather: rank dst needs a gather_list")
+        gather_list[:] = objects
     return _result(async_op)

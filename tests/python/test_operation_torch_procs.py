@@ -116,7 +116,7 @@ def _domains_released(ctx):
         assert collops.release_communicators(None) == 10  # the rest, and the warm-up's
         all_reduce(f"{ctx.domain}-warm")  # a released domain makes a new communicator
         after = fds()
-        assert cached > after + 20, (before, cached, after)  # three descriptors per communicator
+        assert cached > after + 20, (before, cached, after)  # R + 1 descriptors per communicator
         assert after <= before + 2, (before, cached, after)
     with pytest.raises(TypeError, match="comm_domain must be a str or None"):
         collops.release_communicators(3)
@@ -126,7 +126,7 @@ def _domains_released(ctx):
 def test_released_communicators_free_their_descriptors():
     """OperationTorch's communicators live in the process' default context, one per commDomain:
     without collops.release_communicators a job going through many domains kept every one
-    (3 descriptors, a claim socket and 2 GiB of address space each)."""
+    (R + 1 descriptors and 2 GiB of address space each)."""
     run_process_ranks(2, _domains_released)
 
 

@@ -178,16 +178,16 @@ std::shared_ptr<Communicator> CreateLcclWithoutEngine(const CommParam& lccl) {
     const std::string world = Env("WORLD_SIZE");
     const std::string local = Env("LOCAL_WORLD_SIZE");
     if (e.status() != ERROR_TIMEOUT || world.empty() || local.empty() || world == local) throw;
-    Fail(ERROR_TIMEOUT, e.what(),
-         "; backend hccl found no engine between hosts for this domain "
-         "(no torch.distributed group named \"",
-         lccl.commDomain, "\" or of ", lccl.rankSize,
-         " ranks, no mpirun) and took its ranks to be on this host, but the launcher says the "
-         "job spans hosts (WORLD_SIZE=",
-         world, ", LOCAL_WORLD_SIZE=", local,
-         "): if the "
-         "domain's ranks are on several hosts, name a torch.distributed group of them as "
-         "commDomain, or run the job under mpirun");
+    const std::string group =
+        lccl.commDomain.empty()
+            ? std::string("no default torch.distributed group")
+            : Concat("no torch.distributed group named \"", lccl.commDomain, "\"");
+    Fail(ERROR_TIMEOUT, e.what(), "; backend hccl found no engine between hosts for this domain (",
+         group, " of ", lccl.rankSize, " ranks, no mpirun) and took its ranks to be on this host, ",
+         "but the launcher says the job spans hosts (WORLD_SIZE=", world,
+         ", LOCAL_WORLD_SIZE=", local,
+         "): if the domain's ranks are on several hosts, name a torch.distributed group of ",
+         "them as commDomain, or run the job under mpirun");
   }
 }
 

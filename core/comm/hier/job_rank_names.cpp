@@ -1,8 +1,10 @@
 #include "core/comm/hier/job_rank_names.h"
 
+#include <numeric>
 #include <utility>
 
 #include "collops/status.h"
+#include "core/comm/shm/rank_list.h"
 
 namespace collops {
 namespace hier {
@@ -19,40 +21,42 @@ class JobRankNames final : public Communicator {
   bool Broken() const override { return inner_->Broken(); }
 
   void AllGatherBytes(const void* in, void* out, size_t bytes) override {
-    Named([&] { inner_->AllGatherBytes(in, out, bytes); });
+    AppendingNote([&] { inner_->AllGatherBytes(in, out, bytes); });
   }
   void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override {
-    Named([&] { inner_->AllReduce(in, out, count, dtype, op); });
+    AppendingNote([&] { inner_->AllReduce(in, out, count, dtype, op); });
   }
   void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
                   const int64_t* rdispls, DataType dtype) override {
-    Named([&] { inner_->AllGatherV(in, sendCount, out, recvCounts, rdispls, dtype); });
+    AppendingNote([&] { inner_->AllGatherV(in, sendCount, out, recvCounts, rdispls, dtype); });
   }
   void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                       size_t recvCount, DataType dtype, ReduceOp op) override {
-    Named([&] { inner_->ReduceScatterV(in, sendCounts, sdispls, out, recvCount, dtype, op); });
+    AppendingNote(
+        [&] { inner_->ReduceScatterV(in, sendCounts, sdispls, out, recvCount, dtype, op); });
   }
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override {
-    Named([&] { inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype); });
+    AppendingNote(
+        [&] { inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype); });
   }
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override {
-    Named([&] { inner_->Broadcast(buf, count, dtype, root); });
+    AppendingNote([&] { inner_->Broadcast(buf, count, dtype, root); });
   }
   void Send(const void* buf, size_t count, DataType dtype, int peer) override {
-    Named([&] { inner_->Send(buf, count, dtype, peer); });
+    AppendingNote([&] { inner_->Send(buf, count, dtype, peer); });
   }
   void Recv(void* buf, size_t count, DataType dtype, int peer) override {
-    Named([&] { inner_->Recv(buf, count, dtype, peer); });
+    AppendingNote([&] { inner_->Recv(buf, count, dtype, peer); });
   }
   void Exchange(const std::vector<PointToPoint>& ops) override {
-    Named([&] { inner_->Exchange(ops); });
+    AppendingNote([&] { inner_->Exchange(ops); });
   }
   void Barrier() override {
-    Named([&] { inner_->Barrier(); });
+    AppendingNote([&] { inner_->Barrier(); });
   }
   void Agree(const CallSignature& mine) override {
-    Named([&] { inner_->Agree(mine); });
+    AppendingNote([&] { inner_->Agree(mine); });
   }
   std::shared_ptr<Communicator> Split(int color, int key) override {
     return inner_->Split(color, key);
@@ -68,7 +72,7 @@ class JobRankNames final : public Communicator {
 
  private:
   template <class Body>
-  void Named(Body&& body) {
+  void AppendingNote(Body&& body) {
     try {
       body();
     } catch (const Error& e) {
@@ -85,12 +89,11 @@ class JobRankNames final : public Communicator {
 std::shared_ptr<Communicator> WithJobRankNames(std::shared_ptr<Communicator> inner,
                                                const std::string& scope,
                                                const std::vector<int>& jobRanks) {
-  constexpr size_t kShown = 16;  // a host of many ranks would make every message a page long
-  std::string ranks;
-  for (size_t i = 0; i < jobRanks.size() && i < kShown; ++i) {
-    ranks += Concat(i == 0 ? "" : ", ", i, " = ", jobRanks[i]);
-  }
-  if (jobRanks.size() > kShown) ranks += Concat(" and ", jobRanks.size() - kShown, " more");
+  std::vector<int> local(jobRanks.size());
+  std::iota(local.begin(), local.end(), 0);
+  size_t count = 0;
+  const std::string ranks =
+      shm::ListRanks(local, [&](int i) { return Concat(i, " = ", jobRanks[i]); }, &count);
   return std::make_shared<JobRankNames>(
       std::move(inner),
       Concat(" [rank numbers above are within ", scope, "; in the job: ", ranks, "]"));

@@ -45,7 +45,7 @@ Block* NextOrNew(Block* block) {
 }
 
 // Async-signal-safe calls only: the child of a multithreaded parent may call nothing else.
-void InForkedChild() {
+void ReleaseClaimsInChild() {
   for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
     for (int i = 0; i < kSlotsPerBlock; ++i) {
       const int stored = block->released[i].load(std::memory_order_relaxed);
@@ -74,7 +74,7 @@ bool BoundTo(int fd, const std::string& name) {
 }
 
 void InstallOnce() {
-  static const bool installed = pthread_atfork(nullptr, nullptr, &InForkedChild) == 0;
+  static const bool installed = pthread_atfork(nullptr, nullptr, &ReleaseClaimsInChild) == 0;
   (void)installed;
 }
 

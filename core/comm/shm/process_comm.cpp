@@ -292,15 +292,16 @@ void ProcessCommunicator::WaitAll() {
     deadline_ = Deadline::After(timeoutSeconds_);
     const WaitingInRound mark(segment_.Rank(rank_), round);
     if (peer.word.Wait(arrived, deadline_, [&] { AfterSlice([&] { CheckPeer(r); }); })) continue;
-    std::string missing;
-    int first = -1;
-    size_t count = 0;
+    std::vector<int> late;
     for (int j = 0; j < size_; ++j) {
-      if (j == rank_ || segment_.Rank(j).posted.load(std::memory_order_acquire) >= round) continue;
-      if (count++ < kListedRanks) missing += Concat(first < 0 ? "" : ", ", j, " (", PidOf(j), ")");
-      if (first < 0) first = j;
+      if (j != rank_ && segment_.Rank(j).posted.load(std::memory_order_acquire) < round) {
+        late.push_back(j);
+      }
     }
-    if (count > kListedRanks) missing += Concat(" and ", count - kListedRanks, " more");
+    size_t count = 0;
+    const std::string missing =
+        ListRanks(late, [this](int j) { return Concat(j, " (", PidOf(j), ")"); }, &count);
+    const int first = late.empty() ? -1 : late.front();
     Break(ERROR_TIMEOUT, first,
           Concat(Where(), "rank", count == 1 ? " " : "s ", missing, " did not arrive within ",
                  timeoutSeconds_, " s (", timeoutSource_, ")"));

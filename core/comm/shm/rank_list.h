@@ -15,17 +15,26 @@ constexpr int kMaxLcclRanks = 4096;
 /// stays a sentence, not pages of numbers.
 constexpr size_t kListedRanks = 16;
 
-/// "rank 2", "ranks 2, 3" or "ranks 0, 1, ..., 15 and 4080 more": `ranks` is any range of rank
-/// numbers, in the order to print.
+/// "a, b, c" of show(r) for the first kListedRanks of `ranks` (any range of rank numbers, in the
+/// order to print), then " and N more"; `count` receives how many there were.
+template <class Ranks, class Show>
+std::string ListRanks(const Ranks& ranks, Show&& show, size_t* count) {
+  std::string list;
+  size_t n = 0;
+  for (int r : ranks) {
+    if (n < kListedRanks) list += Concat(n == 0 ? "" : ", ", show(r));
+    ++n;
+  }
+  if (n > kListedRanks) list += Concat(" and ", n - kListedRanks, " more");
+  *count = n;
+  return list;
+}
+
+/// "rank 2", "ranks 2, 3" or "ranks 0, 1, ..., 15 and 4080 more".
 template <class Ranks>
 std::string FormatRanks(const Ranks& ranks) {
-  std::string list;
   size_t count = 0;
-  for (int r : ranks) {
-    if (count < kListedRanks) list += Concat(count == 0 ? "" : ", ", r);
-    ++count;
-  }
-  if (count > kListedRanks) list += Concat(" and ", count - kListedRanks, " more");
+  const std::string list = ListRanks(ranks, [](int r) { return r; }, &count);
   return Concat(count == 1 ? "rank " : "ranks ", list);
 }
 
