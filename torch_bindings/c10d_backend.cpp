@@ -781,9 +781,8 @@ class CollopsBackend final : public c10d::Backend {
                 "collops backend: "
                 "reduce_scatter_tensor input has ",
                 input.numel(), " elements, expected ", output.numel() * getSize());
-    std::vector<int64_t> counts(getSize(), output.numel()), displs(getSize());
-    for (int i = 0; i < getSize(); ++i) displs[i] = i * output.numel();
-    ReduceScatterOne(output, input.contiguous(), counts, displs, op);
+    const EvenBlocks blocks(getSize(), output.numel());
+    ReduceScatterOne(output, input.contiguous(), blocks.counts, blocks.displs, op);
   }
 
   // Byte counts and displacements of `t`'s dim-0 splits.

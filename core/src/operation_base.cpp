@@ -177,6 +177,7 @@ void OperationBase::CheckAliasing(const VariantPack& pack) const {
 
 void OperationBase::CheckWorkspaceAliasing(const VariantPack& pack,
                                            const uint8_t* workspace) const {
+  if (setupWorkspaceSize_ == 0) return;  // most ops: nothing to compare on every call
   auto check = [&](const std::vector<Tensor>& tensors, const std::vector<TensorSpec>& specs,
                    const char* role) {
     for (size_t i = 0; i < tensors.size() && i < specs.size(); ++i) {

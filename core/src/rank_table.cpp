@@ -14,6 +14,7 @@
 
 #include "collops/param_json.h"
 #include "collops/status.h"
+#include "core/comm/shm/process_fd.h"
 
 namespace collops {
 namespace {
@@ -96,13 +97,9 @@ std::string ReadRegularFile(int fd, const std::string& path) {
 
 HostLayout LoadRankTable(const std::string& path, int rankSize) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer opens it.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) Bad(path, "cannot be read: ", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  return ParseRankTable(ReadRegularFile(fd, path), path, rankSize);
+  const shm::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.Valid()) Bad(path, "cannot be read: ", std::strerror(errno));
+  return ParseRankTable(ReadRegularFile(fd.Get(), path), path, rankSize);
 }
 
 HostLayout ParseRankTable(const std::string& text, const std::string& path, int rankSize) {

@@ -91,9 +91,8 @@ std::shared_ptr<Communicator> WithJobRankNames(std::shared_ptr<Communicator> inn
                                                const std::vector<int>& jobRanks) {
   std::vector<int> local(jobRanks.size());
   std::iota(local.begin(), local.end(), 0);
-  size_t count = 0;
   const std::string ranks =
-      shm::ListRanks(local, [&](int i) { return Concat(i, " = ", jobRanks[i]); }, &count);
+      shm::ListRanks(local, [&](int i) { return Concat(i, " = ", jobRanks[i]); });
   return std::make_shared<JobRankNames>(
       std::move(inner),
       Concat(" [rank numbers above are within ", scope, "; in the job: ", ranks, "]"));

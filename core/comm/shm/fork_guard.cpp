@@ -24,9 +24,12 @@ constexpr int kSlotsPerBlock = 1024;
 /// No constructor: the first block is zero-initialised before any code runs (no dynamic
 /// initialisation to race with a communicator made by another static initialiser), and
 /// `new Block()` value-initialises, which zeroes every slot.
+struct Slot {
+  std::atomic<int> released;                              ///< fd + 1, 0 = free
+  std::atomic<const std::atomic<uint64_t>*> abortRecord;  ///< of the holder of `released`
+};
 struct Block {
-  std::atomic<int> released[kSlotsPerBlock];
-  std::atomic<const std::atomic<uint64_t>*> abortRecords[kSlotsPerBlock];  ///< of released[i]'s
+  Slot slots[kSlotsPerBlock];
   std::atomic<Block*> next;
 };
 Block gFirst;
@@ -44,21 +47,33 @@ Block* NextOrNew(Block* block) {
   return next;
 }
 
+/// Calls visit(slot) for every slot of the linked blocks, in order, until it returns true;
+/// whether one did. Allocates nothing (the child handler uses it).
+template <class Visit>
+bool AnySlot(Visit&& visit) {
+  for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
+    for (Slot& slot : block->slots) {
+      if (visit(slot)) return true;
+    }
+  }
+  return false;
+}
+
 // Async-signal-safe calls only: the child of a multithreaded parent may call nothing else.
 void ReleaseClaimsInChild() {
-  for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
-    for (int i = 0; i < kSlotsPerBlock; ++i) {
-      const int stored = block->released[i].load(std::memory_order_relaxed);
-      block->abortRecords[i].store(nullptr, std::memory_order_relaxed);
-      if (stored == 0) continue;
+  AnySlot([](Slot& slot) {
+    const int stored = slot.released.load(std::memory_order_relaxed);
+    slot.abortRecord.store(nullptr, std::memory_order_relaxed);
+    if (stored != 0) {
       const int blank = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (blank >= 0) {
         dup3(blank, stored - 1, O_CLOEXEC);
         close(blank);
       }
-      block->released[i].store(0, std::memory_order_relaxed);
+      slot.released.store(0, std::memory_order_relaxed);
     }
-  }
+    return false;
+  });
   gGeneration.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -83,11 +98,12 @@ void InstallOnce() {
 void ReleaseInForkedChildren(int fd, const std::atomic<uint64_t>* abortRecord) {
   if (fd < 0) return;
   InstallOnce();
+  // Links a new block when every slot is taken, unlike AnySlot.
   for (Block* block = &gFirst;; block = NextOrNew(block)) {
-    for (int i = 0; i < kSlotsPerBlock; ++i) {
+    for (Slot& slot : block->slots) {
       int free = 0;
-      if (block->released[i].compare_exchange_strong(free, fd + 1)) {
-        block->abortRecords[i].store(abortRecord, std::memory_order_release);
+      if (slot.released.compare_exchange_strong(free, fd + 1)) {
+        slot.abortRecord.store(abortRecord, std::memory_order_release);
         return;
       }
     }
@@ -96,28 +112,22 @@ void ReleaseInForkedChildren(int fd, const std::atomic<uint64_t>* abortRecord) {
 
 void StopReleasingInForkedChildren(int fd) {
   if (fd < 0) return;  // fd + 1 would match a free slot
-  for (Block* block = &gFirst; block != nullptr; block = Next(block)) {
-    for (int i = 0; i < kSlotsPerBlock; ++i) {
-      if (block->released[i].load(std::memory_order_relaxed) != fd + 1) continue;
-      block->abortRecords[i].store(nullptr, std::memory_order_release);  // before the memory goes
-      int mine = fd + 1;
-      if (block->released[i].compare_exchange_strong(mine, 0)) return;
-    }
-  }
+  AnySlot([fd](Slot& slot) {
+    if (slot.released.load(std::memory_order_relaxed) != fd + 1) return false;
+    slot.abortRecord.store(nullptr, std::memory_order_release);  // before the memory goes
+    int mine = fd + 1;
+    return slot.released.compare_exchange_strong(mine, 0);
+  });
 }
 
 bool HoldsLiveClaim(const std::string& name) {
-  for (const Block* block = &gFirst; block != nullptr; block = Next(block)) {
-    for (int i = 0; i < kSlotsPerBlock; ++i) {
-      const int stored = block->released[i].load(std::memory_order_acquire);
-      if (stored == 0) continue;
-      const std::atomic<uint64_t>* abortRecord =
-          block->abortRecords[i].load(std::memory_order_acquire);
-      if (abortRecord != nullptr && abortRecord->load(std::memory_order_acquire) != 0) continue;
-      if (BoundTo(stored - 1, name)) return true;
-    }
-  }
-  return false;
+  return AnySlot([&name](Slot& slot) {
+    const int stored = slot.released.load(std::memory_order_acquire);
+    if (stored == 0) return false;
+    const std::atomic<uint64_t>* abortRecord = slot.abortRecord.load(std::memory_order_acquire);
+    if (abortRecord != nullptr && abortRecord->load(std::memory_order_acquire) != 0) return false;
+    return BoundTo(stored - 1, name);
+  });
 }
 
 uint64_t ForkGeneration() {

@@ -298,12 +298,10 @@ void ProcessCommunicator::WaitAll() {
         late.push_back(j);
       }
     }
-    size_t count = 0;
     const std::string missing =
-        ListRanks(late, [this](int j) { return Concat(j, " (", PidOf(j), ")"); }, &count);
-    const int first = late.empty() ? -1 : late.front();
-    Break(ERROR_TIMEOUT, first,
-          Concat(Where(), "rank", count == 1 ? " " : "s ", missing, " did not arrive within ",
+        ListRanks(late, [this](int j) { return Concat(j, " (", PidOf(j), ")"); });
+    Break(ERROR_TIMEOUT, late.empty() ? -1 : late.front(),
+          Concat(Where(), "rank", late.size() == 1 ? " " : "s ", missing, " did not arrive within ",
                  timeoutSeconds_, " s (", timeoutSource_, ")"));
   }
 }

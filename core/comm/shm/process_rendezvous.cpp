@@ -549,32 +549,23 @@ const char* NonEmptyEnv(const char* name) {
 
 }  // namespace
 
-bool ProcessExited(const UniqueFd& pidfd, pid_t pid) {
-  if (pidfd.Valid()) {
-    pollfd pfd{pidfd.Get(), POLLIN, 0};
-    return poll(&pfd, 1, 0) > 0;
-  }
-  return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-namespace {
-
-/// ProcessExited, waiting up to `millis` ms for the exit.
-bool ExitsWithin(const UniqueFd& pidfd, pid_t pid, int millis) {
+bool ProcessExited(const UniqueFd& pidfd, pid_t pid, int waitMillis) {
   if (pidfd.Valid()) {
     pollfd pfd{pidfd.Get(), POLLIN, 0};
     int ready = 0;
     do {
-      ready = poll(&pfd, 1, millis);
+      ready = poll(&pfd, 1, waitMillis);
     } while (ready < 0 && errno == EINTR);
     return ready > 0;
   }
   for (int waited = 0;; waited += 5) {
-    if (ProcessExited(pidfd, pid)) return true;
-    if (waited >= millis) return false;
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) return true;
+    if (waited >= waitMillis) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
+
+namespace {
 
 /// The rank 0 that a joining rank last reached, whose connection then closed without an answer:
 /// rank 0 of an earlier communicator closing its rendezvous (the same process opens the next one),
@@ -582,11 +573,13 @@ bool ExitsWithin(const UniqueFd& pidfd, pid_t pid, int millis) {
 /// process's sockets before its pidfd says it exited; unchecked, the attempts that follow find
 /// its name free and wait for a rank 0 that will never come back.
 struct LastHost {
-  bool reached = false;
-  pid_t pid = 0;
+  pid_t pid = 0;  ///< 0 until a rank 0 closed a connection
   UniqueFd pidfd;
 
-  bool Exited(int graceMillis = 0) const { return reached && ExitsWithin(pidfd, pid, graceMillis); }
+  bool Reached() const { return pid > 0; }
+  bool Exited(int graceMillis = 0) const {
+    return Reached() && ProcessExited(pidfd, pid, graceMillis);
+  }
 };
 
 [[noreturn]] void FailHostExited(const RendezvousSpec& spec, pid_t host) {
@@ -638,14 +631,13 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
         Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ", std::strerror(errno));
       }
       if (last.Exited()) FailHostExited(spec, last.pid);
-      if (deadline.Passed() && last.reached) {
-        Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", last.pid, ") closed rank ", spec.rank,
-             "'s connection without an answer and did not open the rendezvous again "
-             "within ",
-             spec.timeoutSeconds, " s (", spec.timeoutSource,
-             "); rank 0 may have failed: its own error says why");
-      }
       if (deadline.Passed()) {
+        if (last.Reached()) {
+          Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", last.pid, ") closed rank ",
+               spec.rank, "'s connection without an answer and did not open the rendezvous again ",
+               "within ", spec.timeoutSeconds, " s (", spec.timeoutSource,
+               "); rank 0 may have failed: its own error says why");
+        }
         Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 did not arrive within ", spec.timeoutSeconds,
              " s (", spec.timeoutSource, "); this is rank ", spec.rank, OtherRankSizesHere(spec));
       }
@@ -679,7 +671,6 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     if (io == IoResult::kFdsDropped) FailDroppedFds(spec, host.pid);
     if (io == IoResult::kClosed) {
       // A rank-0 socket of an earlier communicator that was closing, or rank 0 died.
-      last.reached = true;
       last.pid = host.pid;
       last.pidfd = std::move(hostPidfd);
       if (last.Exited(kExitGraceMillis)) FailHostExited(spec, host.pid);

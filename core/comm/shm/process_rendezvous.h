@@ -66,8 +66,9 @@ using SegmentMaker = std::function<UniqueFd()>;
 RendezvousResult Rendezvous(const RendezvousSpec& spec, const SegmentMaker& makeSegment);
 
 /// True when the process is known to have exited: by its pidfd when valid, else by its pid in this
-/// namespace (unknown, so false, when the pid is not positive).
-bool ProcessExited(const UniqueFd& pidfd, pid_t pid);
+/// namespace (unknown, so false, when the pid is not positive). Waits up to `waitMillis` ms for
+/// the exit (a process's sockets close before its pidfd says it exited).
+bool ProcessExited(const UniqueFd& pidfd, pid_t pid, int waitMillis = 0);
 
 /// The joining half alone, connecting to the rendezvous of user `ownerUid` (no claim). Lets a test
 /// prove that a process of another uid is refused by rank 0 itself.

@@ -15,27 +15,24 @@ constexpr int kMaxLcclRanks = 4096;
 /// stays a sentence, not pages of numbers.
 constexpr size_t kListedRanks = 16;
 
-/// "a, b, c" of show(r) for the first kListedRanks of `ranks` (any range of rank numbers, in the
-/// order to print), then " and N more"; `count` receives how many there were.
+/// "a, b, c" of show(r) for the first kListedRanks of `ranks` (a sized range of rank numbers, in
+/// the order to print), then " and N more".
 template <class Ranks, class Show>
-std::string ListRanks(const Ranks& ranks, Show&& show, size_t* count) {
+std::string ListRanks(const Ranks& ranks, Show&& show) {
   std::string list;
   size_t n = 0;
   for (int r : ranks) {
-    if (n < kListedRanks) list += Concat(n == 0 ? "" : ", ", show(r));
-    ++n;
+    if (n == kListedRanks) break;
+    list += Concat(n++ == 0 ? "" : ", ", show(r));
   }
-  if (n > kListedRanks) list += Concat(" and ", n - kListedRanks, " more");
-  *count = n;
+  if (ranks.size() > kListedRanks) list += Concat(" and ", ranks.size() - kListedRanks, " more");
   return list;
 }
 
 /// "rank 2", "ranks 2, 3" or "ranks 0, 1, ..., 15 and 4080 more".
 template <class Ranks>
 std::string FormatRanks(const Ranks& ranks) {
-  size_t count = 0;
-  const std::string list = ListRanks(ranks, [](int r) { return r; }, &count);
-  return Concat(count == 1 ? "rank " : "ranks ", list);
+  return Concat(ranks.size() == 1 ? "rank " : "ranks ", ListRanks(ranks, [](int r) { return r; }));
 }
 
 }  // namespace shm
