@@ -26,17 +26,23 @@ std::string Fixture(const std::string& name) {
   return std::string(COLLOPS_SOURCE_DIR) + "/tests/cases/rank_tables/" + name;
 }
 
-/// The message of the ERROR_INVALID_PARAM that loading `name` for `rankSize` ranks throws.
-std::string Rejection(const std::string& name, int rankSize) {
+/// The message of the ERROR_INVALID_PARAM that LoadRankTable(path, rankSize) throws, "" (after a
+/// failure) when it throws nothing.
+std::string LoadRejection(const std::string& path, int rankSize = 1) {
   try {
-    LoadRankTable(Fixture(name), rankSize);
+    LoadRankTable(path, rankSize);
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
-    EXPECT_THAT(e.what(), HasSubstr(name)) << "the message names the file";
+    EXPECT_THAT(e.what(), HasSubstr(path)) << "the message names the file";
     return e.what();
   }
-  ADD_FAILURE() << name << " was accepted";
+  ADD_FAILURE() << path << " was accepted";
   return "";
+}
+
+/// The same for the fixture table `name`.
+std::string Rejection(const std::string& name, int rankSize) {
+  return LoadRejection(Fixture(name), rankSize);
 }
 
 TEST(RankTable, HcclTableWithStringNumbersAndExtraKeys) {
@@ -85,20 +91,6 @@ TEST(RankTable, DirectoryIsUnreadable) {
     EXPECT_EQ(e.status(), ERROR_INVALID_PARAM);
     EXPECT_THAT(e.what(), HasSubstr("cannot be read"));
   }
-}
-
-/// The message of the ERROR_INVALID_PARAM that LoadRankTable(path) throws, "" (after a failure)
-/// when it throws nothing.
-std::string LoadRejection(const std::string& path) {
-  try {
-    LoadRankTable(path, 1);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
-    EXPECT_THAT(e.what(), HasSubstr(path)) << "the message names the file";
-    return e.what();
-  }
-  ADD_FAILURE() << path << " was accepted";
-  return "";
 }
 
 /// A fresh directory for one test's files, removed (with what the test put there) at the end.
