@@ -366,13 +366,13 @@ void ForEachSharedInputSet(int size, const char* domain, const std::vector<int64
       SmallSlots(crossMemory));
 }
 
-/// AllReduce of `count` floats, from and into ordinary memory unless `sharedInput`: checks every
-/// element against the sum over ranks; returns the rounds it took.
+/// AllReduce of `count` floats, from and into ordinary memory unless `sharedInput` /
+/// `sharedOutput`: checks every element against the sum over ranks; returns the rounds it took.
 uint64_t CheckedAllReduce(shm::ProcessCommunicator& comm, int64_t count, bool inPlace,
-                          bool sharedInput = false) {
+                          bool sharedInput = false, bool sharedOutput = false) {
   const int rank = comm.Rank(), size = comm.Size();
   Placed in(comm, count * sizeof(float), sharedInput);
-  Placed other(comm, count * sizeof(float), false);
+  Placed other(comm, count * sizeof(float), sharedOutput);
   auto* x = reinterpret_cast<float*>(in.data());
   auto* y = inPlace ? x : reinterpret_cast<float*>(other.data());
   for (int64_t i = 0; i < count; ++i) x[i] = static_cast<float>((rank + 1) * (i % 97));
@@ -384,7 +384,7 @@ uint64_t CheckedAllReduce(shm::ProcessCommunicator& comm, int64_t count, bool in
     wrong += y[i] != static_cast<float>(size * (size + 1) / 2 * (i % 97));
   }
   EXPECT_EQ(wrong, 0) << "rank " << rank << ": count " << count << " shared " << sharedInput
-                      << " in place " << inPlace << " (" << rounds << " rounds)";
+                      << sharedOutput << " in place " << inPlace << " (" << rounds << " rounds)";
   return rounds;
 }
 
@@ -403,6 +403,36 @@ TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
           }
         },
         crossMemory);
+  }
+}
+
+/// AllReduce with every rank's input and output in its heap ("heap": the peers' buffers are read
+/// in place, three rounds whatever the size), and with only some of them there (staged or cma,
+/// reading the shared inputs in place): golden in every placement, in place or not, from one
+/// chunk of 64 KiB slots to many, with and without process_vm_readv.
+TEST_P(ProcessHeapTest, AllReduceWithEveryBufferInTheHeapsTakesThreeRounds) {
+  const int size = GetParam();
+  const unsigned all = (1u << size) - 1;
+  const Placement placements[] = {{all, all}, {all, 0}, {0, all}, {all, all & ~1u}, {1u, all}};
+  for (const bool crossMemory : {false, true}) {
+    RunProcessRanks(
+        size,
+        [&](int rank) {
+          auto comm = MakeProcessComm(rank, size, "heap-allreduce-direct");
+          for (const int64_t count : {20000, 100003}) {
+            for (const Placement& p : placements) {
+              const bool inHeap = (p.inputs >> rank) & 1, outHeap = (p.outputs >> rank) & 1;
+              const uint64_t rounds = CheckedAllReduce(*comm, count, false, inHeap, outHeap);
+              // rsag and cma take two rounds per chunk.
+              EXPECT_EQ(rounds == 3u, p.inputs == all && p.outputs == all)
+                  << "rank " << rank << " placement " << p.inputs << "/" << p.outputs << ": "
+                  << rounds << " rounds";
+            }
+            const bool inHeap = true;  // in place: the input is the output
+            EXPECT_EQ(CheckedAllReduce(*comm, count, true, inHeap), 3u) << "rank " << rank;
+          }
+        },
+        SmallSlots(crossMemory));
   }
 }
 
