@@ -440,8 +440,7 @@ void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, 
   Round();
 }
 
-void ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* out,
-                                             size_t bytes) {
+void ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes) {
   const int64_t inAt = segment_.HasHeaps() ? heap_.OffsetOf(in, bytes) : int64_t{-1};
   const int64_t outAt = inAt >= 0 ? heap_.OffsetOf(out, bytes) : int64_t{-1};
   const bool both = inAt >= 0 && outAt >= 0;

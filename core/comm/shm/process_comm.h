@@ -193,8 +193,7 @@ class ProcessCommunicator final : public Communicator {
   /// buffers for a call of `bytes`. Every rank reads the same tables, so all take the same path.
   bool FindHeapBuffers(size_t bytes);
   /// AllReduce "heap": the rest of the call after that round (two more rounds).
-  void AllReduceInHeaps(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,
-                        ReduceOp op);
+  void AllReduceInHeaps(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   /// Every rank contributes myBytes (bytesOf[j] for rank j) and rank j's data lands at
   /// out + offsetOf[j]; rounds of at most one half each.
   void GatherRounds(const uint8_t* in, size_t myBytes, uint8_t* out,
@@ -299,8 +298,8 @@ class ProcessCommunicator final : public Communicator {
   std::vector<const uint8_t*> peerInput_;  ///< by peer rank (FindSharedInputs)
   std::vector<const uint8_t*> heapInput_;  ///< by rank, AllReduce buffers (FindHeapBuffers)
   std::vector<uint8_t*> heapOutput_;
-  bool crossMemory_ = false;               ///< ProbeCrossMemory's verdict
-  std::vector<uint64_t> probeWords_;       ///< what the peers read and write at creation
+  bool crossMemory_ = false;          ///< ProbeCrossMemory's verdict
+  std::vector<uint64_t> probeWords_;  ///< what the peers read and write at creation
   /// By peer: this AllToAllV's piece for it, and from it, moves by process_vm_readv. Never set
   /// without crossMemory_ (PublishCrossMemory, FindCrossMemory).
   std::vector<bool> crossSend_, crossRecv_;
