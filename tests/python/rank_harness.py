@@ -4,8 +4,9 @@ Two ways to host the ranks:
 
 * :func:`run_thread_ranks` -- R Python threads of this process (``commMode`` 1). Works because
   OperationTorch's methods run with the GIL released.
-* :func:`run_process_ranks` -- R processes started with multiprocessing's ``spawn`` (``commMode``
-  0, the multi-process lccl communicator).
+* :func:`run_process_ranks` -- R fresh processes (``commMode`` 0, the multi-process lccl
+  communicator), forked from multiprocessing's forkserver, which imports torch once for the whole
+  session: a ``spawn``ed rank spends about 1.6 s of CPU importing torch, most of a small test.
 
 Either way the rank function is called as ``fn(ctx, *args)`` with a :class:`RankContext`, every
 rank's outcome is collected (return value, or the traceback it raised), every wait has a deadline,
@@ -98,8 +99,27 @@ def run_thread_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="hc
     return results
 
 
-def _process_rank_main(fn, ctx, args, job_id, queue):
-    """Entry point of a spawned rank: runs fn and reports through `queue` and the exit code."""
+_rank_processes = None
+
+
+def _rank_process_context():
+    """The forkserver context, preloading torch. Its server process starts at the first rank and
+    holds no communicator, thread pool or tensor, so each rank starts as clean as a spawned one;
+    only what torch reads from the environment while it is imported comes from the server's
+    environment (the session's at that moment), which is why every rank is handed its launcher's
+    environment explicitly."""
+    global _rank_processes
+    if _rank_processes is None:
+        _rank_processes = multiprocessing.get_context("forkserver")
+        _rank_processes.set_forkserver_preload(["torch"])
+    return _rank_processes
+
+
+def _process_rank_main(fn, ctx, args, job_id, queue, environ):
+    """Entry point of a rank process: takes its launcher's environment (as a spawned process
+    would have), runs fn and reports through `queue` and the exit code."""
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ["COLLOPS_JOB_ID"] = job_id
     os.environ.setdefault("COLLOPS_TIMEOUT", RANK_COLLOPS_TIMEOUT)
     try:
@@ -113,21 +133,21 @@ def _process_rank_main(fn, ctx, args, job_id, queue):
 
 def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="hccl",
                       domain=""):
-    """Runs fn(ctx, *args) in `world_size` spawned processes as the ranks of a commMode 0 job.
+    """Runs fn(ctx, *args) in `world_size` new processes as the ranks of a commMode 0 job.
 
     `fn` and `args` must be picklable (a module-level function). Every process gets the same
     fresh COLLOPS_JOB_ID, so concurrent test runs on one host never meet in a rendezvous. Returns
     the ranks' return values in rank order; raises RankFailure naming every rank that raised,
     exited nonzero (a crash shows its signal), or was still running at the deadline (then killed).
     """
-    mp = multiprocessing.get_context("spawn")
+    mp = _rank_process_context()
     queue = mp.Queue()
     job_id = f"pytest-{os.getpid()}-{next(_run_ids)}-{time.time_ns()}"
     procs = []
     for rank in range(world_size):
         ctx = RankContext(rank, world_size, 0, domain, backend)
-        p = mp.Process(target=_process_rank_main, args=(fn, ctx, args, job_id, queue),
-                       name=f"rank{rank}")
+        p = mp.Process(target=_process_rank_main,
+                       args=(fn, ctx, args, job_id, queue, dict(os.environ)), name=f"rank{rank}")
         p.start()
         procs.append(p)
 
