@@ -36,6 +36,9 @@ TEST(Engine, EveryOpEveryDtype) {
   for (DataType dtype : SuiteDtypes()) {
     SCOPED_TRACE(DataTypeName(dtype));
     RunEveryOp(job, dtype);
+    // The other dtypes would repeat the failure: a bad rank table fails every call, each after
+    // exchanging the hosts again (17 s in all across simulated hosts, against 2 s for one dtype).
+    if (HasFailure()) break;
   }
 }
 
