@@ -1,10 +1,12 @@
-// ChooseCrossMemoryMinBytes (core/comm/shm/cross_memory_policy.h): COLLOPS_SHM_CMA_BYTES wins
-// and stops the measurement; otherwise the kernel copy is measured only for an oversubscribed
-// communicator, and turned off there when it costs more than two user copies.
+// ChooseCrossMemoryPolicy (core/comm/shm/cross_memory_policy.h): COLLOPS_SHM_CMA_BYTES wins and
+// stops the measurement; otherwise the kernel copy is measured once, turned off for everything on
+// an oversubscribed communicator where it costs more than two user copies, and for AllReduce
+// wherever it costs more than 2.2.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "core/comm/shm/cross_memory_policy.h"
 
@@ -21,29 +23,39 @@ struct Ratio {
   }
 };
 
+/// The policy as (minBytes, allReduce), for EXPECT_EQ.
+std::pair<uint64_t, bool> Choose(std::optional<uint64_t> configured, bool oversubscribed,
+                                 Ratio ratio) {
+  const CrossMemoryPolicy p = ChooseCrossMemoryPolicy(configured, oversubscribed, ratio);
+  return {p.minBytes, p.allReduce};
+}
+
+using Policy = std::pair<uint64_t, bool>;
+
 TEST(CrossMemoryPolicy, AConfiguredThresholdIsTakenAsItIsWithoutMeasuring) {
   int calls = 0;
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(uint64_t{4096}, true, Ratio{9.0, &calls}), 4096u);
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(uint64_t{0}, false, Ratio{0.5, &calls}), 0u);
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(uint64_t{1} << 20, true, Ratio{0.5, &calls}), 1u << 20);
+  EXPECT_EQ(Choose(uint64_t{4096}, true, Ratio{9.0, &calls}), Policy(4096, true));
+  EXPECT_EQ(Choose(uint64_t{0}, false, Ratio{0.5, &calls}), Policy(0, false));
+  EXPECT_EQ(Choose(uint64_t{1} << 20, false, Ratio{9.0, &calls}), Policy(1 << 20, true));
   EXPECT_EQ(calls, 0);
 }
 
-TEST(CrossMemoryPolicy, WithACpuPerRankTheSingleCopyStaysOnWithoutMeasuring) {
+TEST(CrossMemoryPolicy, WithACpuPerRankOnlyAllReduceDependsOnTheKernelCopy) {
   int calls = 0;
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(std::nullopt, false, Ratio{9.0, &calls}),
-            kCrossMemoryMinBytes);
-  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{1.7, &calls}), Policy(kCrossMemoryMinBytes, true));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.2, &calls}), Policy(kCrossMemoryMinBytes, true));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.4, &calls}), Policy(kCrossMemoryMinBytes, false));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{INFINITY, &calls}),
+            Policy(kCrossMemoryMinBytes, false));
+  EXPECT_EQ(calls, 4);
 }
 
 TEST(CrossMemoryPolicy, OversubscribedTheSingleCopyGoesOffWhereTheKernelCopyCostsMoreThanTwo) {
   int calls = 0;
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(std::nullopt, true, Ratio{2.6, &calls}), 0u);
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(std::nullopt, true, Ratio{INFINITY, &calls}), 0u);
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(std::nullopt, true, Ratio{1.2, &calls}),
-            kCrossMemoryMinBytes);
-  EXPECT_EQ(ChooseCrossMemoryMinBytes(std::nullopt, true, Ratio{2.0, &calls}),
-            kCrossMemoryMinBytes);
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.6, &calls}), Policy(0, false));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{INFINITY, &calls}), Policy(0, false));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{1.2, &calls}), Policy(kCrossMemoryMinBytes, true));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.0, &calls}), Policy(kCrossMemoryMinBytes, true));
   EXPECT_EQ(calls, 4);
 }
 

@@ -38,11 +38,12 @@ double KernelCopyCostRatio() {
   return kernel / std::max(user, 1e-9);
 }
 
-uint64_t ChooseCrossMemoryMinBytes(std::optional<uint64_t> configured, bool oversubscribed,
-                                   const std::function<double()>& kernelCopyCostRatio) {
-  if (configured) return *configured;
-  if (oversubscribed && kernelCopyCostRatio() > kOversubscribedMaxKernelCopyCost) return 0;
-  return kCrossMemoryMinBytes;
+CrossMemoryPolicy ChooseCrossMemoryPolicy(std::optional<uint64_t> configured, bool oversubscribed,
+                                          const std::function<double()>& kernelCopyCostRatio) {
+  if (configured) return {*configured, *configured != 0};
+  const double ratio = kernelCopyCostRatio();
+  if (oversubscribed && ratio > kOversubscribedMaxKernelCopyCost) return {0, false};
+  return {kCrossMemoryMinBytes, ratio <= kAllReduceMaxKernelCopyCost};
 }
 
 }  // namespace shm

@@ -285,7 +285,8 @@ void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, Dat
     // 1 MiB 696-720 vs 815-860).
     const bool oversubscribed = header.Oversubscribed();
     const uint64_t sliceFrom = header.crossMemoryMinBytes * (oversubscribed ? 2 : 1);
-    const bool cross = crossMemory_ && CeilDiv(count, size_) * e >= sliceFrom &&
+    const bool cross = crossMemory_ && header.allReduceCrossMemory != 0 &&
+                       CeilDiv(count, size_) * e >= sliceFrom &&
                        size_ * count * e <= header.crossMemoryMaxBytes &&
                        (!oversubscribed || size_ <= 2 * header.cpus);
     algo = cross                                 ? kAlgoCrossMemory

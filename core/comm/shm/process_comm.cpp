@@ -116,8 +116,10 @@ void WritePolicy(SegmentHeader& header) {
   if (const char* text = std::getenv("COLLOPS_SHM_CMA_BYTES"); text != nullptr && *text != '\0') {
     crossMemoryMinBytes = EnvInt("COLLOPS_SHM_CMA_BYTES", 0, 0, int64_t{1} << 50);
   }
-  header.crossMemoryMinBytes =
-      ChooseCrossMemoryMinBytes(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);
+  const CrossMemoryPolicy crossMemory =
+      ChooseCrossMemoryPolicy(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);
+  header.crossMemoryMinBytes = crossMemory.minBytes;
+  header.allReduceCrossMemory = crossMemory.allReduce ? 1 : 0;
   header.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
 }
 

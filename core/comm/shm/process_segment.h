@@ -34,7 +34,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 11;
+constexpr uint32_t kSegmentVersion = 12;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -146,6 +146,9 @@ struct alignas(kControlStride) SegmentHeader {
   /// at least this many bytes move by process_vm_readv/writev when every rank may reach its
   /// peers' memory; 0 = never.
   uint64_t crossMemoryMinBytes = 0;
+  /// 1: AllReduce's automatic rule may move slices by process_vm_readv/writev (the kernel copy
+  /// is cheap enough here: cross_memory_policy.h).
+  int32_t allReduceCrossMemory = 0;
   /// AllReduce, AllGather(V) and Broadcast move by process_vm_readv/writev only while R times
   /// their output bytes stay within this.
   uint64_t crossMemoryMaxBytes = 0;
