@@ -29,9 +29,10 @@
 //    AllToAllV: a piece whose sender's input is ordinary memory is read by its receiver straight
 //    from the sender's process after the first round (which carries its address); the second
 //    round keeps the input in place until then. AllGather(V), Broadcast: likewise for a whole
-//    input, while every rank has a CPU of its own. AllReduce: each rank reads the peers' parts of
-//    its own slice, reduces them in rank order and writes the result into every peer's output:
-//    two rounds whatever the size. Send/Recv (process_p2p.cpp): the receiver reads the message.
+//    input, while every rank has a CPU of its own. AllReduce (where SegmentHeader::
+//    allReduceCrossMemory says the kernel copy is cheap enough, cross_memory_policy.h): each rank
+//    reads the peers' parts of its own slice, reduces them in rank order and writes the result
+//    into every peer's output: two rounds whatever the size. Send/Recv (process_p2p.cpp): the receiver reads the message.
 // Reductions always fold the ranks in order 0..R-1 with ReduceArrays, so every rank computes
 // bit-identical results.
 #include <sys/uio.h>
