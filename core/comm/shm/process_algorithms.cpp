@@ -291,9 +291,11 @@ void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, Dat
                        CeilDiv(count, size_) * e >= sliceFrom &&
                        size_ * count * e <= header.crossMemoryMaxBytes &&
                        (!oversubscribed || size_ <= 2 * header.cpus);
-    algo = cross                                 ? kAlgoCrossMemory
-           : count * e <= header.oneShotMaxBytes ? kAlgoOneShot
-                                                 : kAlgoReduceScatterAllGather;
+    // One-shot only while it takes one round: past a half, rsag's chunks are as large.
+    const uint64_t oneShotMax = std::min<uint64_t>(header.oneShotMaxBytes, segment_.HalfBytes());
+    algo = cross                     ? kAlgoCrossMemory
+           : count * e <= oneShotMax ? kAlgoOneShot
+                                     : kAlgoReduceScatterAllGather;
   }
   if (algo == kAlgoCrossMemory && !crossMemory_) algo = kAlgoReduceScatterAllGather;
   if (algo == kAlgoOneShot) {
