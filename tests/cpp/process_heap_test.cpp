@@ -436,6 +436,41 @@ TEST_P(ProcessHeapTest, AllReduceWithEveryBufferInTheHeapsTakesThreeRounds) {
   }
 }
 
+/// One-shot AllReduce of one round (forced here; at R=2 the automatic rule takes it up to 2 MiB
+/// where cma does not): from 64 KiB, every buffer in the heaps takes the heap path (three
+/// rounds), and ranks whose input and output are in their heap stage nothing, their inputs read
+/// in place and kept there by one more round (two); below 64 KiB, one round whatever the buffers.
+TEST_P(ProcessHeapTest, LargeOneShotAllReduceReadsHeapInputsInPlace) {
+  const int size = GetParam();
+  const unsigned all = (1u << size) - 1;
+  struct Case {
+    Placement placement;
+    uint64_t rounds;
+  };
+  const Case cases[] = {{{all, all}, 3}, {{all, 0}, 1},         {{0, all}, 1},
+                        {{0, 0}, 1},     {{all, all & ~1u}, 2}, {{1u, all}, 2}};
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env["COLLOPS_ALGO_ALLREDUCE"] = "oneshot";
+  RunProcessRanks(
+      size,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, size, "heap-allreduce-oneshot");
+        for (const int64_t count : {20000, 100003}) {  // 80 KB, 400 KB
+          for (const Case& c : cases) {
+            const bool inHeap = (c.placement.inputs >> rank) & 1;
+            const bool outHeap = (c.placement.outputs >> rank) & 1;
+            EXPECT_EQ(CheckedAllReduce(*comm, count, false, inHeap, outHeap), c.rounds)
+                << "rank " << rank << " count " << count << " placement " << c.placement.inputs
+                << "/" << c.placement.outputs;
+          }
+          EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
+        }
+        EXPECT_EQ(CheckedAllReduce(*comm, 4000, false, true, true), 1u) << "rank " << rank;
+      },
+      options);
+}
+
 /// AllGatherV (uneven, gaps between the pieces) and Broadcast from every root, with the inputs
 /// of some ranks shared: the others read those in place. Pieces from below the whole-piece size
 /// to many slots long. Checks every byte, and that a large shared exchange takes two rounds.

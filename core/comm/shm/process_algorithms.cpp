@@ -88,6 +88,9 @@ constexpr int32_t kCrossMemory = 8;
 /// ... (AllReduce) its input and output both lie in its heap: from[0] and to[0] are their
 /// offsets, from[1] the call's bytes.
 constexpr int32_t kHeapBuffers = 16;
+/// One-shot AllReduce calls below this stage their input as always: their one round beats the
+/// heap path's three.
+constexpr size_t kHeapOneShotMinBytes = 64 << 10;
 /// A piece from a sender whose input is in its heap is not staged at all from this size up: its
 /// receiver (or the sender, when the output is shared too) copies it whole after the first round,
 /// which then needs a second round before the buffers are released. Measured at R=2 (bound),
@@ -292,10 +295,11 @@ void ProcessCommunicator::AllReduce(const void* in, void* out, size_t count, Dat
                        size_ * count * e <= header.crossMemoryMaxBytes &&
                        (!oversubscribed || size_ <= 2 * header.cpus);
     // One-shot only while it takes one round: past a half, rsag's chunks are as large.
-    const uint64_t oneShotMax = std::min<uint64_t>(header.oneShotMaxBytes, segment_.HalfBytes());
-    algo = cross                     ? kAlgoCrossMemory
-           : count * e <= oneShotMax ? kAlgoOneShot
-                                     : kAlgoReduceScatterAllGather;
+    const uint64_t bytes = count * e, half = segment_.HalfBytes();
+    const bool oneShot = bytes <= std::min<uint64_t>(header.oneShotMaxBytes, half) ||
+                         (bytes > header.largeOneShotFromBytes &&
+                          bytes <= std::min<uint64_t>(header.largeOneShotToBytes, half));
+    algo = cross ? kAlgoCrossMemory : oneShot ? kAlgoOneShot : kAlgoReduceScatterAllGather;
   }
   if (algo == kAlgoCrossMemory && !crossMemory_) algo = kAlgoReduceScatterAllGather;
   if (algo == kAlgoOneShot) {
@@ -312,16 +316,31 @@ void ProcessCommunicator::AllReduceOneShot(const uint8_t* in, uint8_t* out, size
   const size_t e = DataTypeSize(dtype);
   const size_t per = segment_.HalfBytes() / e;
   const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
+  // A large call of one round may find every buffer in the heaps (the heap path, with its first
+  // round), or read in place the inputs of the ranks whose buffers are there (they stage nothing,
+  // and one more round keeps those inputs until every rank has read them).
+  const bool heapCandidate = rounds == 1 && count * e >= kHeapOneShotMinBytes;
+  const bool inHeap = heapCandidate && PublishHeapBuffers(in, out, count * e);
   std::vector<const void*> srcs(size_);
+  bool readInPlace = false;
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
     const size_t n = Clip(static_cast<int64_t>(count), lo, per);
-    CopyBytes(NextHalf(), in + lo * e, n * e);
+    if (!inHeap) CopyBytes(NextHalf(), in + lo * e, n * e);
     Round();
+    if (heapCandidate && FindHeapBuffers(count * e))
+      return AllReduceInHeaps(in, out, count, dtype, op);
     if (n == 0) continue;
-    for (int r = 0; r < size_; ++r) srcs[r] = r == rank_ ? in + lo * e : HalfOf(r, round_);
+    for (int r = 0; r < size_; ++r) {
+      const bool heap = heapCandidate && (DirectFlags(r) & kHeapBuffers) != 0;
+      readInPlace = readInPlace || heap;
+      srcs[r] = r == rank_ ? in + lo * e
+                : heap     ? PeerHeap(r, segment_.Direct(r, round_).from[0], n * e)
+                           : HalfOf(r, round_);
+    }
     ReduceArrays(dtype, op, srcs.data(), size_, out + lo * e, n);
   }
+  if (readInPlace) Round();
 }
 
 void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count,
@@ -445,7 +464,7 @@ void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, 
   Round();
 }
 
-void ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes) {
+bool ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes) {
   const int64_t inAt = segment_.HasHeaps() ? heap_.OffsetOf(in, bytes) : int64_t{-1};
   const int64_t outAt = inAt >= 0 ? heap_.OffsetOf(out, bytes) : int64_t{-1};
   const bool both = inAt >= 0 && outAt >= 0;
@@ -457,6 +476,7 @@ void ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* o
   }
   segment_.Rank(rank_).direct[(round_ + 1) & 1].store(both ? kHeapBuffers : 0,
                                                       std::memory_order_relaxed);
+  return both;
 }
 
 bool ProcessCommunicator::FindHeapBuffers(size_t bytes) {

@@ -29,13 +29,15 @@ namespace {
 /// 20-26 vs 18.6-19.3, 64 KiB 52-57 vs 34-35; R=3 16 KiB 9.5-10.3 vs 8.8-9.2).
 constexpr uint64_t kOneShotMaxBytes = 64 << 10;
 constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
-/// Two ranks with a CPU each: one-shot moves about the bytes rsag does (each rank reduces the
-/// whole array, but copies out nothing) in one round instead of two, up to a half slot (one
-/// round). Where cma takes AllReduce (from 32 KiB) this never applies; where it does not (a
-/// costly kernel copy, or none allowed), R=2, bound, EPYC VM of 2026-11-28, clean runs, oneshot
-/// vs rsag: 1 MiB 65-78 vs 114-125 us, 2 MiB 127-160 vs 279-335 us, 512 KiB 55-58 vs 50-61, 4 MiB
-/// 556-690 vs 582-704; 128-256 KiB within the VM's noise of each other (rsag up to 10 us ahead).
-constexpr uint64_t kTwoRankOneShotMaxBytes = 2 << 20;
+/// Two ranks with a CPU each: past 512 KiB one-shot beats rsag again, up to half a slot (one
+/// round). Each moves about the same bytes, and from there rsag's extra round and the slices it
+/// reads back cost more than one-shot's redundant reduction. Where cma takes AllReduce (from
+/// 32 KiB) this never applies; where it does not (a costly kernel copy, or none allowed), R=2,
+/// bound, EPYC VM of 2026-11-28, clean runs, one-shot vs rsag: 64 KiB 12.4-14.1 vs 10.5-10.8 us,
+/// 256 KiB 43-50 vs 29-34, 512 KiB 55-58 vs 50-61, 1 MiB 65-78 vs 96-125, 2 MiB 127-160 vs
+/// 279-335.
+constexpr uint64_t kTwoRankOneShotFromBytes = 512 << 10;
+constexpr uint64_t kTwoRankOneShotToBytes = 2 << 20;
 /// Reduce-scatter + all-gather chunk, capped at half a slot. Measured on the shared 2-core VM:
 /// every extra round costs a scheduling delay whenever the host is busy (1 MiB at R=2: 960 us with
 /// 256 KiB chunks, 190 us with 2 MiB), while on an idle host the cache locality that smaller
@@ -109,9 +111,11 @@ void WritePolicy(SegmentHeader& header) {
   header.broadcastAlgo = AlgoFromEnv("COLLOPS_ALGO_BROADCAST", copies);
   header.cpus = CpusAvailable();
   const bool oversubscribed = header.Oversubscribed();
-  header.oneShotMaxBytes = oversubscribed         ? kOversubscribedOneShotMaxBytes
-                           : header.rankSize == 2 ? kTwoRankOneShotMaxBytes
-                                                  : kOneShotMaxBytes;
+  header.oneShotMaxBytes = oversubscribed ? kOversubscribedOneShotMaxBytes : kOneShotMaxBytes;
+  if (header.rankSize == 2 && !oversubscribed) {
+    header.largeOneShotFromBytes = kTwoRankOneShotFromBytes;
+    header.largeOneShotToBytes = kTwoRankOneShotToBytes;
+  }
   header.chunkBytes =
       static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
   header.streamOutputBytes = static_cast<uint64_t>(

@@ -186,9 +186,10 @@ class ProcessCommunicator final : public Communicator {
   void AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
   void AllReduceCrossMemory(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,
                             ReduceOp op);
-  /// AllReduce, with the first round of rsag or cma: publishes whether this rank's input and
-  /// output of `bytes` both lie in its heap (kHeapBuffers, DirectTable from[0], to[0], from[1]).
-  void PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes);
+  /// AllReduce, with the first round of rsag, cma or a large one-shot: publishes whether this
+  /// rank's input and output of `bytes` both lie in its heap (kHeapBuffers, DirectTable from[0],
+  /// to[0], from[1]); returns that.
+  bool PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes);
   /// After that round: true, with heapInput_ and heapOutput_ set, when every rank published both
   /// buffers for a call of `bytes`. Every rank reads the same tables, so all take the same path.
   bool FindHeapBuffers(size_t bytes);

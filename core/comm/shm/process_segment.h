@@ -135,7 +135,11 @@ struct alignas(kControlStride) SegmentHeader {
   int32_t allGatherAlgo = kAlgoAuto;  ///< AllGatherBytes and AllGatherV
   int32_t broadcastAlgo = kAlgoAuto;
   uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
-  uint64_t chunkBytes = 0;       ///< AllReduce reduce-scatter + all-gather chunk per round
+  /// ... and in (largeOneShotFromBytes, largeOneShotToBytes] too (0, 0: never), never past half
+  /// a slot.
+  uint64_t largeOneShotFromBytes = 0;
+  uint64_t largeOneShotToBytes = 0;
+  uint64_t chunkBytes = 0;  ///< AllReduce reduce-scatter + all-gather chunk per round
   /// Outputs of at least this many bytes are written with non-temporal stores (StreamBytes);
   /// 0 = never.
   uint64_t streamOutputBytes = 0;
