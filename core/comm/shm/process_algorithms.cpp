@@ -78,6 +78,22 @@ size_t Clip(int64_t count, size_t lo, size_t per) {
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
+/// Elements of `e` bytes per cache line (at least one): AllReduce's slices start on cache lines.
+size_t LineElements(size_t e) { return std::max<size_t>(1, 64 / e); }
+
+/// Rank r's part of `count` elements cut into `ranks` cache-line-aligned slices, the one it
+/// reduces in AllReduce's cma and heap paths.
+struct Slice {
+  size_t first;
+  size_t length;
+};
+Slice AlignedSlice(size_t count, int ranks, int r, size_t e) {
+  const size_t align = LineElements(e);
+  const size_t per = CeilDiv(CeilDiv(count, ranks), align) * align;
+  const size_t first = std::min(count, r * per);
+  return {first, std::min(count, first + per) - first};
+}
+
 /// RankControl::direct flags: the rank published a DirectTable; it sends some piece whole.
 constexpr int32_t kDirectTable = 1;
 constexpr int32_t kDirectWhole = 2;
@@ -332,11 +348,9 @@ void ProcessCommunicator::AllReduceOneShot(const uint8_t* in, uint8_t* out, size
       return AllReduceInHeaps(in, out, count, dtype, op);
     if (n == 0) continue;
     for (int r = 0; r < size_; ++r) {
-      const bool heap = heapCandidate && (DirectFlags(r) & kHeapBuffers) != 0;
-      readInPlace = readInPlace || heap;
-      srcs[r] = r == rank_ ? in + lo * e
-                : heap     ? PeerHeap(r, segment_.Direct(r, round_).from[0], n * e)
-                           : HalfOf(r, round_);
+      const uint8_t* heap = heapCandidate ? heapInput_[r] : nullptr;
+      readInPlace = readInPlace || heap != nullptr;
+      srcs[r] = r == rank_ ? in + lo * e : heap != nullptr ? heap : HalfOf(r, round_);
     }
     ReduceArrays(dtype, op, srcs.data(), size_, out + lo * e, n);
   }
@@ -346,7 +360,7 @@ void ProcessCommunicator::AllReduceOneShot(const uint8_t* in, uint8_t* out, size
 void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t count,
                                         DataType dtype, ReduceOp op) {
   const size_t e = DataTypeSize(dtype);
-  const size_t align = std::max<size_t>(1, 64 / e);  // slices start on cache lines
+  const size_t align = LineElements(e);
   const size_t chunkBytes = std::min<size_t>(segment_.Header().chunkBytes, segment_.HalfBytes());
   size_t fullSlice = chunkBytes / size_ / e / align * align;
   if (fullSlice == 0) fullSlice = align;
@@ -396,10 +410,9 @@ void ProcessCommunicator::AllReduceRsAg(const uint8_t* in, uint8_t* out, size_t 
 void ProcessCommunicator::AllReduceCrossMemory(const uint8_t* in, uint8_t* out, size_t count,
                                                DataType dtype, ReduceOp op) {
   const size_t e = DataTypeSize(dtype);
-  const size_t align = std::max<size_t>(1, 64 / e);  // slices start on cache lines
-  const size_t slice = CeilDiv(CeilDiv(count, size_), align) * align;
-  const size_t first = std::min(count, rank_ * slice);
-  const size_t last = std::min(count, first + slice);
+  const size_t align = LineElements(e);
+  const Slice mine = AlignedSlice(count, size_, rank_, e);
+  const size_t first = mine.first, last = mine.first + mine.length;
   // The first round carries every rank's input and output address (and the agreement check),
   // and its byte count: the writes below land in the peers' outputs, so a raw call (no agreement
   // check) whose counts differ across ranks must fail here, not write past a peer's buffer. The
@@ -480,41 +493,38 @@ bool ProcessCommunicator::PublishHeapBuffers(const uint8_t* in, const uint8_t* o
 }
 
 bool ProcessCommunicator::FindHeapBuffers(size_t bytes) {
+  heapInput_.assign(size_, nullptr);
+  heapOutput_.assign(size_, nullptr);
+  bool all = true;
   for (int r = 0; r < size_; ++r) {
-    if ((DirectFlags(r) & kHeapBuffers) == 0 ||
-        segment_.Direct(r, round_).from[1] != static_cast<int64_t>(bytes)) {
-      return false;
+    if ((DirectFlags(r) & kHeapBuffers) == 0) {
+      all = false;
+      continue;
     }
-  }
-  heapInput_.resize(size_);
-  heapOutput_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
     const DirectTable table = segment_.Direct(r, round_);
+    all = all && table.from[1] == static_cast<int64_t>(bytes);
     heapInput_[r] = PeerHeap(r, table.from[0], bytes);
     heapOutput_[r] = PeerHeap(r, table.to[0], bytes);
   }
-  return true;
+  return all;
 }
 
 void ProcessCommunicator::AllReduceInHeaps(const uint8_t* in, uint8_t* out, size_t count,
                                            DataType dtype, ReduceOp op) {
   const size_t e = DataTypeSize(dtype);
-  const size_t align = std::max<size_t>(1, 64 / e);  // slices start on cache lines
-  const size_t slice = CeilDiv(CeilDiv(count, size_), align) * align;
-  auto first = [&](int r) { return std::min(count, r * slice); };
-  auto length = [&](int r) { return std::min(count, first(r) + slice) - first(r); };
   // In place, this rank writes only its own slice, and the peers read only theirs of its input.
+  const Slice mine = AlignedSlice(count, size_, rank_, e);
   std::vector<const void*> srcs(size_);
-  for (int r = 0; r < size_; ++r) {
-    srcs[r] = (r == rank_ ? in : heapInput_[r]) + first(rank_) * e;
-  }
-  if (length(rank_) != 0) {
-    ReduceArrays(dtype, op, srcs.data(), size_, out + first(rank_) * e, length(rank_));
+  for (int r = 0; r < size_; ++r) srcs[r] = (r == rank_ ? in : heapInput_[r]) + mine.first * e;
+  if (mine.length != 0) {
+    ReduceArrays(dtype, op, srcs.data(), size_, out + mine.first * e, mine.length);
   }
   Round();  // every slice is reduced; no rank reads an input any more
   for (int step = 1; step < size_; ++step) {
     const int r = (rank_ + step) % size_;
-    CopyOut(out + first(r) * e, heapOutput_[r] + first(r) * e, length(r) * e, count * e);
+    const Slice theirs = AlignedSlice(count, size_, r, e);
+    CopyOut(out + theirs.first * e, heapOutput_[r] + theirs.first * e, theirs.length * e,
+            count * e);
   }
   Round();  // keeps every output in place until the peers have copied from it
 }

@@ -190,8 +190,9 @@ class ProcessCommunicator final : public Communicator {
   /// rank's input and output of `bytes` both lie in its heap (kHeapBuffers, DirectTable from[0],
   /// to[0], from[1]); returns that.
   bool PublishHeapBuffers(const uint8_t* in, const uint8_t* out, size_t bytes);
-  /// After that round: true, with heapInput_ and heapOutput_ set, when every rank published both
-  /// buffers for a call of `bytes`. Every rank reads the same tables, so all take the same path.
+  /// After that round: heapInput_[r] and heapOutput_[r] are rank r's published buffers (null
+  /// where it published none); true when every rank published both for a call of `bytes`. Every
+  /// rank reads the same tables, so all take the same path.
   bool FindHeapBuffers(size_t bytes);
   /// AllReduce "heap": the rest of the call after that round (two more rounds).
   void AllReduceInHeaps(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op);
