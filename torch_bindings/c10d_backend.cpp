@@ -18,8 +18,9 @@
 // whose ranks are all on one host runs on one lccl communicator, as always. A group spanning hosts
 // runs on the hierarchical communicator (hierarchical_communicator.h): lccl among the ranks of
 // each host (domain "<token>@host<h>"), and gloo groups made from the same Store between hosts —
-// one over the host leaders (the inter-host data path) and one over every rank (point to point
-// between hosts, small control exchanges), each wrapped in the c10d ProcessGroupCommunicator.
+// one per rail (the ranks at one local index, one per host: the inter-host data path; rail 0 is
+// the host leaders) and one over every rank (point to point between hosts, small control
+// exchanges), each wrapped in the c10d ProcessGroupCommunicator.
 //
 // Python sees `create_backend(store, rank, size, timeout)` and `communicator_name(backend)` (which
 // engine a group's backend runs on, e.g. "lccl" or "hccl(lccl+c10d)") through the module `_c10d`
@@ -33,6 +34,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -581,26 +583,29 @@ class CollopsBackend final : public c10d::Backend {
   }
 
   // Every rank creates, in this order: its host's lccl communicator, the gloo group of all ranks,
-  // and (leaders only) the gloo group of the leaders. The gloo groups live under a Store prefix
-  // per creation, so a group re-created after a failure never reads its predecessor's addresses.
+  // and the gloo group of its rail (the ranks at its local index, one per host; rail 0 is the
+  // leaders). The gloo groups live under a Store prefix per creation, so a group re-created after
+  // a failure never reads its predecessor's addresses.
   std::shared_ptr<Communicator> CreateHierarchical() {
     const int rank = getRank();
     const int host = layout_.hostOfRank[rank];
-    std::shared_ptr<Communicator> intra =
-        CreateCommunicator(LcclParam(Concat(domain_, "@host", host), layout_.LocalIndex(rank),
-                                     static_cast<int>(layout_.RanksOn(host).size())));
+    const int local = layout_.LocalIndex(rank);
+    std::shared_ptr<Communicator> intra = CreateCommunicator(LcclParam(
+        Concat(domain_, "@host", host), local, static_cast<int>(layout_.RanksOn(host).size())));
     // Under the token: the Store outlives restarts (group_join.h).
     const std::string prefix = Concat("collops/hier.", domain_, ".", generation_++, "/");
     auto flat = std::make_shared<ProcessGroupCommunicator>(
         MakeGlooBackend(store_, prefix + "flat/", rank, getSize(), timeoutSeconds_), store_,
         prefix + "flat");
-    std::shared_ptr<Communicator> inter;
-    if (layout_.Leader(host) == rank) {
-      inter = std::make_shared<ProcessGroupCommunicator>(
-          MakeGlooBackend(store_, prefix + "leaders/", host, layout_.HostCount(), timeoutSeconds_),
-          store_, prefix + "leaders");
-    }
-    return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter),
+    const std::vector<int> railHosts = layout_.HostsOfRail(local);
+    const int railRank =
+        static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
+    const std::string railPrefix = Concat(prefix, "rail", local);
+    auto rail = std::make_shared<ProcessGroupCommunicator>(
+        MakeGlooBackend(store_, railPrefix + "/", railRank, static_cast<int>(railHosts.size()),
+                        timeoutSeconds_),
+        store_, railPrefix);
+    return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(rail),
                                         layout_);
   }
 

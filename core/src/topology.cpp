@@ -72,6 +72,21 @@ int HostLayout::LocalIndex(int rank) const {
   return index;
 }
 
+std::vector<int> HostLayout::HostsOfRail(int index) const {
+  std::vector<int> hosts;
+  for (int h = 0; h < HostCount(); ++h) {
+    if (static_cast<int>(RanksOn(h).size()) > index) hosts.push_back(h);
+  }
+  return hosts;
+}
+
+bool HostLayout::Uniform() const {
+  for (int h = 1; h < HostCount(); ++h) {
+    if (RanksOn(h).size() != RanksOn(0).size()) return false;
+  }
+  return true;
+}
+
 HostLayout NormalizeLayout(const std::vector<int>& hostOfRank,
                            const std::vector<std::string>& names) {
   HostLayout layout;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "collops/hierarchical_communicator.h"
 #include "collops/signature.h"
 #include "collops/topology.h"
+#include "core/comm/hier/hierarchical_comm.h"
 #include "exchange_cases.h"
 #include "op_harness.h"
 #include "op_suite.h"
@@ -45,12 +47,14 @@ HostLayout Layout(const std::vector<int>& hostOfRank) {
   return NormalizeLayout(hostOfRank, names);
 }
 
+using WrapComm = std::function<std::shared_ptr<Communicator>(std::shared_ptr<Communicator>)>;
+
 /// This rank's hierarchical communicator over thread-mode lccl communicators.
-/// `wrapFlat` may put a test engine around the flat communicator.
-std::shared_ptr<Communicator> ThreadHierarchy(
-    int rank, const HostLayout& layout, const std::string& domain,
-    const std::function<std::shared_ptr<Communicator>(std::shared_ptr<Communicator>)>& wrapFlat =
-        nullptr) {
+/// `wrapFlat` and `wrapRail` may put a test engine around the flat and rail communicators.
+std::shared_ptr<Communicator> ThreadHierarchy(int rank, const HostLayout& layout,
+                                              const std::string& domain,
+                                              const WrapComm& wrapFlat = nullptr,
+                                              const WrapComm& wrapRail = nullptr) {
   const int size = static_cast<int>(layout.hostOfRank.size());
   const int host = layout.hostOfRank[rank];
   auto flat = CreateCommunicator(ThreadRankParam(rank, size, domain + "/flat"));
@@ -58,11 +62,14 @@ std::shared_ptr<Communicator> ThreadHierarchy(
   auto intra = CreateCommunicator(ThreadRankParam(layout.LocalIndex(rank),
                                                   static_cast<int>(layout.RanksOn(host).size()),
                                                   Concat(domain, "/host", host)));
-  std::shared_ptr<Communicator> inter;
-  if (layout.Leader(host) == rank) {
-    inter = CreateCommunicator(ThreadRankParam(host, layout.HostCount(), domain + "/leaders"));
-  }
-  return MakeHierarchicalCommunicator(flat, intra, inter, layout);
+  const int local = layout.LocalIndex(rank);
+  const std::vector<int> railHosts = layout.HostsOfRail(local);
+  const int railRank =
+      static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
+  auto rail = CreateCommunicator(ThreadRankParam(railRank, static_cast<int>(railHosts.size()),
+                                                 Concat(domain, "/rail", local)));
+  if (wrapRail) rail = wrapRail(rail);
+  return MakeHierarchicalCommunicator(flat, intra, rail, layout);
 }
 
 std::string MarkerTag() {
@@ -342,13 +349,96 @@ class CountingEngine final : public Communicator {
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override {
     inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
   }
+  void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override {
+    reductions.emplace_back(count, dtype);
+    inner_->AllReduce(in, out, count, dtype, op);
+  }
+  void Exchange(const std::vector<PointToPoint>& ops) override {
+    ++exchanges;
+    inner_->Exchange(ops);
+  }
   void Progress() override { ++progressCalls; }
   int gathers = 0;
+  int exchanges = 0;
   int progressCalls = 0;
+  std::vector<std::pair<size_t, DataType>> reductions;  ///< (count, dtype) of each AllReduce
 
  private:
   std::shared_ptr<Communicator> inner_;
 };
+
+/// With the same number of ranks on every host, each rail reduces one block of an AllReduce across
+/// the hosts (blocks as even as can be, local index k owning block k; an empty block crosses no
+/// host), float16 sums as float32, and blocks of 8 MiB or more between two hosts as two swaps of
+/// halves instead of the engine's AllReduce; with uneven hosts the leaders' rail carries it all.
+TEST(HierarchicalGoldenDirect, AllReduceCarriesOneBlockPerRailWhenHostsAreEven) {
+  using Calls = std::vector<std::pair<size_t, DataType>>;
+  struct Case {
+    std::vector<int> hostOfRank;
+    size_t count;
+    DataType dtype;
+    std::vector<Calls> railReductions;  ///< per rank
+    int railExchanges;                  ///< on every rank
+  };
+  const size_t large = (4u << 20) + 3;  // 2 x 2 ranks: blocks of 8 MiB + 8 bytes, 8 MiB + 4
+  const std::vector<Case> cases = {
+      {{0, 1, 0, 1, 0, 1},
+       10,
+       ACL_FLOAT,
+       {Calls{{4, ACL_FLOAT}}, Calls{{4, ACL_FLOAT}}, Calls{{3, ACL_FLOAT}}, Calls{{3, ACL_FLOAT}},
+        Calls{{3, ACL_FLOAT}}, Calls{{3, ACL_FLOAT}}},
+       0},
+      {{0, 0, 1, 1},
+       1,
+       ACL_INT32,
+       {Calls{{1, ACL_INT32}}, Calls{}, Calls{{1, ACL_INT32}}, Calls{}},
+       0},
+      {{0, 0, 1, 1},
+       7,
+       ACL_FLOAT16,
+       {Calls{{4, ACL_FLOAT}}, Calls{{3, ACL_FLOAT}}, Calls{{4, ACL_FLOAT}}, Calls{{3, ACL_FLOAT}}},
+       0},
+      {{0, 0, 1}, 5, ACL_FLOAT, {Calls{{5, ACL_FLOAT}}, Calls{}, Calls{{5, ACL_FLOAT}}}, 0},
+      {{0, 0, 1, 1}, large, ACL_FLOAT, {Calls{}, Calls{}, Calls{}, Calls{}}, 2},
+  };
+  for (const Case& c : cases) {
+    const HostLayout layout = Layout(c.hostOfRank);
+    const int size = static_cast<int>(c.hostOfRank.size());
+    const std::string domain = UniqueDomain();
+    std::vector<Calls> seen(size);
+    std::vector<int> exchanges(size);
+    std::vector<std::vector<double>> results(size);
+    RunThreadRanks(size, [&](int rank) {
+      std::shared_ptr<CountingEngine> rail;
+      auto comm = ThreadHierarchy(rank, layout, domain, nullptr, [&](auto inner) {
+        rail = std::make_shared<CountingEngine>(std::move(inner));
+        return rail;
+      });
+      std::vector<double> values(c.count);
+      for (size_t i = 0; i < c.count; ++i) values[i] = rank * 10 + static_cast<double>(i);
+      const auto n = static_cast<int64_t>(c.count);
+      HostTensor in = HostTensor::FromValues(c.dtype, {n}, values), out(c.dtype, {n});
+      comm->AllReduce(in.data(), out.data(), c.count, c.dtype, ReduceOp::kSum);
+      results[rank] = out.ToDoubles();
+      seen[rank] = rail->reductions;
+      exchanges[rank] = rail->exchanges;
+    });
+    for (int rank = 0; rank < size; ++rank) {
+      EXPECT_EQ(seen[rank], c.railReductions[rank]) << "rank " << rank << " of " << size;
+      EXPECT_EQ(exchanges[rank], c.railExchanges) << "rank " << rank << " of " << size;
+      int wrong = 0;
+      for (size_t i = 0; i < c.count; ++i) {
+        // Every value and partial sum is an integer below 2^24, exact in every dtype here.
+        const double golden = 10.0 * size * (size - 1) / 2 + static_cast<double>(size * i);
+        if (results[rank][i] != golden && ++wrong <= 3) {
+          ADD_FAILURE() << "rank " << rank << " element " << i << ": " << results[rank][i]
+                        << ", expected " << golden;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "rank " << rank << " of " << size << ", count " << c.count;
+    }
+  }
+}
 
 /// After Agree() the records hold every rank's counts: AllToAllV takes the matrix from them (no
 /// gather across the hosts), on both of its paths (aggregated at the leaders, and direct); a raw
@@ -489,10 +579,66 @@ TEST(HierarchicalErrors, CommunicatorsMustMatchTheLayout) {
   expectInvalid([&] { MakeHierarchicalCommunicator(one("a"), one("b"), one("c"), Layout({0, 0})); },
                 "the host layout has 2 ranks but the flat communicator has 1");
   expectInvalid([&] { MakeHierarchicalCommunicator(one("d"), one("e"), nullptr, Layout({0})); },
-                "a host leader needs the inter-host communicator");
+                "the rail communicator is null");
   expectInvalid([&] { MakeHierarchicalCommunicator(one("f"), nullptr, one("g"), Layout({0})); },
                 "the intra communicator is null");
   EXPECT_EQ(MakeHierarchicalCommunicator(one("h"), one("i"), one("j"), Layout({0}))->Size(), 1);
+
+  // Two hosts of one rank each: every rank's rail (the leaders) spans both hosts.
+  std::vector<std::string> errors(2);
+  RunThreadRanks(2, [&](int rank) {
+    auto flat = CreateCommunicator(ThreadRankParam(rank, 2, domain + "/flat"));
+    try {
+      MakeHierarchicalCommunicator(flat, one(Concat("/host", rank)), one(Concat("/rail", rank)),
+                                   Layout({0, 1}));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+      errors[rank] = e.what();
+    }
+  });
+  EXPECT_THAT(errors[1], HasSubstr("its rail is rank 0 of 1 but local index 0 exists on 2 hosts, "
+                                   "this one (host 1) at position 1"));
+}
+
+/// A heap that hands out new[] memory and keeps count, standing in for lccl's AllocateShared.
+class CountingHeap final : public Communicator {
+ public:
+  std::string BackendName() const override { return "counting-heap"; }
+  int Rank() const override { return 0; }
+  int Size() const override { return 1; }
+  void AllGatherBytes(const void*, void*, size_t) override {}
+  void* AllocateShared(size_t bytes) override {
+    if (bytes > room) return nullptr;
+    ++allocated;
+    return new uint8_t[bytes];
+  }
+  bool FreeShared(void* p) override {
+    ++freed;
+    delete[] static_cast<uint8_t*>(p);
+    return true;
+  }
+  size_t room = 1 << 20;
+  int allocated = 0;
+  int freed = 0;
+};
+
+/// The hierarchical communicator's scratch comes from its host's heap while that has room (so the
+/// host's collectives read it in place), from new[] when not, and every heap buffer goes back.
+TEST(HierarchicalScratch, DrawsFromTheHostHeapWhileItHasRoom) {
+  CountingHeap heap;
+  {
+    hier::ScratchPool pool(&heap);
+    uint8_t* small = pool.Get(0, 100);
+    EXPECT_EQ(heap.allocated, 1);
+    EXPECT_EQ(pool.Get(0, 50), small) << "a smaller request reuses the buffer";
+    pool.Get(0, 1000);  // grows: the old heap buffer goes back first
+    EXPECT_EQ(heap.allocated, 2);
+    EXPECT_EQ(heap.freed, 1);
+    pool.Get(1, 2 << 20);  // more than the heap's room: new[]
+    EXPECT_EQ(heap.allocated, 2);
+    std::memset(pool.Get(1, 2 << 20), 1, 2 << 20);
+  }
+  EXPECT_EQ(heap.freed, 2) << "the pool returns its heap buffers when it ends";
 }
 
 // ---- backend "hccl" (auto) over forked processes ----

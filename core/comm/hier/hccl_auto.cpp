@@ -12,6 +12,7 @@
 // and fallback path) uses an lccl communicator over all ranks as the engine, so it only works when
 // every rank shares one real host, as in tests that split one machine into pretend hosts with
 // COLLOPS_HOST_ID or a table.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -144,28 +145,29 @@ std::shared_ptr<Communicator> CreateHierarchical(const CommParam& param,
                                                  std::shared_ptr<Communicator> flat,
                                                  const HostLayout& layout) {
   const int host = layout.hostOfRank[param.rank];
-  const bool leader = layout.Leader(host) == param.rank;
   CommParam intraParam = WithBackend(param, "lccl", Concat("@host", host));
   intraParam.rank = layout.LocalIndex(param.rank);
   intraParam.rankSize = static_cast<int>(layout.RanksOn(host).size());
   intraParam.rankRoot = 0;
   std::shared_ptr<Communicator> intra = CreateCommunicator(intraParam);
-  std::shared_ptr<Communicator> inter;
+  // Every rank's rail: the ranks at its local index, one per host (rail 0 is the leaders).
+  const int local = layout.LocalIndex(param.rank);
+  const std::vector<int> railHosts = layout.HostsOfRail(local);
+  std::shared_ptr<Communicator> rail;
   try {
-    inter = flat->Split(leader ? 0 : -1, host);
+    rail = flat->Split(local, host);
   } catch (const Error& e) {
     // An engine without Split (the lccl test engine) says so on every rank without
-    // communicating; the leaders then meet in a communicator of their own.
+    // communicating; each rail then meets in a communicator of its own.
     if (e.status() != ERROR_BACKEND_UNAVAILABLE) throw;
-    if (leader) {
-      CommParam leaders = WithBackend(param, flat->BackendName(), "@leaders");
-      leaders.rank = host;
-      leaders.rankSize = layout.HostCount();
-      leaders.rankRoot = 0;
-      inter = CreateCommunicator(leaders);
-    }
+    CommParam railParam = WithBackend(param, flat->BackendName(), Concat("@rail", local));
+    railParam.rank =
+        static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
+    railParam.rankSize = static_cast<int>(railHosts.size());
+    railParam.rankRoot = 0;
+    rail = CreateCommunicator(railParam);
   }
-  return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(inter), layout);
+  return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(rail), layout);
 }
 
 /// lccl for a domain that no engine fits, taken to be on this host (docs/backends.md). When the

@@ -18,16 +18,29 @@ namespace hier {
 /// AllToAllV (six buffers) ~5x slower than flat MPI on 2 hosts x 2 ranks. The price is memory held
 /// for the communicator's life: at 2 x 2 a leader keeps 4.5x the per-rank data of the largest
 /// AllToAllV. Calls on one communicator are serial (collectives run in the same order everywhere).
+///
+/// Buffers come from the host communicator's shared heap (AllocateShared) where it has room, so
+/// the host's collectives read them in place instead of staging them; else from new[].
 class ScratchPool {
  public:
+  /// `heap`: where to take buffers from first (may be null); must outlive the pool.
+  explicit ScratchPool(Communicator* heap = nullptr) : heap_(heap) {}
+  ~ScratchPool();
+  ScratchPool(const ScratchPool&) = delete;
+  ScratchPool& operator=(const ScratchPool&) = delete;
+
   /// Room for at least `bytes` in `slot`; the pointer stays valid until the next Get of `slot`.
   uint8_t* Get(size_t slot, size_t bytes);
 
  private:
   struct Buffer {
-    std::unique_ptr<uint8_t[]> data;
+    uint8_t* data = nullptr;
     size_t bytes = 0;
+    bool shared = false;  ///< from heap_
   };
+  void Release(Buffer& buffer);
+
+  Communicator* heap_;
   std::vector<Buffer> buffers_;
 };
 
@@ -44,7 +57,7 @@ class Scratch {
 class HierarchicalCommunicator final : public Communicator {
  public:
   HierarchicalCommunicator(std::shared_ptr<Communicator> flat, std::shared_ptr<Communicator> intra,
-                           std::shared_ptr<Communicator> inter, HostLayout layout);
+                           std::shared_ptr<Communicator> rail, HostLayout layout);
 
   std::string BackendName() const override;
   int Rank() const override { return rank_; }
@@ -71,7 +84,7 @@ class HierarchicalCommunicator final : public Communicator {
   std::shared_ptr<Communicator> Split(int color, int key) override;
 
  private:
-  bool Leader() const { return inter_ != nullptr; }
+  bool Leader() const { return localOf_[rank_] == 0; }
   /// Every primitive starts here: forgets the last Agree()'s records and throws ERROR_COMM_FAIL
   /// once any part has broken, so no rank of this host starts a call its peers cannot finish.
   void CheckUsable(const char* primitive);
@@ -79,21 +92,31 @@ class HierarchicalCommunicator final : public Communicator {
   void ThrowIfBroken(const char* primitive) const;
   int HostCount() const { return static_cast<int>(ranksOn_.size()); }
   /// The leaders' part of a collective: runs only on leaders, and only when there is more than one
-  /// host (with one host the inter communicator has nothing to add).
+  /// host (with one host the leaders' rail has nothing to add).
   bool AcrossHosts() const { return Leader() && HostCount() > 1; }
+  /// AllReduce with every rail carrying its block between hosts (a uniform layout of more than one
+  /// rank per host); the leaders' scheme otherwise.
+  void AllReduceOnRails(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+  /// In place: data = reduce of data over this rank's rail.
+  void ReduceOnRail(void* data, size_t count, DataType dtype, ReduceOp op);
   /// counts[j * R + i] = elements rank j sends to rank i, from the records of the Agree() that
   /// preceded this AllToAllV; false (and nothing read) when none did. Every rank of a call takes
   /// the same branch: all ran that Agree, or none. Forgets the records either way.
   bool TakeAgreedCounts(const int64_t* sendCounts, const int64_t* recvCounts,
                         std::vector<int64_t>& counts);
 
-  std::shared_ptr<Communicator> flat_, intra_, inter_;
+  /// rail_: this rank's rail (the ranks at its local index, one per host); on leaders, the
+  /// leaders' communicator.
+  std::shared_ptr<Communicator> flat_, intra_, rail_;
+  bool railsCarryAllReduce_ = false;  ///< every host holds the same number (> 1) of ranks
   int rank_, size_;
   int host_;                               ///< this rank's host index
   std::vector<int> hostOf_;                ///< host index of every rank
   std::vector<std::vector<int>> ranksOn_;  ///< global ranks of every host, ascending
   std::vector<int> localOf_;               ///< every rank's index on its host
-  ScratchPool scratch_;                    ///< the calls' buffers; slots are per call, by role
+  /// The calls' buffers; slots are per call, by role. Drawn from intra_'s heap, so declared
+  /// after intra_ (destroyed before it).
+  std::unique_ptr<ScratchPool> scratch_;
   /// Records of the last Agree() whose signature carried counts; every primitive but AllToAllV
   /// clears them, so a raw AllToAllV (no Agree) never reads a stale matrix.
   std::vector<uint8_t> agreed_;

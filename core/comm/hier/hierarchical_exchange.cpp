@@ -51,7 +51,7 @@ void HierarchicalCommunicator::ReduceScatterV(const void* in, const int64_t* sen
   const size_t ws = DataTypeSize(work);
 
   // Every rank's send blocks, host by host, each host's in rank order.
-  Scratch packed(scratch_, 0, total * ws);
+  Scratch packed(*scratch_, 0, total * ws);
   std::vector<int64_t> next = hostDispls;
   const auto* src = static_cast<const uint8_t*>(in);
   for (int r = 0; r < size_; ++r) {
@@ -67,10 +67,10 @@ void HierarchicalCommunicator::ReduceScatterV(const void* in, const int64_t* sen
   intra_->AllReduce(packed.get(), packed.get(), total, work, op);
 
   const int64_t mine = hostCounts[host_];
-  Scratch hostBlock(scratch_, 1, Leader() ? mine * ws : 0);
+  Scratch hostBlock(*scratch_, 1, Leader() ? mine * ws : 0);
   if (AcrossHosts()) {
-    inter_->ReduceScatterV(packed.get(), hostCounts.data(), hostDispls.data(), hostBlock.get(),
-                           mine, work, op);
+    rail_->ReduceScatterV(packed.get(), hostCounts.data(), hostDispls.data(), hostBlock.get(), mine,
+                          work, op);
     if (wide) Narrow(dtype, reinterpret_cast<float*>(hostBlock.get()), hostBlock.get(), mine);
   }
   // The leader hands each rank of its host its slice of the host block.
@@ -169,9 +169,9 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
   const std::vector<int64_t> zeros(n, 0);
 
   // Gather to the leader: each rank's blocks for other hosts, by destination host then rank.
-  Scratch gathered(scratch_, 1, Leader() ? Sum(outOf) * es : 0);
+  Scratch gathered(*scratch_, 1, Leader() ? Sum(outOf) * es : 0);
   if (Sum(outOf) != 0) {
-    Scratch mine(scratch_, 0, outOf[me] * es);
+    Scratch mine(*scratch_, 0, outOf[me] * es);
     int64_t at = 0;
     ForEachRemoteRank([&](int i) {
       CopyElements(mine.get() + at * es, src + sdispls[i] * es, C(rank_, i), es);
@@ -185,7 +185,7 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
   }
 
   // Leaders: one message per host pair, (source rank, destination rank) in rank order.
-  Scratch scattered(scratch_, 2, Leader() ? Sum(into) * es : 0);
+  Scratch scattered(*scratch_, 2, Leader() ? Sum(into) * es : 0);
   if (AcrossHosts()) {
     std::vector<int64_t> toHost(H, 0), fromHost(H, 0);
     for (int j : local) {
@@ -196,7 +196,7 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
     }
     const std::vector<int64_t> toDispls = Displacements(toHost),
                                fromDispls = Displacements(fromHost);
-    Scratch outbound(scratch_, 3, Sum(toHost) * es), inbound(scratch_, 4, Sum(fromHost) * es);
+    Scratch outbound(*scratch_, 3, Sum(toHost) * es), inbound(*scratch_, 4, Sum(fromHost) * es);
     // gathered holds source k's blocks ordered by destination host; regroup by host.
     std::vector<int64_t> readAt = outDispls, writeAt = toDispls;
     for (int h = 0; h < H; ++h) {
@@ -210,8 +210,8 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
         readAt[k] += segment;
       }
     }
-    inter_->AllToAllV(outbound.get(), toHost.data(), toDispls.data(), inbound.get(),
-                      fromHost.data(), fromDispls.data(), dtype);
+    rail_->AllToAllV(outbound.get(), toHost.data(), toDispls.data(), inbound.get(), fromHost.data(),
+                     fromDispls.data(), dtype);
     // inbound holds, per source host, source j's blocks for this host's ranks in rank order;
     // regroup by destination rank.
     std::vector<int64_t> fill = intoDispls;
@@ -230,7 +230,7 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
 
   // Scatter from the leader and unpack by source rank.
   if (Sum(into) != 0) {
-    Scratch received(scratch_, 0, into[me] * es);  // mine is done with slot 0
+    Scratch received(*scratch_, 0, into[me] * es);  // mine is done with slot 0
     std::vector<int64_t> recv(n, 0);
     recv[0] = into[me];
     intra_->AllToAllV(scattered.get(), Leader() ? into.data() : zeros.data(),

@@ -2,15 +2,18 @@
 //
 // Three communicators of one rank: `flat` over every rank (the engine; carries point-to-point
 // between hosts and small control exchanges), `intra` over the ranks of this rank's host (lccl;
-// ranked by global rank, so the host's leader is intra rank 0) and `inter` over the leaders, one
-// per host (the engine; ranked by host index; null on non-leaders). Only leaders move data between
-// hosts, and each collective sends every byte over the inter-host links once. The algorithms (H
+// ranked by global rank, so the host's leader is intra rank 0) and `rail`, the ranks at this
+// rank's local index, one per host that has one (the engine; ranked by host index). Rail 0 is the
+// leaders. Each collective sends every byte over the inter-host links once. The algorithms (H
 // hosts; "leader" = lowest global rank of a host):
 //
-// - AllReduce: intra AllReduce; leaders AllReduce across hosts; intra Broadcast from the leader,
-//   so every rank holds the leader's bits (bit-identical everywhere).
-//   float16/bfloat16 sums and products run in float32 end to end when H > 1 and round once at the
-//   leader (DESIGN.md: round once), the price being twice the bytes.
+// - AllReduce, every host holding the same number L > 1 of ranks: the vector in L blocks, local
+//   index k owning block k; intra ReduceScatterV onto the owners; each rail AllReduces its block
+//   across hosts; intra AllGatherV of the blocks. Every rank holds the rails' bits.
+//   Other layouts: intra AllReduce; leaders AllReduce across hosts; intra Broadcast from the
+//   leader, so every rank holds the leader's bits.
+//   float16/bfloat16 sums and products run in float32 up to the cross-host reduction when H > 1
+//   and round once after it (DESIGN.md: round once), the price being twice the bytes.
 // - AllGatherV: intra AllGatherV packs the host's contributions (in rank order) into one host
 //   block; leaders AllGatherV the host blocks; intra Broadcast of all blocks; each rank unpacks
 //   them to its own rdispls (any layout, holes untouched).
@@ -20,8 +23,8 @@
 // - AllToAllV: every rank knows the whole count matrix, from the records of the agreement check
 //   before the call (Agree) or, for a raw call, exchanged over `flat` (one small AllGatherBytes);
 //   blocks between ranks of one host go intra directly (AllToAllV); blocks for other hosts are
-//   gathered to the leader (intra), exchanged as one message per host pair among leaders (inter
-//   AllToAllV), scattered by the receiving leader (intra) and unpacked to rdispls. Steps with
+//   gathered to the leader (intra), exchanged as one message per host pair among leaders (leaders'
+//   rail AllToAllV), scattered by the receiving leader (intra) and unpacked to rdispls. Steps with
 //   nothing to move on this host (or anywhere) are skipped on every rank concerned alike. Once the
 //   largest host-pair message reaches 60 KiB (near the engine's eager limit), blocks for other
 //   hosts go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed).
@@ -43,13 +46,15 @@
 namespace collops {
 
 /// flat: every rank (the engine: p2p, small control exchanges); intra: the ranks of this rank's
-/// host (lccl), ranked by global rank; inter: one rank per host (the leaders, ranked by host
-/// index), null on non-leaders. Rank()/Size() are flat's. BackendName() is
-/// "hccl(<intra>+<flat>)", e.g. "hccl(lccl+mpi)". Throws Error(ERROR_INVALID_PARAM) when the three
-/// communicators do not match `layout` (sizes, ranks, inter present exactly on leaders).
+/// host (lccl), ranked by global rank; rail: the ranks at this rank's local index on every host
+/// that has one (layout.HostsOfRail), ranked by host index — on leaders, the leaders'
+/// communicator. An engine's Split(LocalIndex(rank), host) makes it. Rank()/Size() are flat's.
+/// BackendName() is "hccl(<intra>+<flat>)", e.g. "hccl(lccl+mpi)". Throws
+/// Error(ERROR_INVALID_PARAM) when a communicator is null or does not match `layout` (sizes,
+/// ranks).
 std::shared_ptr<Communicator> MakeHierarchicalCommunicator(std::shared_ptr<Communicator> flat,
                                                            std::shared_ptr<Communicator> intra,
-                                                           std::shared_ptr<Communicator> inter,
+                                                           std::shared_ptr<Communicator> rail,
                                                            HostLayout layout);
 
 }  // namespace collops

@@ -36,6 +36,11 @@ struct HostLayout {
   int Leader(int host) const;
   /// Position of `rank` among RanksOn(its host).
   int LocalIndex(int rank) const;
+  /// The hosts that have a rank at local index `index`, ascending: the members of that rail (the
+  /// ranks at one local index, one per host; rail 0 is the leaders).
+  std::vector<int> HostsOfRail(int index) const;
+  /// True when every host holds the same number of ranks, so every rail spans every host.
+  bool Uniform() const;
 };
 
 /// Groups ranks by HostKey(identityOfRank[r]); hosts are numbered in order of their first rank
