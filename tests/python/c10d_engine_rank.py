@@ -139,6 +139,18 @@ def case_default_and_subgroup(world_ctx, sub_ctx, seed):
                               f"{ctx} alternating step {step}")
 
 
+def case_large_all_reduce(ctx, seed):
+    """An AllReduce large enough that, on 2 hosts x 2 ranks (hierarchical), each rail swaps halves
+    of its 8 MiB block between the hosts instead of the engine's AllReduce; float16 as float32
+    blocks, rounded once."""
+    n = (4 << 20) + 3
+    for dtype in (torch.float32, torch.float16):
+        xs = [golden.rank_tensor(seed, r, (n,), dtype) for r in range(ctx.world_size)]
+        (y,) = execute(ctx, "AllReduceOperation", [xs[ctx.rank]])
+        golden.assert_reduced(y, golden.reduce_golden(xs, "sum", dtype),
+                              f"{ctx} {n} x {dtype}")
+
+
 # ---- the job ------------------------------------------------------------------------------------
 
 def selected(name):
@@ -191,6 +203,7 @@ def main():
                 run_case(rank, f"{name} {label}", golden.GOLDEN_CASES[name], ctx, SEED)
             run_case(rank, f"barrier {label}", case_barrier, ctx, store)
         dist.barrier()  # non-members of the subgroup wait here for its members
+        run_case(rank, "large_all_reduce", case_large_all_reduce, world, SEED)
         run_case(rank, "default_and_subgroup", case_default_and_subgroup,
                  world, sub if world_size == 2 else None, SEED)
         if backend == "c10d":

@@ -62,6 +62,7 @@ def test_c10d_engine_every_op_across_hosts(hosts):
 def test_hccl_over_torch_distributed_across_hosts(hosts):
     outs = run_job(hosts, "hccl", 29520)
     assert all("all_reduce domain '': PASS" in out for out in outs)
+    assert all("large_all_reduce: PASS" in out for out in outs)
 
 
 def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):

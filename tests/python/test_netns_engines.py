@@ -96,13 +96,18 @@ def test_op_suite_on_hccl_with_a_rank_table(hosts, tmp_path):
     assert_suite_passed(*run_suite(hosts, "hccl", str(table)))
 
 
-def test_hccl_across_hosts_is_the_hierarchical_communicator(hosts):
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_hccl_across_hosts_is_the_hierarchical_communicator(hosts, dtype):
+    """Also the golden check of AllReduce at 16 MiB on the mpi engine: each rail swaps halves of
+    its 8 MiB block (float16: float32 blocks of 16 MiB) instead of MPI_Allreduce."""
     code, out = mpirun(hosts, [built(BENCH, "collops-bench"), "--mode", "mpirun", "-o",
-                               "allreduce", "-b", "64K", "-e", "64K", "-w", "1", "-n", "2", "-c",
-                               "--json"])
+                               "allreduce", "-d", dtype, "-b", "64K", "-e", "16M", "-f", "256",
+                               "-w", "1", "-n", "2", "-c", "--json"])
     assert code == 0, out[-4000:]
-    row = json.loads(re.search(r"<stdout>:(\{.*\})", out).group(1))
-    assert row["backend"] == "hccl(lccl+mpi)" and row["wrong"] == 0 and not row["error"], row
+    rows = [json.loads(m) for m in re.findall(r"\[\d+,0\]<stdout>:(\{.*\})", out)]
+    assert [row["bytes"] for row in rows] == [64 << 10, 16 << 20], out[-4000:]
+    for row in rows:
+        assert row["backend"] == "hccl(lccl+mpi)" and row["wrong"] == 0 and not row["error"], row
 
 
 BAD_TABLES = {
