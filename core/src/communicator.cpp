@@ -24,6 +24,11 @@ void Communicator::AllToAllV(const void*, const int64_t*, const int64_t*, void*,
                              const int64_t*, DataType) {
   Unsupported("AllToAllV");
 }
+void Communicator::StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                                  void* out, const int64_t* recvCounts, const int64_t* rdispls,
+                                  DataType dtype) {
+  AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+}
 void Communicator::Broadcast(void*, size_t, DataType, int) { Unsupported("Broadcast"); }
 void Communicator::Send(const void*, size_t, DataType, int) { Unsupported("Send"); }
 void Communicator::Recv(void*, size_t, DataType, int) { Unsupported("Recv"); }

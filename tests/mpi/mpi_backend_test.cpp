@@ -264,6 +264,57 @@ TEST(MpiMovement, RanksWithOtherDisplacementsOrCountsTakeTheSamePath) {
   }
 }
 
+/// StartAllToAllV posts the pieces and returns; a collective on another communicator runs before
+/// FinishAllToAllV, which completes them (chunked pieces beyond COLLOPS_MPI_MAX_COUNT=1000, empty
+/// ones, the rank's own). A second Start before the Finish is refused without touching the first;
+/// a Finish with nothing started does nothing.
+TEST(MpiMovement, StartedAllToAllVFinishesAroundAnotherCommunicatorsCollective) {
+  const int R = WorldSize(), me = WorldRank();
+  Status status;
+  std::string message;
+  auto comm = TryCreate(MpiParam("started", me, R), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  auto other = TryCreate(MpiParam("started-other", me, R), &status, &message);
+  ASSERT_EQ(status, NO_ERROR) << message;
+  auto count = [](int j, int i) { return static_cast<int64_t>((j + 2 * i) % 3) * 1700; };
+  std::vector<int64_t> sendCounts(R), recvCounts(R), sdispls(R), rdispls(R);
+  for (int r = 0; r < R; ++r) {
+    sendCounts[r] = count(me, r);
+    recvCounts[r] = count(r, me);
+    if (r > 0) {
+      sdispls[r] = sdispls[r - 1] + sendCounts[r - 1];
+      rdispls[r] = rdispls[r - 1] + recvCounts[r - 1];
+    }
+  }
+  std::vector<int32_t> send(sdispls[R - 1] + sendCounts[R - 1]);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t k = 0; k < sendCounts[r]; ++k) send[sdispls[r] + k] = me * 100000 + r * 10000 + k;
+  }
+  std::vector<int32_t> recv(rdispls[R - 1] + recvCounts[R - 1] + 1, -1);
+  comm->FinishAllToAllV();  // nothing started: nothing to do
+  comm->StartAllToAllV(send.data(), sendCounts.data(), sdispls.data(), recv.data(),
+                       recvCounts.data(), rdispls.data(), ACL_INT32);
+  try {
+    comm->StartAllToAllV(send.data(), sendCounts.data(), sdispls.data(), recv.data(),
+                         recvCounts.data(), rdispls.data(), ACL_INT32);
+    ADD_FAILURE() << "a second Start before the Finish was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INTERNAL_ERROR) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("was not finished"));
+  }
+  int32_t sum = me;
+  other->AllReduce(&sum, &sum, 1, ACL_INT32, ReduceOp::kSum);
+  EXPECT_EQ(sum, R * (R - 1) / 2);
+  comm->FinishAllToAllV();
+  for (int r = 0; r < R; ++r) {
+    for (int64_t k = 0; k < recvCounts[r]; ++k) {
+      ASSERT_EQ(recv[rdispls[r] + k], r * 100000 + me * 10000 + k)
+          << "from rank " << r << " at " << k;
+    }
+  }
+  EXPECT_EQ(recv.back(), -1) << "written past the last piece";
+}
+
 TEST(MpiMovement, ByteTypesMove) {
   const int R = WorldSize(), me = WorldRank();
   Status status;

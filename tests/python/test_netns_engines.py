@@ -110,6 +110,20 @@ def test_hccl_across_hosts_is_the_hierarchical_communicator(hosts, dtype):
         assert row["backend"] == "hccl(lccl+mpi)" and row["wrong"] == 0 and not row["error"], row
 
 
+def test_hierarchical_alltoallv_across_hosts_on_both_paths(hosts):
+    """Golden AllToAllV on the mpi engine: 4 KiB per rank is aggregated at the leaders; 128 KiB
+    and 4 MiB go straight from rank to rank, the cross-host pieces started before the host's part
+    and finished after it."""
+    code, out = mpirun(hosts, [built(BENCH, "collops-bench"), "--mode", "mpirun", "-o",
+                               "alltoallv", "-b", "4K", "-e", "4M", "-f", "32", "-w", "1", "-n", "2",
+                               "-c", "--json"])
+    assert code == 0, out[-4000:]
+    rows = [json.loads(m) for m in re.findall(r"\[\d+,0\]<stdout>:(\{.*\})", out)]
+    assert [row["bytes"] for row in rows] == [4 << 10, 128 << 10, 4 << 20], out[-4000:]
+    for row in rows:
+        assert row["backend"] == "hccl(lccl+mpi)" and row["wrong"] == 0 and not row["error"], row
+
+
 BAD_TABLES = {
     # name: (servers or raw text, words the error must contain)
     "servers_contradict_hosts": ([("a", [0, 2]), ("b", [1, 3])],

@@ -118,19 +118,6 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
     }
   };
 
-  // Blocks between ranks of this host: straight to their place.
-  std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
-  int64_t intraTotal = 0;
-  for (int k = 0; k < n; ++k) {
-    sc[k] = sendCounts[local[k]];
-    sd[k] = sdispls[local[k]];
-    rc[k] = recvCounts[local[k]];
-    rd[k] = rdispls[local[k]];
-    for (int i : local) intraTotal += C(local[k], i);
-  }
-  if (intraTotal != 0)
-    intra_->AllToAllV(src, sc.data(), sd.data(), dst, rc.data(), rd.data(), dtype);
-
   // pairTotal[a * H + b]: elements host a sends to host b.
   std::vector<int64_t> pairTotal(static_cast<size_t>(H) * H, 0);
   for (int j = 0; j < R; ++j) {
@@ -140,21 +127,52 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
     }
   }
   const int64_t largestPair = *std::max_element(pairTotal.begin(), pairTotal.end());
-  if (largestPair == 0) return;
-  if (largestPair * static_cast<int64_t>(es) >= kAggregateBelowBytes) {
-    // Straight from rank to rank over the engine, each host's links carrying every local rank's
-    // traffic at once: gathering at the leader costs two more copies and funnels the host's
-    // traffic through one process (2 hosts x 2 ranks at 16 MiB: 0.5x flat OpenMPI aggregated).
-    // Every rank knows the matrix, so all take the same path.
+  // Straight from rank to rank over the engine, each host's links carrying every local rank's
+  // traffic at once: gathering at the leader costs two more copies and funnels the host's
+  // traffic through one process (2 hosts x 2 ranks at 16 MiB: 0.5x flat OpenMPI aggregated).
+  // Every rank knows the matrix, so all take the same path.
+  const bool direct = largestPair * static_cast<int64_t>(es) >= kAggregateBelowBytes;
+
+  // Blocks between ranks of this host: straight to their place. On the direct path the blocks for
+  // other hosts are already on their way meanwhile (an engine that can, mpi, posted them), as flat
+  // OpenMPI moves both at once: 2 hosts x 2 ranks, 4 MiB, five alternating runs, median 3.7 ms
+  // against 4.1 one after the other.
+  std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
+  int64_t intraTotal = 0;
+  for (int k = 0; k < n; ++k) {
+    sc[k] = sendCounts[local[k]];
+    sd[k] = sdispls[local[k]];
+    rc[k] = recvCounts[local[k]];
+    rd[k] = rdispls[local[k]];
+    for (int i : local) intraTotal += C(local[k], i);
+  }
+  auto intraPart = [&] {
+    if (intraTotal != 0)
+      intra_->AllToAllV(src, sc.data(), sd.data(), dst, rc.data(), rd.data(), dtype);
+  };
+  if (direct) {
     std::vector<int64_t> sendRemote(R, 0), recvRemote(R, 0);
     for (int r = 0; r < R; ++r) {
       if (!remote(r)) continue;
       sendRemote[r] = sendCounts[r];
       recvRemote[r] = recvCounts[r];
     }
-    flat_->AllToAllV(src, sendRemote.data(), sdispls, dst, recvRemote.data(), rdispls, dtype);
+    flat_->StartAllToAllV(src, sendRemote.data(), sdispls, dst, recvRemote.data(), rdispls, dtype);
+    try {
+      intraPart();
+    } catch (...) {
+      // The peers on other hosts may still be moving data to and from this rank's buffers.
+      try {
+        flat_->FinishAllToAllV();
+      } catch (const Error&) {  // the host's error is the one to report
+      }
+      throw;
+    }
+    flat_->FinishAllToAllV();
     return;
   }
+  intraPart();
+  if (largestPair == 0) return;
 
   // out[k]: what local rank k sends to other hosts; in[k]: what it receives from them.
   std::vector<int64_t> outOf(n, 0), into(n, 0);

@@ -45,12 +45,11 @@ struct Piece {
   size_t count;
 };
 
-/// The fallback of the v-collectives for counts beyond one int: every piece goes as nonblocking
-/// MaxCount()-element chunks (the two sides cut a piece identically, and MPI keeps messages of
-/// one pair and tag in order), then all complete together so no pair ordering can deadlock.
-void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::vector<Piece>& recvs,
-                    MPI_Datatype type, size_t elementBytes, int tag = kExchangeTag) {
-  std::vector<MPI_Request> requests;
+/// Posts every piece as nonblocking MaxCount()-element chunks (the two sides cut a piece
+/// identically, and MPI keeps messages of one pair and tag in order), appending the requests.
+void PostPieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::vector<Piece>& recvs,
+                MPI_Datatype type, size_t elementBytes, int tag,
+                std::vector<MPI_Request>& requests) {
   for (const Piece& p : recvs) {
     ForEachChunk(p.count, [&](size_t offset, int n) {
       requests.emplace_back();
@@ -67,8 +66,20 @@ void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::v
           "MPI_Isend");
     });
   }
+}
+
+void WaitAll(std::vector<MPI_Request>& requests) {
   CheckMpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
            "MPI_Waitall");
+}
+
+/// The fallback of the v-collectives for counts beyond one int: every piece posted at once, then
+/// all complete together so no pair ordering can deadlock.
+void ExchangePieces(MPI_Comm comm, const std::vector<Piece>& sends, const std::vector<Piece>& recvs,
+                    MPI_Datatype type, size_t elementBytes, int tag = kExchangeTag) {
+  std::vector<MPI_Request> requests;
+  PostPieces(comm, sends, recvs, type, elementBytes, tag, requests);
+  WaitAll(requests);
 }
 
 /// One primitive's stay in MPI: watched (mpi_watchdog.h) and entered (EnterMpi: serialised,
@@ -275,7 +286,34 @@ void MpiCommunicator::ReduceScatterInRankOrder(const void* in, const int64_t* se
 void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
                                 void* out, const int64_t* recvCounts, const int64_t* rdispls,
                                 DataType dtype) {
+  StartAllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+  FinishAllToAllV();
+}
+
+void MpiCommunicator::StartAllToAllV(const void* in, const int64_t* sendCounts,
+                                     const int64_t* sdispls, void* out, const int64_t* recvCounts,
+                                     const int64_t* rdispls, DataType dtype) {
+  if (allToAllVStarted_) {
+    Fail(ERROR_INTERNAL_ERROR, "mpi StartAllToAllV (rank ", rank_,
+         "): the AllToAllV started before it was not finished");
+  }
   const MpiCall call("AllToAllV", rank_, size_);
+  allToAllVStarted_ = true;
+  PostAllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+}
+
+void MpiCommunicator::FinishAllToAllV() {
+  if (!allToAllVStarted_) return;
+  allToAllVStarted_ = false;
+  const MpiCall call("AllToAllV", rank_, size_);
+  std::vector<MPI_Request> requests;
+  requests.swap(started_);  // a failed wait leaves nothing for the next Start to trip on
+  WaitAll(requests);
+}
+
+void MpiCommunicator::PostAllToAllV(const void* in, const int64_t* sendCounts,
+                                    const int64_t* sdispls, void* out, const int64_t* recvCounts,
+                                    const int64_t* rdispls, DataType dtype) {
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   // Always point to point, every piece posted at once: a rank knows
@@ -291,7 +329,7 @@ void MpiCommunicator::AllToAllV(const void* in, const int64_t* sendCounts, const
     sends.push_back({j, input + sdispls[j] * e, static_cast<size_t>(sendCounts[j])});
     recvs.push_back({j, output + rdispls[j] * e, static_cast<size_t>(recvCounts[j])});
   }
-  ExchangePieces(comm_, sends, recvs, type, e);
+  PostPieces(comm_, sends, recvs, type, e, kExchangeTag, started_);
 }
 
 void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {

@@ -45,6 +45,10 @@ class MpiCommunicator final : public Communicator {
                       size_t recvCount, DataType dtype, ReduceOp op) override;
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  /// Posts AllToAllV's pieces as nonblocking sends and receives; Finish waits for them.
+  void StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                      const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  void FinishAllToAllV() override;
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
@@ -68,8 +72,13 @@ class MpiCommunicator final : public Communicator {
   /// The ops of one group (Send and Recv are groups of one), under the serialisation lock.
   void RunGroup(const std::vector<PointToPoint>& ops);
   void CheckPeer(int peer, const char* role) const;
+  /// Copies this rank's own piece and posts the others' into started_.
+  void PostAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                     const int64_t* recvCounts, const int64_t* rdispls, DataType dtype);
 
   MPI_Comm comm_;
+  bool allToAllVStarted_ = false;
+  std::vector<MPI_Request> started_;  ///< the pieces of a started AllToAllV
   int rank_ = 0;
   int size_ = 0;
 };

@@ -75,6 +75,17 @@ class Communicator {
   virtual void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
                          void* out, const int64_t* recvCounts, const int64_t* rdispls,
                          DataType dtype);
+  /// AllToAllV in two halves, so the caller can run a collective on another communicator while
+  /// this one moves data: StartAllToAllV begins it, FinishAllToAllV returns once it is done (and
+  /// throws what it met). Until then no other call may use this communicator, `in` must stay
+  /// unchanged and `out` unread. Every StartAllToAllV that returned needs its FinishAllToAllV, even
+  /// when the work between them failed: the peers' transfers may still use this rank's buffers.
+  /// The default runs the whole AllToAllV in Start (lccl, c10d); mpi posts nonblocking sends and
+  /// receives there, which the hierarchical AllToAllV overlaps with its host's part.
+  virtual void StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
+                              void* out, const int64_t* recvCounts, const int64_t* rdispls,
+                              DataType dtype);
+  virtual void FinishAllToAllV() {}
 
   /// buf = buf of `root`, on every rank.
   virtual void Broadcast(void* buf, size_t count, DataType dtype, int root);

@@ -27,7 +27,9 @@
 //   rail AllToAllV), scattered by the receiving leader (intra) and unpacked to rdispls. Steps with
 //   nothing to move on this host (or anywhere) are skipped on every rank concerned alike. Once the
 //   largest host-pair message reaches 60 KiB (near the engine's eager limit), blocks for other
-//   hosts go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed).
+//   hosts go instead directly from rank to rank in one flat AllToAllV (local blocks zeroed),
+//   started (StartAllToAllV) before the intra AllToAllV and finished after it, so an engine that
+//   can move them meanwhile (mpi) does.
 // - Broadcast: intra Broadcast on the root's host from the root; leaders Broadcast from the root's
 //   host; intra Broadcast from the leader on every other host.
 // - Send/Recv/Exchange (Send and Recv are groups of one): the ops with peers on this host as one
