@@ -17,7 +17,12 @@ namespace collops {
 namespace hier {
 
 ScratchPool::~ScratchPool() {
-  for (Buffer& buffer : buffers_) Release(buffer);
+  for (Buffer& buffer : buffers_) {
+    try {
+      Release(buffer);
+    } catch (const std::exception&) {  // a heap that cannot take it back keeps it; never throw here
+    }
+  }
 }
 
 void ScratchPool::Release(Buffer& buffer) {
