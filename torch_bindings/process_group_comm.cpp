@@ -453,6 +453,18 @@ void ProcessGroupCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
                                          const int64_t* sdispls, void* out,
                                          const int64_t* recvCounts, const int64_t* rdispls,
                                          DataType dtype) {
+  StartAllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+  FinishAllToAllV();
+}
+
+void ProcessGroupCommunicator::StartAllToAllV(const void* in, const int64_t* sendCounts,
+                                              const int64_t* sdispls, void* out,
+                                              const int64_t* recvCounts, const int64_t* rdispls,
+                                              DataType dtype) {
+  if (started_ != nullptr) {
+    Fail(ERROR_INTERNAL_ERROR, "backend c10d: StartAllToAllV on ", Describe(), " (rank ", rank_,
+         "): the AllToAllV started before it was not finished");
+  }
   Guard("AllToAllV", [&] {
     const c10::Device device = CurrentTensorDevice();
     const int64_t es = static_cast<int64_t>(DataTypeSize(dtype));
@@ -475,19 +487,38 @@ void ProcessGroupCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
         at += inSplits[j];
       }
     }
-    at::Tensor dst =
+    auto started = std::make_unique<StartedAllToAllV>();
+    started->received =
         outPacked ? Bytes(out, recvBytes) : at::empty({recvBytes}, OptionsOf(at::kByte));
+    if (!outPacked) {
+      started->out = static_cast<uint8_t*>(out);
+      started->bytesFrom = outSplits;
+      for (int j = 0; j < size_; ++j) started->placeAt.push_back(rdispls[j] * es);
+    }
     // Copies: alltoall_base takes the split vectors by reference and gloo's moves them into its
-    // Work, leaving ours empty for the placement below.
+    // Work.
     std::vector<int64_t> outArg = outSplits, inArg = inSplits;
-    Wait(BackendFor(device)->alltoall_base(dst, src, outArg, inArg, c10d::AllToAllOptions()));
-    if (outPacked) return;
-    auto* base = static_cast<uint8_t*>(out);
+    started->sent = src;
+    started->work = BackendFor(device)->alltoall_base(started->received, src, outArg, inArg,
+                                                      c10d::AllToAllOptions());
+    started_ = std::move(started);
+  });
+}
+
+void ProcessGroupCommunicator::FinishAllToAllV() {
+  if (started_ == nullptr) return;
+  const std::unique_ptr<StartedAllToAllV> started = std::move(started_);
+  Guard("AllToAllV", [&] {
+    Wait(started->work);
+    if (started->out == nullptr) return;
     int64_t at = 0;
     for (int j = 0; j < size_; ++j) {
-      if (outSplits[j] > 0)
-        Bytes(base + rdispls[j] * es, outSplits[j]).copy_(dst.narrow(0, at, outSplits[j]));
-      at += outSplits[j];
+      const int64_t bytes = started->bytesFrom[j];
+      if (bytes > 0) {
+        Bytes(started->out + started->placeAt[j], bytes)
+            .copy_(started->received.narrow(0, at, bytes));
+      }
+      at += bytes;
     }
   });
 }

@@ -65,6 +65,11 @@ class ProcessGroupCommunicator final : public Communicator {
                       size_t recvCount, DataType dtype, ReduceOp op) override;
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  /// Issues the all_to_all_single and returns (the backend moves it on its own threads); Finish
+  /// waits for it and places blocks that are not packed in rank order.
+  void StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                      const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
+  void FinishAllToAllV() override;
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
   /// Both sides first swap (count, dtype) headers, so a mismatch fails on both with the same
   /// ERROR_RANK_MISMATCH before any payload moves.
@@ -97,6 +102,15 @@ class ProcessGroupCommunicator final : public Communicator {
   /// The ops of one group (Send and Recv are groups of one).
   void RunGroup(const std::vector<PointToPoint>& ops);
 
+  /// An all_to_all_single in flight, and where its blocks go once it is done.
+  struct StartedAllToAllV {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor sent;                          ///< kept alive until the Work is done
+    at::Tensor received;                      ///< blocks in rank order
+    std::vector<int64_t> bytesFrom, placeAt;  ///< per rank: block bytes, byte offset in out
+    uint8_t* out = nullptr;                   ///< null when `received` is `out` itself
+  };
+
   c10::intrusive_ptr<c10d::ProcessGroup> group_;  // null for a collops-made backend
   c10::intrusive_ptr<c10d::Backend> backend_;     // null for an adopted group
   c10::intrusive_ptr<c10d::Store> store_;
@@ -107,6 +121,7 @@ class ProcessGroupCommunicator final : public Communicator {
   std::atomic<bool> broken_{false};  // read by the pool from any thread
   bool noReduceScatter_ = false;     // the backend lacks reduce_scatter: allreduce + slice instead
   std::function<void(Status, const std::string&)> failureHook_;  // SetFailureHook's
+  std::unique_ptr<StartedAllToAllV> started_;                    // between Start and Finish
 };
 
 /// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those

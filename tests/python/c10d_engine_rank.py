@@ -151,6 +151,28 @@ def case_large_all_reduce(ctx, seed):
                               f"{ctx} {n} x {dtype}")
 
 
+def case_large_all_to_allv(ctx, seed):
+    """An AllToAllV whose blocks between two hosts pass 60 KiB (2 hosts x 2 ranks, hierarchical:
+    straight from rank to rank, the cross-host part started before the host's part), with gaps in
+    the send layout and blocks received in reverse rank order, so the engine packs and places."""
+    W, me = ctx.world_size, ctx.rank
+    C = [[20000 + 1000 * ((j + 2 * i) % 3) for i in range(W)] for j in range(W)]
+    gap = 7
+    sdispls = [[sum(C[j][:i]) + gap * i for i in range(W)] for j in range(W)]
+    xs = [golden.rank_tensor(seed, j, (sdispls[j][-1] + C[j][-1] + gap,), torch.float32)
+          for j in range(W)]
+    recv = [C[j][me] for j in range(W)]
+    rdispls, at = [0] * W, 0
+    for j in reversed(range(W)):
+        rdispls[j], at = at, at + recv[j]
+    expected = torch.cat([xs[j][sdispls[j][me]:sdispls[j][me] + recv[j]]
+                          for j in reversed(range(W))]).reshape(1, -1)
+    op = golden.make_op("AllToAllVOperation", ctx.param(sendCounts=C[me], sdispls=sdispls[me],
+                                                        recvCounts=recv, rdispls=rdispls))
+    (y,) = op.execute([xs[me]])
+    golden.assert_equal(y, expected, f"{ctx} large AllToAllV")
+
+
 # ---- the job ------------------------------------------------------------------------------------
 
 def selected(name):
@@ -204,6 +226,7 @@ def main():
             run_case(rank, f"barrier {label}", case_barrier, ctx, store)
         dist.barrier()  # non-members of the subgroup wait here for its members
         run_case(rank, "large_all_reduce", case_large_all_reduce, world, SEED)
+        run_case(rank, "large_all_to_allv", case_large_all_to_allv, world, SEED)
         run_case(rank, "default_and_subgroup", case_default_and_subgroup,
                  world, sub if world_size == 2 else None, SEED)
         if backend == "c10d":

@@ -63,6 +63,7 @@ def test_hccl_over_torch_distributed_across_hosts(hosts):
     outs = run_job(hosts, "hccl", 29520)
     assert all("all_reduce domain '': PASS" in out for out in outs)
     assert all("large_all_reduce: PASS" in out for out in outs)
+    assert all("large_all_to_allv: PASS" in out for out in outs)
 
 
 def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
