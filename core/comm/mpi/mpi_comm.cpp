@@ -322,7 +322,9 @@ void MpiCommunicator::PostAllToAllV(const void* in, const int64_t* sendCounts,
   // count alone, which its two ranks share.
   auto* input = const_cast<uint8_t*>(static_cast<const uint8_t*>(in));  // only ever sent from
   auto* output = static_cast<uint8_t*>(out);
-  std::memmove(output + rdispls[rank_] * e, input + sdispls[rank_] * e, recvCounts[rank_] * e);
+  if (recvCounts[rank_] != 0) {  // else the buffers may be empty vectors' null data()
+    std::memmove(output + rdispls[rank_] * e, input + sdispls[rank_] * e, recvCounts[rank_] * e);
+  }
   std::vector<Piece> sends, recvs;
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
