@@ -80,8 +80,9 @@ class Communicator {
   /// throws what it met). Until then no other call may use this communicator, `in` must stay
   /// unchanged and `out` unread. Every StartAllToAllV that returned needs its FinishAllToAllV, even
   /// when the work between them failed: the peers' transfers may still use this rank's buffers.
-  /// The default runs the whole AllToAllV in Start (lccl, c10d); mpi posts nonblocking sends and
-  /// receives there, which the hierarchical AllToAllV overlaps with its host's part.
+  /// The default runs the whole AllToAllV in Start (lccl); mpi posts nonblocking sends and
+  /// receives there and c10d issues its all_to_all_single, which the hierarchical AllToAllV
+  /// overlaps with its host's part.
   virtual void StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls,
                               void* out, const int64_t* recvCounts, const int64_t* rdispls,
                               DataType dtype);
