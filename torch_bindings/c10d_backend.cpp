@@ -34,7 +34,6 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -597,13 +596,10 @@ class CollopsBackend final : public c10d::Backend {
     auto flat = std::make_shared<ProcessGroupCommunicator>(
         MakeGlooBackend(store_, prefix + "flat/", rank, getSize(), timeoutSeconds_), store_,
         prefix + "flat");
-    const std::vector<int> railHosts = layout_.HostsOfRail(local);
-    const int railRank =
-        static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
     const std::string railPrefix = Concat(prefix, "rail", local);
     auto rail = std::make_shared<ProcessGroupCommunicator>(
-        MakeGlooBackend(store_, railPrefix + "/", railRank, static_cast<int>(railHosts.size()),
-                        timeoutSeconds_),
+        MakeGlooBackend(store_, railPrefix + "/", layout_.RailRank(rank),
+                        static_cast<int>(layout_.HostsOfRail(local).size()), timeoutSeconds_),
         store_, railPrefix);
     return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(rail),
                                         layout_);

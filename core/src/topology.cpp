@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -78,6 +79,11 @@ std::vector<int> HostLayout::HostsOfRail(int index) const {
     if (static_cast<int>(RanksOn(h).size()) > index) hosts.push_back(h);
   }
   return hosts;
+}
+
+int HostLayout::RailRank(int rank) const {
+  const std::vector<int> hosts = HostsOfRail(LocalIndex(rank));
+  return static_cast<int>(std::find(hosts.begin(), hosts.end(), hostOfRank[rank]) - hosts.begin());
 }
 
 bool HostLayout::Uniform() const {

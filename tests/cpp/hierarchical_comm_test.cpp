@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -63,10 +62,8 @@ std::shared_ptr<Communicator> ThreadHierarchy(int rank, const HostLayout& layout
                                                   static_cast<int>(layout.RanksOn(host).size()),
                                                   Concat(domain, "/host", host)));
   const int local = layout.LocalIndex(rank);
-  const std::vector<int> railHosts = layout.HostsOfRail(local);
-  const int railRank =
-      static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
-  auto rail = CreateCommunicator(ThreadRankParam(railRank, static_cast<int>(railHosts.size()),
+  auto rail = CreateCommunicator(ThreadRankParam(layout.RailRank(rank),
+                                                 static_cast<int>(layout.HostsOfRail(local).size()),
                                                  Concat(domain, "/rail", local)));
   if (wrapRail) rail = wrapRail(rail);
   return MakeHierarchicalCommunicator(flat, intra, rail, layout);

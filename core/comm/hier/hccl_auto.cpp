@@ -12,7 +12,6 @@
 // and fallback path) uses an lccl communicator over all ranks as the engine, so it only works when
 // every rank shares one real host, as in tests that split one machine into pretend hosts with
 // COLLOPS_HOST_ID or a table.
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -152,7 +151,6 @@ std::shared_ptr<Communicator> CreateHierarchical(const CommParam& param,
   std::shared_ptr<Communicator> intra = CreateCommunicator(intraParam);
   // Every rank's rail: the ranks at its local index, one per host (rail 0 is the leaders).
   const int local = layout.LocalIndex(param.rank);
-  const std::vector<int> railHosts = layout.HostsOfRail(local);
   std::shared_ptr<Communicator> rail;
   try {
     rail = flat->Split(local, host);
@@ -161,9 +159,8 @@ std::shared_ptr<Communicator> CreateHierarchical(const CommParam& param,
     // communicating; each rail then meets in a communicator of its own.
     if (e.status() != ERROR_BACKEND_UNAVAILABLE) throw;
     CommParam railParam = WithBackend(param, flat->BackendName(), Concat("@rail", local));
-    railParam.rank =
-        static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host) - railHosts.begin());
-    railParam.rankSize = static_cast<int>(railHosts.size());
+    railParam.rank = layout.RailRank(param.rank);
+    railParam.rankSize = static_cast<int>(layout.HostsOfRail(local).size());
     railParam.rankRoot = 0;
     rail = CreateCommunicator(railParam);
   }

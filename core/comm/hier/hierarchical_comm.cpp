@@ -90,8 +90,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<Communicator>
          ") holds ", mine.size(), " ranks with this one at index ", localOf_[rank_]);
   }
   const std::vector<int> railHosts = layout.HostsOfRail(localOf_[rank_]);
-  const int railRank =
-      static_cast<int>(std::find(railHosts.begin(), railHosts.end(), host_) - railHosts.begin());
+  const int railRank = layout.RailRank(rank_);
   if (rail_->Size() != static_cast<int>(railHosts.size()) || rail_->Rank() != railRank) {
     Fail(ERROR_INVALID_PARAM, "hierarchical communicator (rank ", rank_, "): its rail is rank ",
          rail_->Rank(), " of ", rail_->Size(), " but local index ", localOf_[rank_], " exists on ",

@@ -299,21 +299,6 @@ void MpiCommunicator::StartAllToAllV(const void* in, const int64_t* sendCounts,
   }
   const MpiCall call("AllToAllV", rank_, size_);
   allToAllVStarted_ = true;
-  PostAllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
-}
-
-void MpiCommunicator::FinishAllToAllV() {
-  if (!allToAllVStarted_) return;
-  allToAllVStarted_ = false;
-  const MpiCall call("AllToAllV", rank_, size_);
-  std::vector<MPI_Request> requests;
-  requests.swap(started_);  // a failed wait leaves nothing for the next Start to trip on
-  WaitAll(requests);
-}
-
-void MpiCommunicator::PostAllToAllV(const void* in, const int64_t* sendCounts,
-                                    const int64_t* sdispls, void* out, const int64_t* recvCounts,
-                                    const int64_t* rdispls, DataType dtype) {
   const MPI_Datatype type = ElementType(dtype);
   const size_t e = DataTypeSize(dtype);
   // Always point to point, every piece posted at once: a rank knows
@@ -332,6 +317,15 @@ void MpiCommunicator::PostAllToAllV(const void* in, const int64_t* sendCounts,
     recvs.push_back({j, output + rdispls[j] * e, static_cast<size_t>(recvCounts[j])});
   }
   PostPieces(comm_, sends, recvs, type, e, kExchangeTag, started_);
+}
+
+void MpiCommunicator::FinishAllToAllV() {
+  if (!allToAllVStarted_) return;
+  allToAllVStarted_ = false;
+  const MpiCall call("AllToAllV", rank_, size_);
+  std::vector<MPI_Request> requests;
+  requests.swap(started_);  // a failed wait leaves nothing for the next Start to trip on
+  WaitAll(requests);
 }
 
 void MpiCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {

@@ -45,7 +45,8 @@ class MpiCommunicator final : public Communicator {
                       size_t recvCount, DataType dtype, ReduceOp op) override;
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
-  /// Posts AllToAllV's pieces as nonblocking sends and receives; Finish waits for them.
+  /// Copies this rank's own piece and posts the others as nonblocking sends and receives into
+  /// started_; Finish waits for them.
   void StartAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                       const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
   void FinishAllToAllV() override;
@@ -72,9 +73,6 @@ class MpiCommunicator final : public Communicator {
   /// The ops of one group (Send and Recv are groups of one), under the serialisation lock.
   void RunGroup(const std::vector<PointToPoint>& ops);
   void CheckPeer(int peer, const char* role) const;
-  /// Copies this rank's own piece and posts the others' into started_.
-  void PostAllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
-                     const int64_t* recvCounts, const int64_t* rdispls, DataType dtype);
 
   MPI_Comm comm_;
   bool allToAllVStarted_ = false;

@@ -39,6 +39,8 @@ struct HostLayout {
   /// The hosts that have a rank at local index `index`, ascending: the members of that rail (the
   /// ranks at one local index, one per host; rail 0 is the leaders).
   std::vector<int> HostsOfRail(int index) const;
+  /// `rank`'s position in its rail: its host's among HostsOfRail(LocalIndex(rank)).
+  int RailRank(int rank) const;
   /// True when every host holds the same number of ranks, so every rail spans every host.
   bool Uniform() const;
 };
