@@ -17,9 +17,9 @@ namespace collops {
 namespace testing {
 namespace {
 
-class ExchangeTest : public ::testing::TestWithParam<int> {};
+class Exchange : public ::testing::TestWithParam<int> {};
 
-TEST_P(ExchangeTest, ThreadRanks) {
+TEST_P(Exchange, ThreadRanks) {
   const int size = GetParam();
   const std::string domain = UniqueDomain();
   RunThreadRanks(size, [&](int rank) {
@@ -28,7 +28,7 @@ TEST_P(ExchangeTest, ThreadRanks) {
   });
 }
 
-TEST_P(ExchangeTest, ProcessRanks) {
+TEST_P(Exchange, ProcessRanks) {
   const int size = GetParam();
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_BYTES"] = "65536";
@@ -77,7 +77,7 @@ TEST(ExchangeProcessBeyondCrossMemoryCap, ReceiverFollowsTheSendersChoice) {
       options);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ExchangeTest, ::testing::Values(2, 3, 4, 7),
+INSTANTIATE_TEST_SUITE_P(Ranks, Exchange, ::testing::Values(2, 3, 4, 7),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return Concat("R", info.param);
                          });

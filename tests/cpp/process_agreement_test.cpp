@@ -31,11 +31,11 @@ CallSignature Signature(const std::string& op, int64_t count) {
   return s;
 }
 
-class ProcessAgreementTest : public ::testing::TestWithParam<int> {};
+class ProcessAgreement : public ::testing::TestWithParam<int> {};
 
 /// A small AllReduce, an AllToAllV, an AllGatherV and a Broadcast each take one round, with or
 /// without the agreement check before them: the check adds no round.
-TEST_P(ProcessAgreementTest, CheckAddsNoRound) {
+TEST_P(ProcessAgreement, CheckAddsNoRound) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
     auto comm = MakeProcessComm(rank, size, "rounds");
@@ -70,7 +70,7 @@ TEST_P(ProcessAgreementTest, CheckAddsNoRound) {
 
 /// Rank 1 expects a different piece from rank 0: every rank throws the same message, no output
 /// element is written on any rank (its own piece included), and the next call works.
-TEST_P(ProcessAgreementTest, DisagreementFailsEveryRankBeforeAnyOutput) {
+TEST_P(ProcessAgreement, DisagreementFailsEveryRankBeforeAnyOutput) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
@@ -107,7 +107,7 @@ TEST_P(ProcessAgreementTest, DisagreementFailsEveryRankBeforeAnyOutput) {
 }
 
 /// Rank 1 calls the primitive without the check while the others checked: they name rank 1.
-TEST_P(ProcessAgreementTest, UncheckedRankIsNamed) {
+TEST_P(ProcessAgreement, UncheckedRankIsNamed) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
@@ -131,7 +131,7 @@ TEST_P(ProcessAgreementTest, UncheckedRankIsNamed) {
 }
 
 /// A rank that failed its own checks (failedStatus) reaches peers that are inside their call.
-TEST_P(ProcessAgreementTest, LocalFailureMeetsThePeersFirstRound) {
+TEST_P(ProcessAgreement, LocalFailureMeetsThePeersFirstRound) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
@@ -152,7 +152,7 @@ TEST_P(ProcessAgreementTest, LocalFailureMeetsThePeersFirstRound) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Process, ProcessAgreementTest, ::testing::Values(1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(Process, ProcessAgreement, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "R" + std::to_string(info.param);
                          });

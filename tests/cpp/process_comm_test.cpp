@@ -150,9 +150,9 @@ ProcessRanksOptions SmallBuffer() {
   return options;
 }
 
-class ProcessCommTest : public ::testing::TestWithParam<int> {};
+class ProcessComm : public ::testing::TestWithParam<int> {};
 
-TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
+TEST_P(ProcessComm, AllReduceEveryAlgorithmOpDtypeAndSize) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -187,7 +187,7 @@ TEST_P(ProcessCommTest, AllReduceEveryAlgorithmOpDtypeAndSize) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, AllReduceBeyondDefaultBuffer) {
+TEST_P(ProcessComm, AllReduceBeyondDefaultBuffer) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
     auto comm = MakeLcclComm(rank, size, "big");
@@ -203,7 +203,7 @@ TEST_P(ProcessCommTest, AllReduceBeyondDefaultBuffer) {
   });
 }
 
-TEST_P(ProcessCommTest, AllGatherBytesAndAllGatherV) {
+TEST_P(ProcessComm, AllGatherBytesAndAllGatherV) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -249,7 +249,7 @@ TEST_P(ProcessCommTest, AllGatherBytesAndAllGatherV) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, ReduceScatterV) {
+TEST_P(ProcessComm, ReduceScatterV) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -285,7 +285,7 @@ TEST_P(ProcessCommTest, ReduceScatterV) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, AllToAllV) {
+TEST_P(ProcessComm, AllToAllV) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -313,7 +313,7 @@ TEST_P(ProcessCommTest, AllToAllV) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, BroadcastFromEveryRoot) {
+TEST_P(ProcessComm, BroadcastFromEveryRoot) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -342,7 +342,7 @@ TEST_P(ProcessCommTest, BroadcastFromEveryRoot) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, SendRecvEveryPair) {
+TEST_P(ProcessComm, SendRecvEveryPair) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -385,7 +385,7 @@ TEST_P(ProcessCommTest, SendRecvEveryPair) {
       SmallBuffer());
 }
 
-TEST_P(ProcessCommTest, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
+TEST_P(ProcessComm, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
   const int size = GetParam();
   if (size < 2) GTEST_SKIP() << "needs two ranks";
   RunProcessRanks(size, [size](int rank) {
@@ -414,7 +414,7 @@ TEST_P(ProcessCommTest, SendRecvMismatchFailsOnBothSidesAndKeepsTheChannel) {
   });
 }
 
-TEST_P(ProcessCommTest, BarrierWaitsForTheLastRank) {
+TEST_P(ProcessComm, BarrierWaitsForTheLastRank) {
   const int size = GetParam();
   timespec start{};
   clock_gettime(CLOCK_MONOTONIC, &start);
@@ -435,7 +435,7 @@ TEST_P(ProcessCommTest, BarrierWaitsForTheLastRank) {
   });
 }
 
-TEST_P(ProcessCommTest, ReductionsAreBitIdenticalOnEveryRank) {
+TEST_P(ProcessComm, ReductionsAreBitIdenticalOnEveryRank) {
   const int size = GetParam();
   RunProcessRanks(size, [size](int rank) {
     auto comm = MakeLcclComm(rank, size, "bits");
@@ -470,7 +470,7 @@ TEST_P(ProcessCommTest, ReductionsAreBitIdenticalOnEveryRank) {
 
 /// Calls of every kind one after another (random_schedule.h), with a 64 KiB slot (many staged
 /// rounds) and with the default one (one round, process_vm_readv, heap buffers).
-TEST_P(ProcessCommTest, RandomSchedulesMatchTheirGolden) {
+TEST_P(ProcessComm, RandomSchedulesMatchTheirGolden) {
   const int size = GetParam();
   for (bool smallSlot : {true, false}) {
     SCOPED_TRACE(smallSlot ? "COLLOPS_SHM_BYTES=65536" : "default COLLOPS_SHM_BYTES");
@@ -491,7 +491,7 @@ TEST(ProcessCommRegistry, LcclIsRegisteredForMultiProcessMode) {
   EXPECT_NE(std::find(names.begin(), names.end(), "lccl/process"), names.end());
 }
 
-INSTANTIATE_TEST_SUITE_P(Process, ProcessCommTest, ::testing::Values(1, 2, 3, 4, 7),
+INSTANTIATE_TEST_SUITE_P(Process, ProcessComm, ::testing::Values(1, 2, 3, 4, 7),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "R" + std::to_string(info.param);
                          });

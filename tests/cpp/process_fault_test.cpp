@@ -164,26 +164,26 @@ void KillMidCollective(int size, int victim, Loop loop = Loop::kAllReduce) {
   }
 }
 
-TEST(ProcessFaultTest, SigkillDuringAllReduceGivesPeerLostFast) { KillMidCollective(3, 1); }
+TEST(ProcessFault, SigkillDuringAllReduceGivesPeerLostFast) { KillMidCollective(3, 1); }
 
-TEST(ProcessFaultTest, SigkillOfRankZeroGivesPeerLostFast) { KillMidCollective(2, 0); }
+TEST(ProcessFault, SigkillOfRankZeroGivesPeerLostFast) { KillMidCollective(2, 0); }
 
-TEST(ProcessFaultTest, OversubscribedSigkillGivesPeerLostFast) { KillMidCollective(7, 4); }
+TEST(ProcessFault, OversubscribedSigkillGivesPeerLostFast) { KillMidCollective(7, 4); }
 
-TEST(ProcessFaultTest, SigkillDuringSharedBufferAllToAllVGivesPeerLostFast) {
+TEST(ProcessFault, SigkillDuringSharedBufferAllToAllVGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kSharedAllToAllV);
 }
 
-TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllToAllVGivesPeerLostFast) {
+TEST(ProcessFault, SigkillDuringProcessVmReadvAllToAllVGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kCrossMemoryAllToAllV);
 }
 
-TEST(ProcessFaultTest, SigkillDuringProcessVmReadvAllReduceGivesPeerLostFast) {
+TEST(ProcessFault, SigkillDuringProcessVmReadvAllReduceGivesPeerLostFast) {
   KillMidCollective(3, 1, Loop::kCrossMemoryAllReduce);
 }
 
 /// The survivor is waiting for the victim to read its buffer, or reading the victim's.
-TEST(ProcessFaultTest, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
+TEST(ProcessFault, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
   KillMidCollective(2, 1, Loop::kCrossMemorySendRecv);
 }
 
@@ -192,7 +192,7 @@ TEST(ProcessFaultTest, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
 /// failed ("this process already holds rank 0"); and when the child itself called the inherited
 /// communicator, the peers moved the parent's memory (silently wrong results) or failed on its
 /// addresses. Now the child gives the name up at fork, and its calls are refused.
-TEST(ProcessFaultTest, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
+TEST(ProcessFault, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "10";
   RunProcessRanks(
@@ -241,7 +241,7 @@ TEST(ProcessFaultTest, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
 /// that stayed with its forked children, and its next communicator of such a rank was refused with
 /// "this process already holds rank 0 in an earlier communicator that is still alive" while the
 /// child held it. Now every claim is given up, however many there are.
-TEST(ProcessFaultTest, AForkedChildGivesUpEveryClaimHoweverMany) {
+TEST(ProcessFault, AForkedChildGivesUpEveryClaimHoweverMany) {
   constexpr int kClaims = 1100;
   rlimit limit{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
@@ -293,7 +293,7 @@ TEST(ProcessFaultTest, AForkedChildGivesUpEveryClaimHoweverMany) {
 
 /// The segment's size counts the sparse heaps (R x 1 GiB by default): growing it past `ulimit -f`
 /// raised SIGXFSZ, which killed rank 0. Now a clear error naming the limit and the knob.
-TEST(ProcessFaultTest, AFileSizeLimitBelowTheSegmentIsAClearError) {
+TEST(ProcessFault, AFileSizeLimitBelowTheSegmentIsAClearError) {
   RunProcessRanks(1, [](int) {
     const rlimit limit{1 << 20, 1 << 20};
     ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
@@ -341,7 +341,7 @@ std::vector<int> FillDescriptorTableBut(int spare) {
 /// A rank at its open-file limit lost the descriptors rank 0 passed it (the kernel drops them) and
 /// retried until the timeout, then blamed rank 0 ("did not complete the rendezvous"). Now it
 /// fails at once, saying why.
-TEST(ProcessFaultTest, ARankAtItsOpenFileLimitIsToldSo) {
+TEST(ProcessFault, ARankAtItsOpenFileLimitIsToldSo) {
   if (kSanitizersNeedDescriptors) GTEST_SKIP() << "needs a build without sanitizers";
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "20";
@@ -372,7 +372,7 @@ TEST(ProcessFaultTest, ARankAtItsOpenFileLimitIsToldSo) {
 /// connection still queued, it polled and retried in a busy loop until the timeout, when each
 /// rank blamed the other for not arriving. Now rank 0 fails at once naming RLIMIT_NOFILE, and
 /// answers the rank that connected with the same error (through a descriptor kept in reserve).
-TEST(ProcessFaultTest, RankZeroAtItsOpenFileLimitFailsAtOnceAndTellsThePeers) {
+TEST(ProcessFault, RankZeroAtItsOpenFileLimitFailsAtOnceAndTellsThePeers) {
   if (kSanitizersNeedDescriptors) GTEST_SKIP() << "needs a build without sanitizers";
   pid_t* rankZeroPid = SharedArray<pid_t>(1);
   ProcessRanksOptions options;
@@ -423,7 +423,7 @@ bool ConnectedTo(const std::string& name) {
 /// asked once whether rank 0 had exited, but the kernel closes a dying process's sockets before
 /// its pidfd tells, so in most runs rank 1 then retried until COLLOPS_TIMEOUT and said "rank 0
 /// did not arrive". Now it is ERROR_PEER_LOST at once, naming rank 0 and its pid.
-TEST(ProcessFaultTest, RankZeroDyingDuringTheRendezvousIsPeerLostAtOnce) {
+TEST(ProcessFault, RankZeroDyingDuringTheRendezvousIsPeerLostAtOnce) {
   shm::RendezvousSpec spec;
   spec.jobKey = testing::NewJobId();
   spec.domain = "dies-in-rendezvous";
@@ -479,7 +479,7 @@ TEST(ProcessFaultTest, RankZeroDyingDuringTheRendezvousIsPeerLostAtOnce) {
 /// probe its own claim until the listen queue was full, then fail after COLLOPS_TIMEOUT with "held
 /// by a process that never started listening", while rank 1 waited on the first communicator's
 /// listener. Both ranks now refuse at once, saying what to do.
-TEST(ProcessFaultTest, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
+TEST(ProcessFault, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "20";
   RunProcessRanks(
@@ -502,7 +502,7 @@ TEST(ProcessFaultTest, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
 
 /// Under an address-space limit (ulimit -v) even a 1 KiB AllReduce failed with "cannot map",
 /// naming neither the limit nor the sparse heaps that take most of the segment's addresses.
-TEST(ProcessFaultTest, AnAddressSpaceLimitBelowTheSegmentNamesTheLimitAndTheHeaps) {
+TEST(ProcessFault, AnAddressSpaceLimitBelowTheSegmentNamesTheLimitAndTheHeaps) {
   RunProcessRanks(1, [](int) {
     std::ifstream status("/proc/self/status");
     std::string line;
@@ -525,7 +525,7 @@ TEST(ProcessFaultTest, AnAddressSpaceLimitBelowTheSegmentNamesTheLimitAndTheHeap
 
 /// A size whose rounding up to pages overflowed returned a zero-length block at the address the
 /// next allocation got again: two buffers aliasing each other.
-TEST(ProcessFaultTest, AllocateSharedOfAnImpossibleSizeIsNull) {
+TEST(ProcessFault, AllocateSharedOfAnImpossibleSizeIsNull) {
   RunProcessRanks(1, [](int) {
     std::shared_ptr<Communicator> comm = MakeLcclComm(0, 1, "huge-allocation");
     EXPECT_EQ(comm->AllocateShared(SIZE_MAX), nullptr);
@@ -538,7 +538,7 @@ TEST(ProcessFaultTest, AllocateSharedOfAnImpossibleSizeIsNull) {
 
 /// A 4097-byte key broke the rendezvous messages that carry it ("malformed answer from rank 0" on
 /// one rank, a timeout on the other). Every rank now refuses it at once.
-TEST(ProcessFaultTest, AnOverlongJobKeyIsRefusedByEveryRankAtOnce) {
+TEST(ProcessFault, AnOverlongJobKeyIsRefusedByEveryRankAtOnce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_JOB_ID"] = std::string(1025, 'k');
   options.env["COLLOPS_TIMEOUT"] = "20";
@@ -559,7 +559,7 @@ TEST(ProcessFaultTest, AnOverlongJobKeyIsRefusedByEveryRankAtOnce) {
       options);
 }
 
-TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {
+TEST(ProcessFault, RankThatNeverArrivesIsNamedInTimeout) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
   const auto outcomes = RunProcessRanks(
@@ -582,7 +582,7 @@ TEST(ProcessFaultTest, RankThatNeverArrivesIsNamedInTimeout) {
       options);
 }
 
-TEST(ProcessFaultTest, MissingRankZeroIsNamedInTimeout) {
+TEST(ProcessFault, MissingRankZeroIsNamedInTimeout) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
   RunProcessRanks(
@@ -622,15 +622,15 @@ void ExpectTheRankSizeDisagreementNamed(int firstRank) {
   });
 }
 
-TEST(ProcessFaultTest, RankZeroWithAnotherRankSizeIsNamedInItsPeersTimeout) {
+TEST(ProcessFault, RankZeroWithAnotherRankSizeIsNamedInItsPeersTimeout) {
   ExpectTheRankSizeDisagreementNamed(1);
 }
 
-TEST(ProcessFaultTest, APeerWithAnotherRankSizeIsNamedInRankZerosTimeout) {
+TEST(ProcessFault, APeerWithAnotherRankSizeIsNamedInRankZerosTimeout) {
   ExpectTheRankSizeDisagreementNamed(0);
 }
 
-TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
+TEST(ProcessFault, RankMissingFromACollectiveTimesOutNamingIt) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "2";
   RunProcessRanks(
@@ -655,7 +655,7 @@ TEST(ProcessFaultTest, RankMissingFromACollectiveTimesOutNamingIt) {
 
 /// A rank that arrived after its peer had timed out completed the call with the data the peer
 /// posted before giving up: NO_ERROR on one rank, ERROR_TIMEOUT on the other. Now it fails too.
-TEST(ProcessFaultTest, ARankArrivingAfterItsPeerTimedOutFailsToo) {
+TEST(ProcessFault, ARankArrivingAfterItsPeerTimedOutFailsToo) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "1";
   RunProcessRanks(
@@ -682,7 +682,7 @@ TEST(ProcessFaultTest, ARankArrivingAfterItsPeerTimedOutFailsToo) {
 /// neither could move, and both waited out COLLOPS_TIMEOUT; the timeout blamed rank 0 as "stopped
 /// responding". The rank in the send sees its peer sleeping in a collective round it has not
 /// posted, and both fail at once naming the order.
-TEST(ProcessFaultTest, ASendAgainstACollectiveFailsAtOnceNamingTheOrder) {
+TEST(ProcessFault, ASendAgainstACollectiveFailsAtOnceNamingTheOrder) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "30";
   RunProcessRanks(
@@ -714,7 +714,7 @@ TEST(ProcessFaultTest, ASendAgainstACollectiveFailsAtOnceNamingTheOrder) {
       options);
 }
 
-TEST(ProcessFaultTest, AbortStopsThePeersWaitingForThisRankAtOnce) {
+TEST(ProcessFault, AbortStopsThePeersWaitingForThisRankAtOnce) {
   // Rank 0 is alive but gives up (as a hierarchical leader does when its cross-host engine
   // fails): ranks waiting for its broadcast stop within the second, well before the 30 s
   // timeout, naming rank 0 and the reason, and every later call on either side fails.
@@ -750,7 +750,7 @@ TEST(ProcessFaultTest, AbortStopsThePeersWaitingForThisRankAtOnce) {
       options);
 }
 
-TEST(ProcessFaultTest, BrokenCommunicatorIsReplacedWhileStillHeld) {
+TEST(ProcessFault, BrokenCommunicatorIsReplacedWhileStillHeld) {
   // The pool creates the replacement of a broken communicator before it drops the old one, so
   // the new rendezvous must succeed while the broken one (same job, domain, size) is alive.
   ProcessRanksOptions options;
@@ -791,7 +791,7 @@ void TwoJobsShareOneDomain(NameJob nameJob) {
   });
 }
 
-TEST(ProcessFaultTest, TwoJobsWithTheSameDomainNeverCrossTalk) {
+TEST(ProcessFault, TwoJobsWithTheSameDomainNeverCrossTalk) {
   TwoJobsShareOneDomain([](const std::string& base, int job) {
     setenv("COLLOPS_JOB_ID", (base + "-job" + std::to_string(job)).c_str(), 1);
   });
@@ -807,14 +807,14 @@ void UnsetJobKeyEnv() {
 // Two mpirun (or srun) jobs on one host, neither with COLLOPS_JOB_ID: the launcher's job names
 // keep them apart. With the fixed "default" key the second job's ranks found their rank names
 // taken ("already held by pid ...").
-TEST(ProcessFaultTest, JobsOfTwoMpirunsWithTheSameDomainNeverCrossTalk) {
+TEST(ProcessFault, JobsOfTwoMpirunsWithTheSameDomainNeverCrossTalk) {
   TwoJobsShareOneDomain([](const std::string& base, int job) {
     UnsetJobKeyEnv();
     setenv("PMIX_NAMESPACE", (base + "-mpirun" + std::to_string(job)).c_str(), 1);
   });
 }
 
-TEST(ProcessFaultTest, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
+TEST(ProcessFault, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
   TwoJobsShareOneDomain([](const std::string& base, int job) {
     UnsetJobKeyEnv();
     setenv("SLURM_JOB_ID", base.c_str(), 1);
@@ -822,7 +822,7 @@ TEST(ProcessFaultTest, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
   });
 }
 
-TEST(ProcessFaultTest, JobKeyComesFromTheFirstSourceThatIsSet) {
+TEST(ProcessFault, JobKeyComesFromTheFirstSourceThatIsSet) {
   RunProcessRanks(1, [](int) {
     UnsetJobKeyEnv();
     EXPECT_EQ(shm::JobKeyFromEnv(), "default");
@@ -843,7 +843,7 @@ TEST(ProcessFaultTest, JobKeyComesFromTheFirstSourceThatIsSet) {
   });
 }
 
-TEST(ProcessFaultTest, TwoProcessesClaimingOneRankFailNamingTheOther) {
+TEST(ProcessFault, TwoProcessesClaimingOneRankFailNamingTheOther) {
   // Processes 1 and 2 both claim rank 1 of a 2-rank job; exactly one is refused, naming the
   // pid of the other. The winner keeps its communicator alive long enough for the loser to try.
   pid_t* named = SharedArray<pid_t>(3);
@@ -873,7 +873,7 @@ TEST(ProcessFaultTest, TwoProcessesClaimingOneRankFailNamingTheOther) {
   munmap(status, sizeof(int) * 3);
 }
 
-TEST(ProcessFaultTest, ProcessOfAnotherUserIsRefused) {
+TEST(ProcessFault, ProcessOfAnotherUserIsRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to drop a child to uid 65534";
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "20";
@@ -921,7 +921,7 @@ TEST(ProcessFaultTest, ProcessOfAnotherUserIsRefused) {
       options);
 }
 
-TEST(ProcessFaultTest, InvalidBufferSizeFailsOnEveryRank) {
+TEST(ProcessFault, InvalidBufferSizeFailsOnEveryRank) {
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_BYTES"] = "lots";
   options.env["COLLOPS_TIMEOUT"] = "10";
@@ -984,7 +984,7 @@ std::vector<std::string> Residue(const char* dir, const std::set<std::string>& b
   return added;
 }
 
-TEST(ProcessFaultTest, NothingIsLeftBehindAfterNormalExitTimeoutAndSigkill) {
+TEST(ProcessFault, NothingIsLeftBehindAfterNormalExitTimeoutAndSigkill) {
   const std::set<std::string> shmBefore = Listing("/dev/shm"), tmpBefore = Listing("/tmp");
   const std::string sysvBefore =
       FileText("/proc/sysvipc/shm") + FileText("/proc/sysvipc/sem") + FileText("/proc/sysvipc/msg");

@@ -40,7 +40,7 @@ namespace {
 constexpr uint64_t kPage = 4096;
 
 /// A heap over a memfd of its own, so the test can see the pages come and go.
-class HeapFixture : public ::testing::Test {
+class SharedHeap : public ::testing::Test {
  protected:
   void SetUp() override {
     fd_.Reset(memfd_create("heap-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -71,7 +71,7 @@ class HeapFixture : public ::testing::Test {
   shm::SharedHeap heap_;
 };
 
-TEST_F(HeapFixture, WithoutACacheFreedPagesGoBackToTheSystem) {
+TEST_F(SharedHeap, WithoutACacheFreedPagesGoBackToTheSystem) {
   EXPECT_EQ(ResidentBytes(), 0u);
   auto* a = static_cast<uint8_t*>(heap_.Allocate(10 * kPage + 1));
   ASSERT_NE(a, nullptr);
@@ -87,7 +87,7 @@ TEST_F(HeapFixture, WithoutACacheFreedPagesGoBackToTheSystem) {
   for (uint64_t i = 0; i < kPage; ++i) ASSERT_EQ(again[i], 0) << i;
 }
 
-TEST_F(HeapFixture, FreedPagesStayUpToTheCacheLimit) {
+TEST_F(SharedHeap, FreedPagesStayUpToTheCacheLimit) {
   ResetWithCache(16 * kPage);
   auto* a = static_cast<uint8_t*>(heap_.Allocate(11 * kPage));
   ASSERT_NE(a, nullptr);
@@ -120,7 +120,7 @@ TEST_F(HeapFixture, FreedPagesStayUpToTheCacheLimit) {
   EXPECT_EQ(ResidentBytes(), 0u);
 }
 
-TEST_F(HeapFixture, RangeTheSystemCannotBackGivesNullAndKeepsNoPages) {
+TEST_F(SharedHeap, RangeTheSystemCannotBackGivesNullAndKeepsNoPages) {
   // The file ends 8 pages into the heap and may not grow: pages past that cannot be allocated,
   // as when the system is out of memory. The cache is let go first, then the range itself.
   ASSERT_EQ(ftruncate(fd_.Get(), 9 * kPage), 0);
@@ -139,7 +139,7 @@ TEST_F(HeapFixture, RangeTheSystemCannotBackGivesNullAndKeepsNoPages) {
   EXPECT_EQ(ResidentBytes(), 7 * kPage);
 }
 
-TEST_F(HeapFixture, FullHeapGivesNullAndFreedNeighboursMerge) {
+TEST_F(SharedHeap, FullHeapGivesNullAndFreedNeighboursMerge) {
   void* a = heap_.Allocate(16 * kPage);
   void* b = heap_.Allocate(16 * kPage);
   void* c = heap_.Allocate(32 * kPage);
@@ -163,7 +163,7 @@ TEST_F(HeapFixture, FullHeapGivesNullAndFreedNeighboursMerge) {
 /// free punched them out of the parent's buffers (a torch tensor's deleter at the child's exit
 /// zeroed the parent's tensor), and its allocations were the parent's next ones. In a child the
 /// heap now does nothing.
-TEST_F(HeapFixture, AForkedChildNeitherFreesNorAllocatesTheParentsPages) {
+TEST_F(SharedHeap, AForkedChildNeitherFreesNorAllocatesTheParentsPages) {
   auto* a = static_cast<uint8_t*>(heap_.Allocate(2 * kPage));
   ASSERT_NE(a, nullptr);
   std::memset(a, 0x5a, 2 * kPage);
@@ -186,7 +186,7 @@ TEST_F(HeapFixture, AForkedChildNeitherFreesNorAllocatesTheParentsPages) {
   EXPECT_TRUE(heap_.Free(a));
 }
 
-TEST_F(HeapFixture, OffsetOfAcceptsOnlyRangesInside) {
+TEST_F(SharedHeap, OffsetOfAcceptsOnlyRangesInside) {
   auto* a = static_cast<uint8_t*>(heap_.Allocate(kPage));
   EXPECT_EQ(heap_.OffsetOf(a, kPage), 0);
   EXPECT_EQ(heap_.OffsetOf(a + 100, 8), 100);
@@ -272,13 +272,13 @@ ProcessRanksOptions SmallSlots(bool crossMemory = false) {
   return options;
 }
 
-class ProcessHeapTest : public ::testing::TestWithParam<int> {};
+class ProcessHeapCollectives : public ::testing::TestWithParam<int> {};
 
 /// Every placement with and without process_vm_readv for the pieces of ordinary memory (4 KiB and
 /// up with it on, so most pieces of the larger scales take it).
-class ProcessHeapPlacementTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class ProcessHeapPlacement : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-TEST_P(ProcessHeapPlacementTest, AllToAllVInEveryPlacementMatchesGolden) {
+TEST_P(ProcessHeapPlacement, AllToAllVInEveryPlacementMatchesGolden) {
   const auto [size, crossMemory] = GetParam();
   RunProcessRanks(
       size,
@@ -297,7 +297,7 @@ TEST_P(ProcessHeapPlacementTest, AllToAllVInEveryPlacementMatchesGolden) {
       SmallSlots(crossMemory));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapPlacementTest,
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapPlacement,
                          ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
                          [](const auto& info) {
                            return Concat("R", std::get<0>(info.param),
@@ -307,7 +307,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapPlacementTest,
 /// With every output shared, a piece many slots long takes two rounds in all (the first carries
 /// the tables and the first region, the second keeps the buffers until every copy is done)
 /// instead of one per region-full: the direct path is really taken.
-TEST_P(ProcessHeapTest, SharedBuffersTakeTwoRoundsWhateverTheSize) {
+TEST_P(ProcessHeapCollectives, SharedBuffersTakeTwoRoundsWhateverTheSize) {
   const int size = GetParam();
   RunProcessRanks(
       size,
@@ -326,7 +326,7 @@ TEST_P(ProcessHeapTest, SharedBuffersTakeTwoRoundsWhateverTheSize) {
 /// With the default slots every piece here fits one round. A shared input's pieces of 64 KiB and
 /// more skip the slots (copied whole after the first round, hence a second round); shared
 /// outputs alone change nothing, as the first round already carried everything.
-TEST_P(ProcessHeapTest, LargePiecesOfSharedInputsSkipTheSlots) {
+TEST_P(ProcessHeapCollectives, LargePiecesOfSharedInputsSkipTheSlots) {
   const int size = GetParam();
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
@@ -391,7 +391,7 @@ uint64_t CheckedAllReduce(shm::ProcessCommunicator& comm, int64_t count, bool in
 /// AllReduce (reduce-scatter + all-gather, several chunks with 64 KiB slots) where some ranks'
 /// inputs are shared and read in place by the others, in place or not: every rank gets the
 /// rank-order sum, bit for bit.
-TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
+TEST_P(ProcessHeapCollectives, AllReduceWithSharedInputsMatchesGolden) {
   const int size = GetParam();
   // With process_vm_readv on, the slices of 4 KiB and more move that way, shared inputs or not.
   for (const bool crossMemory : {false, true}) {
@@ -410,7 +410,7 @@ TEST_P(ProcessHeapTest, AllReduceWithSharedInputsMatchesGolden) {
 /// in place, three rounds whatever the size), and with only some of them there (staged or cma,
 /// reading the shared inputs in place): golden in every placement, in place or not, from one
 /// chunk of 64 KiB slots to many, with and without process_vm_readv.
-TEST_P(ProcessHeapTest, AllReduceWithEveryBufferInTheHeapsTakesThreeRounds) {
+TEST_P(ProcessHeapCollectives, AllReduceWithEveryBufferInTheHeapsTakesThreeRounds) {
   const int size = GetParam();
   const unsigned all = (1u << size) - 1;
   const Placement placements[] = {{all, all}, {all, 0}, {0, all}, {all, all & ~1u}, {1u, all}};
@@ -440,7 +440,7 @@ TEST_P(ProcessHeapTest, AllReduceWithEveryBufferInTheHeapsTakesThreeRounds) {
 /// where cma does not): from 64 KiB, every buffer in the heaps takes the heap path (three
 /// rounds), and ranks whose input and output are in their heap stage nothing, their inputs read
 /// in place and kept there by one more round (two); below 64 KiB, one round whatever the buffers.
-TEST_P(ProcessHeapTest, LargeOneShotAllReduceReadsHeapInputsInPlace) {
+TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
   const int size = GetParam();
   const unsigned all = (1u << size) - 1;
   struct Case {
@@ -474,7 +474,7 @@ TEST_P(ProcessHeapTest, LargeOneShotAllReduceReadsHeapInputsInPlace) {
 /// AllGatherV (uneven, gaps between the pieces) and Broadcast from every root, with the inputs
 /// of some ranks shared: the others read those in place. Pieces from below the whole-piece size
 /// to many slots long. Checks every byte, and that a large shared exchange takes two rounds.
-TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
+TEST_P(ProcessHeapCollectives, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
   const int size = GetParam();
   ForEachSharedInputSet(
       size, "heap-gather", {1, 3000, 40000}, [&](auto& comm, int64_t scale, unsigned shared) {
@@ -516,7 +516,7 @@ TEST_P(ProcessHeapTest, AllGatherVAndBroadcastWithSharedInputsMatchGolden) {
 /// ReduceScatterV (uneven pieces, gaps in the input) with the inputs of some ranks shared: their
 /// pieces of 8 KiB and more are reduced in place by their receivers. Every rank's result must be
 /// the rank-order sum, bit for bit; a fully shared exchange takes two rounds whatever its size.
-TEST_P(ProcessHeapTest, ReduceScatterVWithSharedInputsMatchesGolden) {
+TEST_P(ProcessHeapCollectives, ReduceScatterVWithSharedInputsMatchesGolden) {
   const int size = GetParam();
   ForEachSharedInputSet(
       size, "heap-rs", {1, 1000, 12000}, [&](auto& comm, int64_t scale, unsigned shared) {
@@ -548,7 +548,7 @@ TEST_P(ProcessHeapTest, ReduceScatterVWithSharedInputsMatchesGolden) {
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapTest, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessHeapCollectives, ::testing::Values(2, 3, 4));
 
 TEST(ProcessHeap, HeapSizeBoundsAllocationsAndZeroDisablesIt) {
   ProcessRanksOptions options;
@@ -742,7 +742,7 @@ TEST(ProcessHeap, ThreadModeHasNoHeap) {
 /// exchange many regions long takes two rounds instead of one per region (every piece here of
 /// 4 KiB and more moves so; smaller ones fit a region), and matches golden (CheckedAllToAllV
 /// checks every byte, gaps included); with COLLOPS_SHM_CMA_BYTES=0 it is staged again.
-TEST_P(ProcessHeapTest, LargeOrdinaryPiecesMoveByProcessVmReadv) {
+TEST_P(ProcessHeapCollectives, LargeOrdinaryPiecesMoveByProcessVmReadv) {
   const int size = GetParam();
   for (const bool on : {true, false}) {
     const ProcessRanksOptions options = SmallSlots(on);
@@ -768,7 +768,7 @@ TEST_P(ProcessHeapTest, LargeOrdinaryPiecesMoveByProcessVmReadv) {
 /// reduce-scatter + all-gather takes two per half-slot chunk; golden either way. R=2 by the
 /// automatic rule (it takes this path on any number of CPUs); R>2 forced, since with more than two
 /// ranks per CPU the rule keeps the staged path.
-TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
+TEST_P(ProcessHeapCollectives, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
   const int size = GetParam();
   for (const bool on : {true, false}) {
     ProcessRanksOptions options = SmallSlots(on);
@@ -793,7 +793,7 @@ TEST_P(ProcessHeapTest, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
 /// A raw AllReduce (no agreement check before it) whose counts differ across ranks would write past
 /// the smaller outputs of the peers: every rank fails with ERROR_RANK_MISMATCH before moving any
 /// data (the outputs keep their poison), and the next, agreeing call works.
-TEST_P(ProcessHeapTest, RawProcessVmWritevAllReduceWithDisagreeingCountsFailsBeforeWriting) {
+TEST_P(ProcessHeapCollectives, RawProcessVmWritevAllReduceWithDisagreeingCountsFailsBeforeWriting) {
   const int size = GetParam();
   ProcessRanksOptions options = SmallSlots(true);
   options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";
@@ -846,7 +846,7 @@ uint64_t CheckedGatherAndBroadcast(shm::ProcessCommunicator& comm, size_t bytes)
 /// AllGather and Broadcast (forced to process_vm_readv, as the automatic rule keeps them staged
 /// on an oversubscribed host): receivers read every input of 4 KiB and more from its rank's
 /// process, so a call many slots long takes two rounds; golden either way.
-TEST_P(ProcessHeapTest, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds) {
+TEST_P(ProcessHeapCollectives, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds) {
   const int size = GetParam();
   for (const bool on : {true, false}) {
     ProcessRanksOptions options = SmallSlots(on);
@@ -872,7 +872,7 @@ TEST_P(ProcessHeapTest, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds
 /// not read the one it published for an earlier call: a Broadcast by process_vm_readv takes two
 /// rounds, so the next call's first round reuses its slot. The old buffer still holds other
 /// values; a peer that read it would get them instead of the heap buffer's.
-TEST_P(ProcessHeapTest, SharedBroadcastAfterProcessVmReadvOneReadsOnlyTheHeap) {
+TEST_P(ProcessHeapCollectives, SharedBroadcastAfterProcessVmReadvOneReadsOnlyTheHeap) {
   const int size = GetParam();
   ProcessRanksOptions options = SmallSlots(true);
   options.env["COLLOPS_ALGO_BROADCAST"] = "cma";
@@ -926,7 +926,7 @@ void RefuseCrossMemory(bool closed = true) {
 
 /// Where the kernel refuses process_vm_readv, the probe at creation finds out on every rank and
 /// every piece is staged: the same results, no error.
-TEST_P(ProcessHeapTest, RefusedProcessVmReadvFallsBackToStagedCopies) {
+TEST_P(ProcessHeapCollectives, RefusedProcessVmReadvFallsBackToStagedCopies) {
   const int size = GetParam();
   ProcessRanksOptions options = SmallSlots(true);
   options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";

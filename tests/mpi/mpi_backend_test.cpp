@@ -161,10 +161,10 @@ TEST(MpiExchange, GroupsNeverDeadlockAndMismatchesFailOnBothSides) {
 }
 
 /// The movement primitives on the 1-byte types the suite does not cover (bool, uint8, int8).
-// Run only by ctest's MpiWatchdog.R2 (COLLOPS_TIMEOUT=2), which passes when the output carries
-// the watchdog's message: rank 1 never makes the AllReduce that rank 0 blocks in, so rank 0's
-// watchdog must end it naming the op and the rank, and mpirun then ends the job (no hang).
-TEST(DISABLED_MpiWatchdog, BlockedCallEndsTheJobNamingOpAndRank) {
+/// Run only by ctest's MpiWatchdog.R2 (COLLOPS_TIMEOUT=2), which passes when the output carries
+/// the watchdog's message: rank 1 never makes the AllReduce that rank 0 blocks in, so rank 0's
+/// watchdog must end it naming the op and the rank, and mpirun then ends the job (no hang).
+TEST(MpiWatchdogStandalone, BlockedCallEndsTheJobNamingOpAndRank) {
   const int R = WorldSize(), me = WorldRank();
   Status status;
   std::string message;
@@ -202,22 +202,19 @@ TEST(MpiRankTable, TwoServersUnderMpirunOnOneNodeRunHierarchicallyOverMpi) {
   EXPECT_EQ(out, 10);
 }
 
-// Run only by ctest's MpiAfterFinalize.R1 (the application initialises MPI), which passes on the
-// marker line alone: main() then reports that MPI was finalised under it, as it should here. An
-// operation on a communicator made before the application's MPI_Finalize used to call into MPI
-// and abort the process; it must fail with ERROR_BACKEND_UNAVAILABLE instead.
-TEST(DISABLED_MpiAfterFinalize, AnOperationAfterTheApplicationsFinalizeIsRefused) {
+/// Run only by ctest's MpiAfterFinalize.R1 (the application initialises MPI): an operation on a
+/// communicator made before the application's MPI_Finalize must fail with
+/// ERROR_BACKEND_UNAVAILABLE, not call into MPI (which aborts the process).
+TEST(MpiAfterFinalizeStandalone, AnOperationAfterTheApplicationsFinalizeIsRefused) {
   ASSERT_TRUE(ApplicationInitialisedMpi());
   OperationPtr op = MakeOperation(
       "BarrierOperation",
       {{"backend", "mpi"}, {"rank", 0}, {"rankSize", 1}, {"commDomain", "after-finalize"}});
   std::vector<HostTensor> none;
   ASSERT_EQ(RunOperation(*op, Tensors(none), Tensors(none)), NO_ERROR) << LastErrorMessage();
-  MPI_Finalize();
-  const Status status = RunOperation(*op, Tensors(none), Tensors(none));
-  EXPECT_EQ(status, ERROR_BACKEND_UNAVAILABLE);
+  FinaliseMpiAsTheApplication();
+  EXPECT_EQ(RunOperation(*op, Tensors(none), Tensors(none)), ERROR_BACKEND_UNAVAILABLE);
   EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("MPI has been finalised in this process"));
-  if (status == ERROR_BACKEND_UNAVAILABLE) std::printf("refused after MPI_Finalize\n");
 }
 
 /// Every rank of a call must take the same path (one MPI collective, or chunked point to point),
@@ -425,7 +422,7 @@ bool MarkAndAwaitOtherJob(const std::string& dir) {
 /// lccl domain, without COLLOPS_JOB_ID. Each job's rank 0 marks the directory once its job holds
 /// its communicator and then waits for the other job's mark, so both jobs hold theirs at the same
 /// time; with one job key for both, the later job's ranks would find their names taken.
-TEST(DISABLED_MpiJobKey, JobsOfTwoMpirunsHoldOneDomainAtOnce) {
+TEST(MpiJobKeyStandalone, JobsOfTwoMpirunsHoldOneDomainAtOnce) {
   const char* dir = std::getenv("COLLOPS_TEST_CONCURRENT_JOBS_DIR");
   ASSERT_NE(dir, nullptr) << "run through tests/mpi/concurrent_jobs.sh";
   const char* mpirunJob = std::getenv("PMIX_NAMESPACE");

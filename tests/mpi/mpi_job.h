@@ -23,6 +23,9 @@ std::string JobTag();
 bool ApplicationInitialisedMpi();
 /// Whether MPI was initialised when main() started (false unless something else initialised it).
 bool MpiInitialisedAtStart();
+/// MPI_Finalize called by a test in the application's place (COLLOPS_TEST_MPI_INIT=app): main()
+/// then leaves MPI alone, and the run passes or fails on its tests alone.
+void FinaliseMpiAsTheApplication();
 
 }  // namespace testing
 }  // namespace collops

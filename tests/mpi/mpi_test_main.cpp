@@ -25,6 +25,7 @@ namespace {
 
 bool gAppInit = false;
 bool gInitialisedAtStart = false;
+bool gTestFinalisedMpi = false;
 
 int EnvInt(const char* name, int fallback) {
   const char* text = std::getenv(name);
@@ -56,6 +57,10 @@ std::string TestRankTable() { return EnvString("COLLOPS_TEST_RANK_TABLE", ""); }
 std::string JobTag() { return "mpi-" + EnvString("PMIX_NAMESPACE", "singleton"); }
 bool ApplicationInitialisedMpi() { return gAppInit; }
 bool MpiInitialisedAtStart() { return gInitialisedAtStart; }
+void FinaliseMpiAsTheApplication() {
+  gTestFinalisedMpi = true;
+  MPI_Finalize();
+}
 
 }  // namespace testing
 }  // namespace collops
@@ -74,8 +79,11 @@ int main(int argc, char** argv) {
   } else {
     std::atexit(&CheckLibraryFinalisedMpi);
   }
+  // Tests that must run alone in a job of their own (they end the job, or finalise MPI) run only
+  // when a --gtest_filter names them: ctest's `standalone` entries.
+  if (GTEST_FLAG_GET(filter) == "*") GTEST_FLAG_SET(filter, "-*Standalone.*");
   const int failed = RUN_ALL_TESTS();
-  if (gAppInit) {
+  if (gAppInit && !gTestFinalisedMpi) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) {
