@@ -93,8 +93,10 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
   for (int r = 1; r < size; ++r) {
     const WireHeader b = header(r);
     if (a.opHash != b.opHash || a.hasCounts != b.hasCounts) {
+      // The names are the ranks' own bytes: a record written over may have no terminator.
       Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the operation: rank 0 runs ",
-           a.opName, " but rank ", r, " runs ", b.opName);
+           PeerText(a.opName, sizeof a.opName), " but rank ", r, " runs ",
+           PeerText(b.opName, sizeof b.opName));
     }
     if (a.dtype != b.dtype) {
       Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on dtype: rank 0 has ",

@@ -1,5 +1,7 @@
 #include "collops/status.h"
 
+#include <cstdio>
+
 namespace collops {
 namespace {
 thread_local std::string lastErrorMessage;
@@ -54,6 +56,21 @@ const char* StatusName(int32_t status) {
     default:
       return "UNKNOWN_STATUS";
   }
+}
+
+std::string PeerText(const char* data, size_t capacity) {
+  std::string text;
+  for (size_t i = 0; i < capacity && data[i] != '\0'; ++i) {
+    const auto byte = static_cast<unsigned char>(data[i]);
+    if (byte >= 0x20 && byte < 0x7f) {
+      text.push_back(static_cast<char>(byte));
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", byte);
+      text += escaped;
+    }
+  }
+  return text;
 }
 
 const std::string& LastErrorMessage() { return lastErrorMessage; }

@@ -50,6 +50,21 @@ std::string HostIdentity() {
 
 std::string HostKey(const std::string& identity) { return identity.substr(0, identity.find('@')); }
 
+std::string HostIdentityRecord(const std::string& identity) {
+  std::string record = identity.substr(0, kHostIdentityRecordBytes - 1);
+  record.resize(kHostIdentityRecordBytes, '\0');
+  return record;
+}
+
+std::vector<std::string> HostIdentitiesFromRecords(const char* records, int count) {
+  std::vector<std::string> identities;
+  for (int r = 0; r < count; ++r) {
+    identities.push_back(
+        PeerText(records + r * kHostIdentityRecordBytes, kHostIdentityRecordBytes));
+  }
+  return identities;
+}
+
 std::vector<int> HostLayout::RanksOn(int host) const {
   std::vector<int> ranks;
   for (int r = 0; r < static_cast<int>(hostOfRank.size()); ++r) {

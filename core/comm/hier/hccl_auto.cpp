@@ -29,9 +29,6 @@ namespace collops {
 namespace hier {
 namespace {
 
-/// Bytes per rank in the identity exchange; an identity is ~100 characters.
-constexpr size_t kIdentityBytes = 256;
-
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? std::string() : std::string(value);
@@ -113,14 +110,10 @@ std::shared_ptr<Communicator> CreateEngine(const CommParam& param, bool tableSpa
 }
 
 std::vector<std::string> ExchangeIdentities(Communicator& flat) {
-  std::string mine = HostIdentity();
-  mine.resize(kIdentityBytes - 1, '\0');
-  mine.push_back('\0');
-  std::vector<char> all(kIdentityBytes * flat.Size());
-  flat.AllGatherBytes(mine.data(), all.data(), kIdentityBytes);
-  std::vector<std::string> identities;
-  for (int r = 0; r < flat.Size(); ++r) identities.emplace_back(all.data() + r * kIdentityBytes);
-  return identities;
+  const std::string mine = HostIdentityRecord(HostIdentity());
+  std::vector<char> all(kHostIdentityRecordBytes * flat.Size());
+  flat.AllGatherBytes(mine.data(), all.data(), kHostIdentityRecordBytes);
+  return HostIdentitiesFromRecords(all.data(), flat.Size());
 }
 
 /// A table may split one real host into several servers (each gets its own lccl communicator),

@@ -347,7 +347,16 @@ void ProcessCommunicator::ThrowIfAborted() {
   const uint64_t word = segment_.Header().abort.load(std::memory_order_acquire);
   if (word != 0) {
     const AbortRecord abort = UnpackAbort(word);
-    const int culprit = abort.culprit >= 0 && abort.culprit < size_ ? abort.culprit : 0;
+    if (abort.reporter < 0 || abort.reporter >= size_ || abort.culprit < -1 ||
+        abort.culprit >= size_) {
+      // Every rank writes itself as the reporter and a rank (or -1) as the culprit: anything
+      // else was written over, and names no rank to look up.
+      Break(ERROR_COMM_FAIL, -1,
+            Concat(Where(), "the segment's abort record (culprit ", abort.culprit, ", reporter ",
+                   abort.reporter, ") names no rank of ", size_,
+                   ": a process wrote over the shared memory (memory corruption?)"));
+    }
+    const int culprit = abort.culprit >= 0 ? abort.culprit : 0;
     const Status status = abort.status == ERROR_TIMEOUT ? ERROR_TIMEOUT : ERROR_PEER_LOST;
     if (abort.status == ERROR_RANK_MISMATCH) {  // CheckCallOrder() on the reporter
       Break(ERROR_RANK_MISMATCH, culprit,

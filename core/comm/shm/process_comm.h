@@ -94,6 +94,8 @@ class ProcessCommunicator final : public Communicator {
   uint64_t Rounds() const { return round_; }
   /// Bytes of this rank's heap handed out by AllocateShared (tests).
   uint64_t SharedBytes() const { return heap_.AllocatedBytes(); }
+  /// The shared segment (tests write into it as a peer that scribbles on it would).
+  const Segment& SharedSegment() const { return segment_; }
 
  private:
   // --- process_comm.cpp: round synchronisation and failure handling ---
@@ -177,6 +179,9 @@ class ProcessCommunicator final : public Communicator {
   /// Takes every step of t that needs no waiting; true when it took any. A mismatch with the
   /// peer's announcement ends t and, when it is the group's first, is described in `mismatch`.
   bool Advance(Transfer& t, const std::vector<Transfer>& group, std::string& mismatch);
+  /// A staged receive: where t's chunks lie in the sender's slot, as its announcement says;
+  /// breaks the communicator (ERROR_COMM_FAIL naming the sender) when that is outside the slot.
+  void ReceiveStaged(Transfer& t);
   /// Whether t's peer has done what t waits for (its next step would not wait).
   bool Ready(const Transfer& t) const;
   void Ring(int peer) { segment_.Rank(peer).bell.Notify(); }

@@ -152,6 +152,22 @@ void ProcessCommunicator::Announce(Transfer& t) {
   t.stage = Transfer::kAnnounced;
 }
 
+void ProcessCommunicator::ReceiveStaged(Transfer& t) {
+  // The sender's record is its own bytes in shared memory: read once, checked, then used.
+  const int peer = t.op.peer;
+  const uint64_t offset = t.theirs->stagingOffset[t.slot];
+  const uint64_t chunkBytes = t.theirs->chunkBytes[t.slot];
+  const uint64_t half = segment_.HalfBytes();
+  if (chunkBytes == 0 || offset > half || chunkBytes > (half - offset) / 2) {
+    Break(ERROR_COMM_FAIL, peer,
+          Concat(Where(), "rank ", peer, " (", PidOf(peer), ") announced message ", t.message,
+                 " in two chunks of ", chunkBytes, " bytes at offset ", offset, ", outside the ",
+                 half, "-byte half of its slot (memory corruption?)"));
+  }
+  t.staging = segment_.Half(peer, t.theirs->stagingHalf[t.slot]) + offset;
+  t.chunkBytes = chunkBytes;
+}
+
 bool ProcessCommunicator::Ready(const Transfer& t) const {
   const uint64_t theirChunks = t.theirs->chunks.load(std::memory_order_acquire);
   switch (t.stage) {
@@ -198,9 +214,7 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
     t.index = t.send ? sendChunks_[peer] : recvChunks_[peer];
     if (!t.send) {
       t.cross = t.theirs->address[t.slot] != 0;
-      t.staging =
-          segment_.Half(peer, t.theirs->stagingHalf[t.slot]) + t.theirs->stagingOffset[t.slot];
-      t.chunkBytes = t.theirs->chunkBytes[t.slot];
+      if (!t.cross && t.bytes != 0) ReceiveStaged(t);
     }
     if (t.cross) {
       if (!t.send) {

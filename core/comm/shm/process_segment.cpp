@@ -192,6 +192,15 @@ Segment Segment::Attach(int fd, int rankSize) {
          " and ", header.rankSize, " ranks; this rank expects version ", kSegmentVersion, " and ",
          rankSize, " ranks (mixed collops builds?)");
   }
+  // Bounded before the layout multiplies them by rankSize: a value written over could otherwise
+  // wrap the arithmetic around to the real size and point the slots outside the mapping.
+  if (header.slotBytes == 0 || header.slotBytes > kMaxSlotBytes ||
+      header.slotBytes % (2 * kPage) != 0 || header.heapBytes > kMaxHeapBytes ||
+      header.heapBytes % kPage != 0) {
+    Fail(ERROR_COMM_FAIL, "lccl: the shared segment from rank 0 has slots of ", header.slotBytes,
+         " bytes and heaps of ", header.heapBytes, " bytes, outside what any rank 0 creates ",
+         "(memory corruption?)");
+  }
   const SegmentLayout layout = SegmentLayout::For(rankSize, header.slotBytes, header.heapBytes);
   if (layout.totalBytes != static_cast<uint64_t>(st.st_size)) {
     Fail(ERROR_COMM_FAIL, "lccl: the shared segment from rank 0 has ", st.st_size,

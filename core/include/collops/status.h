@@ -64,6 +64,11 @@ std::string Concat(Args&&... args) {
   return out.str();
 }
 
+/// Text another process wrote into a fixed field of `capacity` bytes, for a message: its bytes up
+/// to the first NUL (all `capacity` of them when it has none, never one past them), printable
+/// ASCII as is and every other byte as \xNN.
+std::string PeerText(const char* data, size_t capacity);
+
 /// Throws Error(status, Concat(args...)).
 template <class... Args>
 [[noreturn]] void Fail(Status status, Args&&... args) {

@@ -4,6 +4,7 @@
 // (rank_table.h) or from exchanging HostIdentity() through the engine.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,14 @@ std::string HostIdentity();
 
 /// The part of an identity that says which host it is (before the first '@').
 std::string HostKey(const std::string& identity);
+
+/// Bytes per rank when identities travel as fixed-size records (an AllGatherBytes).
+constexpr size_t kHostIdentityRecordBytes = 256;
+/// `identity` as such a record: cut to kHostIdentityRecordBytes - 1 bytes, NUL padded.
+std::string HostIdentityRecord(const std::string& identity);
+/// The identities in `count` gathered records. Each is another process's bytes: read up to its
+/// first NUL or its end, never past it, non-printable bytes escaped (PeerText).
+std::vector<std::string> HostIdentitiesFromRecords(const char* records, int count);
 
 /// The ranks of a job grouped by host.
 struct HostLayout {
