@@ -60,6 +60,7 @@ void ExpectStagingRecordRefused(uint64_t stagingOffset, uint64_t chunkBytes) {
           side.stagingOffset[1] = stagingOffset;
           side.chunkBytes[1] = chunkBytes;
           side.address[1] = 0;
+          side.chunks.store(1, std::memory_order_release);  // "its first chunk is there"
           side.messages.store(1, std::memory_order_release);
           segment.Rank(1).bell.Notify();
           AwaitAbort(segment);
