@@ -77,17 +77,17 @@ void ExpectStagingRecordRefused(uint64_t stagingOffset, uint64_t chunkBytes) {
       options);
 }
 
-TEST(SegmentPeerValidation, AWildStagingOffsetIsAnErrorNamingTheSender) {
+TEST(ProcessScribbledSegment, AWildStagingOffsetIsAnErrorNamingTheSender) {
   ExpectStagingRecordRefused(uint64_t{1} << 40, 4096);
 }
 
-TEST(SegmentPeerValidation, ChunksReachingPastTheSlotAreAnErrorNamingTheSender) {
+TEST(ProcessScribbledSegment, ChunksReachingPastTheSlotAreAnErrorNamingTheSender) {
   ExpectStagingRecordRefused(0, uint64_t{1} << 62);
 }
 
-TEST(SegmentPeerValidation, AnEmptyChunkIsAnErrorNotAStall) { ExpectStagingRecordRefused(0, 0); }
+TEST(ProcessScribbledSegment, AnEmptyChunkIsAnErrorNotAStall) { ExpectStagingRecordRefused(0, 0); }
 
-TEST(SegmentPeerValidation, AnAbortRecordNamingNoRankIsAnErrorNotALookup) {
+TEST(ProcessScribbledSegment, AnAbortRecordNamingNoRankIsAnErrorNotALookup) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "10";
   RunProcessRanks(
@@ -106,7 +106,7 @@ TEST(SegmentPeerValidation, AnAbortRecordNamingNoRankIsAnErrorNotALookup) {
       options);
 }
 
-TEST(SegmentPeerValidation, AnUnterminatedOpNameIsReadWithinItsRecord) {
+TEST(PeerRecordText, AnUnterminatedOpNameIsReadWithinItsRecord) {
   const int size = 2;
   const size_t stride = AgreementRecordBytes(size);
   std::vector<uint8_t> records(2 * stride);
@@ -119,15 +119,15 @@ TEST(SegmentPeerValidation, AnUnterminatedOpNameIsReadWithinItsRecord) {
   std::memset(records.data() + stride, 'X', 47);
   records[stride + 47] = static_cast<uint8_t>(0xff);
   std::string message;
-  EXPECT_EQ(CaughtStatus([&] { CheckAgreementRecords(records.data(), stride, size, first); },
-                         &message),
-            ERROR_RANK_MISMATCH);
+  EXPECT_EQ(
+      CaughtStatus([&] { CheckAgreementRecords(records.data(), stride, size, first); }, &message),
+      ERROR_RANK_MISMATCH);
   const std::string expected = "rank 1 runs " + std::string(47, 'X') + "\\xFF";
   ASSERT_GE(message.size(), expected.size()) << message;
   EXPECT_EQ(message.substr(message.size() - expected.size()), expected) << message;
 }
 
-TEST(SegmentPeerValidation, AnUnterminatedHostIdentityIsReadWithinItsRecord) {
+TEST(PeerRecordText, AnUnterminatedHostIdentityIsReadWithinItsRecord) {
   std::string records(2 * kHostIdentityRecordBytes, '\0');
   records.replace(0, kHostIdentityRecordBytes, kHostIdentityRecordBytes, 'A');
   records[kHostIdentityRecordBytes - 1] = '\n';
@@ -140,7 +140,7 @@ TEST(SegmentPeerValidation, AnUnterminatedHostIdentityIsReadWithinItsRecord) {
             std::vector<std::string>{"C@c"});
 }
 
-TEST(SegmentPeerValidation, SlotSizesThatWrapTheLayoutAroundAreRefused) {
+TEST(SegmentHeader, SlotSizesThatWrapTheLayoutAroundAreRefused) {
   // A header whose slot size, times the rank count, wraps around to the segment's real size:
   // unchecked, the slots would lie 2^63 bytes away from the mapping.
   const uint64_t slotBytes = 1 << 20;
