@@ -27,7 +27,7 @@ snapshot() {
   echo ---; cat /proc/sysvipc/shm /proc/sysvipc/sem
 }
 snapshot >build/residue.before
-# BenchOptions is tests/python/test_bench_options.py, which pytest runs next on this build.
+# BenchOptions is tests/python/bench/test_bench_options.py, which pytest runs next on this build.
 (cd build && ctest -j2 --output-on-failure --timeout 300 -E '^BenchOptions$')
 step "pytest"
 COLLOPS_BUILD_DIR="$PWD/build" python3 -m pytest tests/python -q

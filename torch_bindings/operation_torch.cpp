@@ -12,7 +12,7 @@
 // The GIL: methods of a torch custom class called from Python run through
 // torch::jit::runAndInsertCall, which releases the GIL around the call. So a rank blocked in a
 // collective never stops the other Python threads, and threads can be the ranks of a
-// commMode 1 job; tests/python/test_operation_torch_threads.py checks exactly that.
+// commMode 1 job; tests/python/operation_torch/test_operation_torch_threads.py checks exactly that.
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>

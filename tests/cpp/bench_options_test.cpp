@@ -2,7 +2,7 @@
 // -b abc and -e 9e18 sent Sizes() into an endless loop of allocations), the size sweep stops at
 // -e without overflowing, and AllGatherV's blocks are uneven like ReduceScatterV's, as
 // docs/performance.md says and bench/gloo_worker.py measures. The tools themselves, run with
-// each bad option, are tests/python/test_bench_options.py.
+// each bad option, are tests/python/bench/test_bench_options.py.
 #include <gtest/gtest.h>
 
 #include <cstdint>

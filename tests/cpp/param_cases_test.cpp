@@ -1,7 +1,8 @@
 // The shared case rows (tests/cases/*.json) through the C++ parser, so ctest alone covers them;
-// the schemas agree with the parser on the same rows (tests/python/test_param_schemas.py). Also:
-// every registered op has a schema whose keys and defaults are its param struct's, and a fuzz
-// test of CreateOperation's JSON and text overloads.
+// the schemas agree with the parser on the same rows
+// (tests/python/schemas/test_param_schemas.py). Also: every registered op has a schema whose keys
+// and defaults are its param struct's, and a fuzz test of CreateOperation's JSON and text
+// overloads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# mpirun's "ssh" into a simulated host (tests/python/netns_harness.py):
+# mpirun's "ssh" into a simulated host (tests/python/harness/netns_harness.py):
 #   mpirun --mca plm_rsh_agent tests/netns/rsh_agent.sh --host 10.231.0.1:2,10.231.0.2:2 ...
 # OpenMPI calls it as `rsh_agent.sh [ssh options] <host> <command words...>`, exactly as it
 # would call ssh; the command (an orted launch line with shell syntax: PATH=...; export ...) runs

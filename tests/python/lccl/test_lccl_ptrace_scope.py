@@ -16,10 +16,9 @@ import time
 import pytest
 
 from rank_harness import communicate_with_ranks
-from repo_paths import PYTHON_DIR, REPO
+from repo_paths import PRELOAD_DIR, PYTHON_DIR, RANKS_DIR, REPO
 
-HERE = os.path.join(REPO, "tests", "python")
-RANK_SCRIPT = os.path.join(HERE, "cross_memory_rank.py")
+RANK_SCRIPT = os.path.join(RANKS_DIR, "cross_memory_rank.py")
 # Runs "$@" with /proc/sys/kernel replaced by a tmpfs holding only yama/ptrace_scope = $SCOPE
 # ("none": no yama directory, as on a kernel without Yama).
 FAKE_SCOPE = ('mount -t tmpfs fake-sysctl /proc/sys/kernel && '
@@ -48,7 +47,7 @@ pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABL
 def shim(tmp_path_factory):
     library = tmp_path_factory.mktemp("fake_yama") / "libfake_yama.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(library),
-                    os.path.join(HERE, "fake_yama.c"), "-ldl"], check=True)
+                    os.path.join(PRELOAD_DIR, "fake_yama.c"), "-ldl"], check=True)
     return str(library)
 
 

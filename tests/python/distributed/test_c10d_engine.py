@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from repo_paths import PYTHON_DIR
+from repo_paths import PYTHON_DIR, RANKS_DIR
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RANK_SCRIPT = os.path.join(HERE, "c10d_engine_rank.py")
+RANK_SCRIPT = os.path.join(RANKS_DIR, "c10d_engine_rank.py")
 DEADLINE = float(os.environ.get("COLLOPS_TEST_DEADLINE", "240"))
 
 
@@ -31,7 +30,7 @@ def run_job(world_size, **env_extra):
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world_size),
                COLLOPS_JOB_ID=f"c10d-engine-{os.getpid()}-{time.time_ns()}",
-               PYTHONPATH=os.pathsep.join([PYTHON_DIR, HERE, env.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([PYTHON_DIR, env.get("PYTHONPATH", "")]))
     env.setdefault("COLLOPS_TIMEOUT", "60")
     env.update(env_extra)
     # COLLOPS_TEST_HOST_IDS="a,a,b,b": rank r pretends to be on host ids[r] (COLLOPS_HOST_ID).

@@ -1,8 +1,9 @@
 """One rank of the backend "c10d" golden job: every operation through OperationTorch on a
 torch.distributed gloo group, checked against goldens computed independently on this rank.
 
-Standalone, so the same body runs under pytest (tests/python/test_c10d_engine.py) and as one
-rank of a job spread over network namespaces or hosts. Everything comes from the environment:
+Standalone, so the same body runs under pytest (tests/python/distributed/test_c10d_engine.py)
+and as one rank of a job spread over network namespaces or hosts. Everything comes from the
+environment:
 
     RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT   torch.distributed's env:// rendezvous
     COLLOPS_TEST_BACKEND   the ops' "backend" param: "c10d" (default), or e.g. "hccl" to run the
@@ -10,7 +11,7 @@ rank of a job spread over network namespaces or hosts. Everything comes from the
     COLLOPS_TEST_CASES     comma-separated subset of the case names below (default: all)
     COLLOPS_TEST_GROUP_BACKEND  the torch.distributed backend of the groups (default "gloo")
 
-    PYTHONPATH=<repo>/python:<repo>/tests/python \\
+    PYTHONPATH=<repo>/python \\
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 c10d_engine_rank.py
 
 Prints "rank R: <case> <domain>: PASS" per case and "rank R: ALL PASS" at the end; exits 0 only
@@ -25,9 +26,10 @@ import traceback
 import torch
 import torch.distributed as dist
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+# The shared harness modules (tests/python/harness) import by name.
+_HARNESS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "harness")
+if _HARNESS not in sys.path:
+    sys.path.insert(0, _HARNESS)
 
 import collops  # noqa: E402,F401  (registers OperationTorch and the c10d backend)
 import golden_harness as golden  # noqa: E402

@@ -22,9 +22,9 @@ pytest workers at once get 10.231.0.x and 10.231.1.x and never share a bridge or
 Use it as a context manager (teardown also runs on failures and KeyboardInterrupt; SIGTERM is
 turned into SystemExit while it is up), or from the shell::
 
-    python3 tests/python/netns_harness.py check        # prints why it cannot run, exit 1
-    python3 tests/python/netns_harness.py cleanup      # removes stale collops-* namespaces
-    python3 tests/python/netns_harness.py shell 2      # 2 hosts, a shell with the env, teardown
+    python3 tests/python/harness/netns_harness.py check    # prints why it cannot run, exit 1
+    python3 tests/python/harness/netns_harness.py cleanup  # removes stale collops-* namespaces
+    python3 tests/python/harness/netns_harness.py shell 2  # 2 hosts, a shell with the env
 
 Every command started in host i goes through :meth:`SimulatedHosts.prefix`: ``ip netns exec
 <ns>`` plus ``unshare --uts`` with the hostname ``<ns>``, so each host also has its own hostname

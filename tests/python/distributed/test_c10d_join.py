@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import rank_harness
-from repo_paths import PYTHON_DIR
+from repo_paths import PYTHON_DIR, RANKS_DIR
 
 # What torchrun's Store still holds after an attempt died while its group was being created: the
 # token of that attempt, published under the key the backend reads.
 STALE_TOKEN_KEY = "collops/comm_domain"
-RESTARTED_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restarted_job.py")
+RESTARTED_JOB = os.path.join(RANKS_DIR, "restarted_job.py")
 
 
 def _backend_on(port, rank, world, seconds, delay):

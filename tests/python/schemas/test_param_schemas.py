@@ -27,7 +27,9 @@ from jsonschema import Draft202012Validator, validators
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-REPO = Path(__file__).resolve().parents[2]
+from repo_paths import REPO as _REPO
+
+REPO = Path(_REPO)
 SCHEMA_DIR = REPO / "json_schemas"
 CASE_DIR = REPO / "tests" / "cases"
 COMMON = "common.schema.json"

@@ -1,6 +1,6 @@
-"""The c10d engine across 2 simulated hosts x 2 ranks: tests/python/c10d_engine_rank.py (every
-operation through OperationTorch, golden values, on the default gloo group and a subgroup) as 4
-processes, 2 in each network namespace, torch.distributed's TCP store on host 0 and gloo on the
+"""The c10d engine across 2 simulated hosts x 2 ranks: tests/python/ranks/c10d_engine_rank.py
+(every operation through OperationTorch, golden values, on the default gloo group and a
+subgroup) as 4 processes, 2 in each network namespace, torch.distributed's TCP store on host 0 and gloo on the
 namespaces' eth0.
 
   - backend "c10d": every op over the gloo group, flat across the hosts;
@@ -19,10 +19,11 @@ import sys
 import pytest
 
 import netns_harness as nh
+from repo_paths import RANKS_DIR
 
 REASON = nh.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"simulated hosts: {REASON}")
-RANK_SCRIPT = os.path.join(nh.REPO, "tests", "python", "c10d_engine_rank.py")
+RANK_SCRIPT = os.path.join(RANKS_DIR, "c10d_engine_rank.py")
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,7 @@ def job_env(hosts):
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
     env.update(GLOO_SOCKET_IFNAME=nh.IFNAME, COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
                PYTHONPATH=os.pathsep.join(filter(None, [
-                   os.path.join(nh.REPO, "python"), os.path.join(nh.REPO, "tests", "python"),
-                   env.get("PYTHONPATH")])))
+                   os.path.join(nh.REPO, "python"), env.get("PYTHONPATH")])))
     return env
 
 
@@ -67,7 +67,7 @@ def test_hccl_over_torch_distributed_across_hosts(hosts):
 
 
 def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
-    probe = os.path.join(nh.REPO, "tests", "netns", "rank_probe.py")
+    probe = os.path.join(RANKS_DIR, "rank_probe.py")
     jobs = [(r // 2, [sys.executable, probe, "collops", str(r), "4", hosts.addr(0), "29530"])
             for r in range(4)]
     rows = []
@@ -83,7 +83,7 @@ def test_torchrun_across_hosts_restarts_a_job_whose_rank_died(hosts, tmp_path):
     # One torchrun agent per host (static rendezvous on host 0's address, as multi-node jobs
     # start), both with one restart: rank 1 dies in the first attempt, every rank's agent restarts
     # its ranks, and the new attempt's group must not take the dead one's token from the Store.
-    job = os.path.join(nh.REPO, "tests", "python", "restarted_job.py")
+    job = os.path.join(RANKS_DIR, "restarted_job.py")
     jobs = [(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                  "--nproc-per-node", "2", "--node-rank", str(i), "--master-addr", hosts.addr(0),
                  "--master-port", "29540", "--max-restarts", "1",

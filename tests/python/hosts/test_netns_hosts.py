@@ -17,10 +17,11 @@ import textwrap
 import pytest
 
 import netns_harness as nh
+from repo_paths import HARNESS_DIR, RANKS_DIR
 
 REASON = nh.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"simulated hosts: {REASON}")
-PROBE = os.path.join(nh.REPO, "tests", "netns", "rank_probe.py")
+PROBE = os.path.join(RANKS_DIR, "rank_probe.py")
 
 
 @pytest.fixture
@@ -133,7 +134,7 @@ def test_two_runs_at_once_get_distinct_names_and_subnets(hosts):
     """As two pytest workers would: a second process brings up its own hosts while ours are up."""
     other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import json, sys
-        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        sys.path.insert(0, {HARNESS_DIR!r})
         import netns_harness as nh
         with nh.SimulatedHosts(2) as h:
             r = h.run(0, [sys.executable, "-c",
@@ -260,7 +261,7 @@ def test_interrupted_run_tears_down(sig):
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import signal, sys, time
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        sys.path.insert(0, {HARNESS_DIR!r})
         import netns_harness as nh
         with nh.SimulatedHosts(2) as h:
             print(",".join(h.names + [h.bridge]), flush=True)

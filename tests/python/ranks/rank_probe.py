@@ -1,4 +1,4 @@
-"""One rank of a cross-host check, started inside a simulated host by tests/python/test_netns_*.py.
+"""One rank of a cross-host check, started inside a simulated host by tests/python/hosts/.
 
   rank_probe.py gloo <rank> <world> <master_addr> <port>
       torch.distributed gloo (TCP store at master_addr:port, GLOO_SOCKET_IFNAME from the
@@ -6,10 +6,9 @@
       namespace inode.
   rank_probe.py collops <rank> <world> <master_addr> <port>
       the "collops" torch.distributed backend (TCP store at master_addr:port): every collective
-      of tests/python/test_c10d_backend.py's golden job and the isend/irecv rings of
-      test_c10d_p2p.py, a random schedule of calls (tests/python/dist_schedule.py, 40 steps),
-      then the engine the group ran on (collops._c10d_backend.communicator_name()). Needs
-      tests/python on PYTHONPATH.
+      of tests/python/distributed/test_c10d_backend.py's golden job and the isend/irecv rings
+      of test_c10d_p2p.py, a random schedule of calls (tests/python/harness/dist_schedule.py, 40
+      steps), then the engine the group ran on (collops._c10d_backend.communicator_name()).
   rank_probe.py lccl <rank> <world> <domain>
       collops AllReduce through OperationTorch, backend "lccl", commMode 0 (processes), on
       [rank + 1] * 4 (COLLOPS_JOB_ID and COLLOPS_TIMEOUT from the environment).
@@ -21,6 +20,12 @@ import json
 import os
 import socket
 import sys
+
+# The collops probe reuses the harness and the distributed tests' rank bodies, by module name.
+_TESTS_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for _dir in (os.path.join(_TESTS_PYTHON, "harness"), os.path.join(_TESTS_PYTHON, "distributed")):
+    if _dir not in sys.path:
+        sys.path.insert(0, _dir)
 
 
 def netns_inode():

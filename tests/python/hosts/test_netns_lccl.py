@@ -13,10 +13,11 @@ import time
 import pytest
 
 import netns_harness as nh
+from repo_paths import RANKS_DIR
 
 REASON = nh.unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"simulated hosts: {REASON}")
-PROBE = os.path.join(nh.REPO, "tests", "netns", "rank_probe.py")
+PROBE = os.path.join(RANKS_DIR, "rank_probe.py")
 
 
 @pytest.fixture(scope="module")
