@@ -1,5 +1,5 @@
-// Tests of AllToAllVV2Operation (counts in int64 host tensors) on thread ranks: first the seeds'
-// example of DESIGN.md section 4, then MoE-style token dispatch over every movable dtype × R,
+// Tests of AllToAllVV2Operation (counts in int64 host tensors) on thread ranks: first the 2-rank
+// example of docs/operations.md, then MoE-style token dispatch over every movable dtype × R,
 // counts rebound between Setup and Execute, and one negative test per rule.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -122,7 +122,7 @@ std::vector<double> Golden(const std::vector<Counts>& counts,
   return y;
 }
 
-// ---- The seeds' example (DESIGN.md section 4): the first golden test ------------------------
+// ---- The 2-rank example of docs/operations.md (examples/json/all_to_allvv2_seed.json) --------
 
 class AllToAllVV2SeedGolden : public ::testing::TestWithParam<std::tuple<DataType, CountsIn>> {};
 
@@ -142,7 +142,7 @@ TEST_P(AllToAllVV2SeedGolden, MatchesTheSeedsExample) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(2, [&](int rank) {
     const SeedRank& s = seed[rank];
-    // The seeds' script uses the ATB default backend "hccl" (auto).
+    // As the example: ATB's default backend "hccl" (auto).
     OperationPtr op = Create(ParamFor(rank, 2, domain, "hccl"));
     ASSERT_NE(op, nullptr);
     Inputs in(HostTensor::FromValues(dtype, s.xShape, s.x), s.counts, {s.outElements}, ACL_INT8,
@@ -155,7 +155,7 @@ TEST_P(AllToAllVV2SeedGolden, MatchesTheSeedsExample) {
   });
 }
 
-// The dtypes DESIGN.md section 4 lists for the seeds' example.
+// The dtypes docs/operations.md lists for the example.
 INSTANTIATE_TEST_SUITE_P(
     SeedExample, AllToAllVV2SeedGolden,
     ::testing::Combine(::testing::Values(ACL_INT8, ACL_INT16, ACL_INT32, ACL_INT64, ACL_FLOAT,

@@ -36,7 +36,7 @@ inline void ExpectIdleHookRunsWhileWaiting(Communicator& comm, int rank) {
     EXPECT_GE(calls - inBarrier, 2) << "Recv: the hook ran " << calls - inBarrier << " times";
     comm.SetIdleHook(nullptr);
   }
-  // Removed: a late peer no longer runs it (it would touch `calls`, gone after this returns).
+  // Once removed, a late peer does not run it (it would touch `calls`, gone after this returns).
   const int before = calls;
   if (rank == 1) usleep(kLateMicros / 4);
   comm.Barrier();

@@ -305,8 +305,8 @@ TEST(OperationBaseErrors, CallerCommunicatorOfOtherSizeIsInvalidParam) {
   });
 }
 
-// A rank whose params disagree with the communicator it hands in failed alone, and its peer's
-// call paired with that rank's next one (1 + 100 = 101, NO_ERROR). Now the peer fails with it.
+// A rank whose params disagree with the communicator it hands in fails, and its peer fails with
+// it: otherwise the peer's call would pair with that rank's next one and return its data.
 TEST(OperationBaseErrors, CallerCommunicatorDisagreeingWithTheParamsFailsThePeersToo) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(2, [&](int rank) {
@@ -330,10 +330,9 @@ TEST(OperationBaseErrors, CallerCommunicatorDisagreeingWithTheParamsFailsThePeer
   });
 }
 
-// Two threads of one rank ran ops of one commDomain at once: they shared the communicator, and
-// about a third of the calls returned NO_ERROR with the other thread's data mixed in. The thread
-// that comes second now fails at once, and the one inside fails when done and stops the
-// communicator, since the peers may have paired its call with the other's.
+// Two threads of one rank running ops of one commDomain at once share the communicator, so the
+// thread that comes second fails at once, and the one inside fails when done and stops the
+// communicator: the peers may have paired its call with the other's, mixing their data.
 TEST(OperationBaseErrors, TwoThreadsOfARankOnOneCommunicatorBothFail) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(2, [&](int rank) {

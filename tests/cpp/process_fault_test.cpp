@@ -187,11 +187,10 @@ TEST(ProcessFault, SigkillDuringProcessVmReadvSendRecvGivesPeerLostFast) {
   KillMidCollective(2, 1, Loop::kCrossMemorySendRecv);
 }
 
-/// A DataLoader-style worker: forked after the communicator exists, alive while the parent goes
-/// on. Its copy of the claim socket kept the rank's name taken, so the parent's next communicator
-/// failed ("this process already holds rank 0"); and when the child itself called the inherited
-/// communicator, the peers moved the parent's memory (silently wrong results) or failed on its
-/// addresses. Now the child gives the name up at fork, and its calls are refused.
+/// A DataLoader-style worker, forked after the communicator exists and alive while the parent
+/// goes on, gives the rank's name up at fork, and its calls on the inherited communicator are
+/// refused: a kept claim would refuse the parent's next communicator, and the child's calls would
+/// make the peers move the parent's memory.
 TEST(ProcessFault, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "10";
@@ -237,10 +236,8 @@ TEST(ProcessFault, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
       options);
 }
 
-/// The fork guard had room for 1024 descriptors: the claims of a process's communicators past
-/// that stayed with its forked children, and its next communicator of such a rank was refused with
-/// "this process already holds rank 0 in an earlier communicator that is still alive" while the
-/// child held it. Now every claim is given up, however many there are.
+/// A forked child gives up every claim of its parent's communicators, however many there are: a
+/// claim it kept would refuse the parent's next communicator of that rank while the child lives.
 TEST(ProcessFault, AForkedChildGivesUpEveryClaimHoweverMany) {
   constexpr int kClaims = 1100;
   rlimit limit{};
@@ -291,8 +288,8 @@ TEST(ProcessFault, AForkedChildGivesUpEveryClaimHoweverMany) {
   });
 }
 
-/// The segment's size counts the sparse heaps (R x 1 GiB by default): growing it past `ulimit -f`
-/// raised SIGXFSZ, which killed rank 0. Now a clear error naming the limit and the knob.
+/// Growing the segment (its size counts the sparse heaps, R x 1 GiB by default) past `ulimit -f`
+/// is a clear error naming the limit and the knob: the kernel would kill rank 0 with SIGXFSZ.
 TEST(ProcessFault, AFileSizeLimitBelowTheSegmentIsAClearError) {
   RunProcessRanks(1, [](int) {
     const rlimit limit{1 << 20, 1 << 20};
@@ -338,9 +335,8 @@ std::vector<int> FillDescriptorTableBut(int spare) {
   return fillers;
 }
 
-/// A rank at its open-file limit lost the descriptors rank 0 passed it (the kernel drops them) and
-/// retried until the timeout, then blamed rank 0 ("did not complete the rendezvous"). Now it
-/// fails at once, saying why.
+/// A rank at its open-file limit fails at once, saying why: the kernel drops the descriptors rank 0
+/// passes it, so a retry cannot succeed and would only blame rank 0 after the timeout.
 TEST(ProcessFault, ARankAtItsOpenFileLimitIsToldSo) {
   if (kSanitizersNeedDescriptors) GTEST_SKIP() << "needs a build without sanitizers";
   ProcessRanksOptions options;
@@ -368,10 +364,10 @@ TEST(ProcessFault, ARankAtItsOpenFileLimitIsToldSo) {
       options);
 }
 
-/// Rank 0 at its open-file limit during the rendezvous: its accept failed (EMFILE) and, the
-/// connection still queued, it polled and retried in a busy loop until the timeout, when each
-/// rank blamed the other for not arriving. Now rank 0 fails at once naming RLIMIT_NOFILE, and
-/// answers the rank that connected with the same error (through a descriptor kept in reserve).
+/// Rank 0 at its open-file limit during the rendezvous fails at once naming RLIMIT_NOFILE, and
+/// answers the rank that connected with the same error (through a descriptor kept in reserve):
+/// its accept fails (EMFILE) while the connection stays queued, so retrying would spin until the
+/// timeout with each rank blaming the other.
 TEST(ProcessFault, RankZeroAtItsOpenFileLimitFailsAtOnceAndTellsThePeers) {
   if (kSanitizersNeedDescriptors) GTEST_SKIP() << "needs a build without sanitizers";
   pid_t* rankZeroPid = SharedArray<pid_t>(1);
@@ -419,10 +415,9 @@ bool ConnectedTo(const std::string& name) {
   return false;
 }
 
-/// Rank 0 killed during the rendezvous, after rank 1 connected: when its connection closed, rank 1
-/// asked once whether rank 0 had exited, but the kernel closes a dying process's sockets before
-/// its pidfd tells, so in most runs rank 1 then retried until COLLOPS_TIMEOUT and said "rank 0
-/// did not arrive". Now it is ERROR_PEER_LOST at once, naming rank 0 and its pid.
+/// Rank 0 killed during the rendezvous, after rank 1 connected, is ERROR_PEER_LOST on rank 1 at
+/// once, naming rank 0 and its pid: the kernel closes a dying process's sockets before its pidfd
+/// tells, so rank 1 must keep watching the pidfd rather than ask once.
 TEST(ProcessFault, RankZeroDyingDuringTheRendezvousIsPeerLostAtOnce) {
   shm::RendezvousSpec spec;
   spec.jobKey = testing::NewJobId();
@@ -475,10 +470,8 @@ TEST(ProcessFault, RankZeroDyingDuringTheRendezvousIsPeerLostAtOnce) {
   munmap(rankZeroPid, sizeof(pid_t));
 }
 
-/// A second live communicator for the same ranks (an operation in a second Context) made rank 0
-/// probe its own claim until the listen queue was full, then fail after COLLOPS_TIMEOUT with "held
-/// by a process that never started listening", while rank 1 waited on the first communicator's
-/// listener. Both ranks now refuse at once, saying what to do.
+/// A second live communicator for the same ranks (an operation in a second Context) is refused at
+/// once on both ranks, saying what to do: the first holds the ranks' names, so waiting cannot help.
 TEST(ProcessFault, ASecondLiveCommunicatorOfTheSameRankIsRefusedAtOnce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "20";
@@ -536,8 +529,8 @@ TEST(ProcessFault, AllocateSharedOfAnImpossibleSizeIsNull) {
   });
 }
 
-/// A 4097-byte key broke the rendezvous messages that carry it ("malformed answer from rank 0" on
-/// one rank, a timeout on the other). Every rank now refuses it at once.
+/// Every rank refuses a 4097-byte key at once: the rendezvous messages that carry it cannot hold
+/// it, and a cut key gives one rank a malformed answer and the other a timeout.
 TEST(ProcessFault, AnOverlongJobKeyIsRefusedByEveryRankAtOnce) {
   ProcessRanksOptions options;
   options.env["COLLOPS_JOB_ID"] = std::string(1025, 'k');
@@ -653,8 +646,8 @@ TEST(ProcessFault, RankMissingFromACollectiveTimesOutNamingIt) {
       options);
 }
 
-/// A rank that arrived after its peer had timed out completed the call with the data the peer
-/// posted before giving up: NO_ERROR on one rank, ERROR_TIMEOUT on the other. Now it fails too.
+/// A rank that arrives after its peer timed out fails too: completing with the data the peer
+/// posted before giving up would give NO_ERROR on one rank and ERROR_TIMEOUT on the other.
 TEST(ProcessFault, ARankArrivingAfterItsPeerTimedOutFailsToo) {
   ProcessRanksOptions options;
   options.env["COLLOPS_TIMEOUT"] = "1";

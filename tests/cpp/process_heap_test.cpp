@@ -159,10 +159,10 @@ TEST_F(SharedHeap, FullHeapGivesNullAndFreedNeighboursMerge) {
   EXPECT_FALSE(heap_.Free(c));  // twice
 }
 
-/// A child of fork() shares the heap's pages with its parent (the memfd is mapped MAP_SHARED): its
-/// free punched them out of the parent's buffers (a torch tensor's deleter at the child's exit
-/// zeroed the parent's tensor), and its allocations were the parent's next ones. In a child the
-/// heap now does nothing.
+/// In a child of fork() the heap does nothing: the child shares the heap's pages with its parent
+/// (the memfd is mapped MAP_SHARED), so its frees would punch them out of the parent's buffers (a
+/// torch tensor's deleter at the child's exit zeroing the parent's tensor) and its allocations
+/// would be the parent's next ones.
 TEST_F(SharedHeap, AForkedChildNeitherFreesNorAllocatesTheParentsPages) {
   auto* a = static_cast<uint8_t*>(heap_.Allocate(2 * kPage));
   ASSERT_NE(a, nullptr);

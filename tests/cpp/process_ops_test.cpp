@@ -79,8 +79,8 @@ INSTANTIATE_TEST_SUITE_P(ProcessOps, ProcessOpsGolden,
                                          "_", backend.empty() ? "hccl" : backend);
                          });
 
-/// DESIGN.md §4's AllToAllVV2 example (the seeds' MoE dispatch, examples/json): rank 0 sends
-/// 2 and 4 elements, rank 1 sends 2 and 1, over backend "hccl" (auto) as the example does.
+/// The AllToAllVV2 example of docs/operations.md (examples/json/all_to_allvv2_seed.json): rank 0
+/// sends 2 and 4 elements, rank 1 sends 2 and 1, over backend "hccl" (auto) as the example does.
 TEST(ProcessOpsSeed, AllToAllVV2ExampleOverTwoProcessesEveryDtype) {
   RunProcessRanks(
       2,

@@ -208,8 +208,8 @@ TEST(ThreadCommFaults, RanksThatNeverJoinAreNamedInTheTimeout) {
   });
 }
 
-// The second claim of a rank failed at once, but the first claimant waited the whole timeout for
-// the rank that (most likely) the second thread was meant to be. Now both learn of it at once.
+// A second claim of a rank fails at once, and so does the first claimant: the group cannot form,
+// and waiting for the rank the second thread was (most likely) meant to be would take the timeout.
 TEST(ThreadCommFaults, SecondClaimOfARankWhileFormingFailsEveryWaitingRankAtOnce) {
   const std::string domain = UniqueDomain();
   ScopedEnv env("COLLOPS_TIMEOUT", "30");
@@ -237,8 +237,8 @@ TEST(ThreadCommFaults, SecondClaimOfARankWhileFormingFailsEveryWaitingRankAtOnce
   RunThreadRanks(2, [&](int rank) { JoinRank(rank, 2, domain)->Barrier(); });
 }
 
-// rankSize 4097 allocated 4097^2 channels (1 GB) and then timed out listing 4096 missing ranks;
-// 10^8 asked for 12.5 GB. Process mode refused them; thread mode now does too, before allocating.
+// A rankSize above lccl's limit is refused before anything is allocated, in thread mode as in
+// process mode: the channels grow with its square (4097 ranks: 1 GB; 10^8: 12.5 GB).
 TEST(ThreadCommFaults, RankSizeAboveTheLcclLimitIsRefusedBeforeAnyAllocation) {
   ScopedEnv env("COLLOPS_TIMEOUT", "1");
   std::string message;

@@ -180,8 +180,8 @@ TEST(MpiWatchdogStandalone, BlockedCallEndsTheJobNamingOpAndRank) {
 }
 
 /// A rank table that splits this one machine into two servers, under a plain `mpirun -np 4`:
-/// the hierarchical communicator over the mpi engine, with no COLLOPS_ENGINE needed (it used to
-/// refuse with advice to "run the job under mpirun").
+/// the hierarchical communicator over the mpi engine, with no COLLOPS_ENGINE needed: mpirun's
+/// environment is enough to pick the engine.
 TEST(MpiRankTable, TwoServersUnderMpirunOnOneNodeRunHierarchicallyOverMpi) {
   if (WorldSize() != 4 || TestBackend() != "mpi") GTEST_SKIP() << "needs mpirun -np 4";
   CommParam param;

@@ -1,4 +1,4 @@
-// Reductions on backend "mpi" where MPI's own ops break collops' contract (DESIGN.md section 4):
+// Reductions on backend "mpi" where MPI's own ops break collops' rules (docs/backends.md, mpi):
 // max and min let NaN win in every float dtype (MPI_MAX/MPI_MIN drop it), as lccl and
 // torch.maximum do; float16 and bfloat16 sums and products accumulate in float32 over all ranks
 // in rank order and round once, bit-identical to lccl (a user MPI_Op on 2-byte data rounds after

@@ -1,12 +1,10 @@
 """The benchmarks refuse a bad command line at once, naming the option, with exit code 2.
 
-Each case was a probe's finding: -b 0, a negative or non-numeric -b and an -e past int64 made
-collops-bench, collops-mpi-bench and collops-memlimit allocate sizes until std::bad_alloc (or
-overflowed a conversion), -b > -e printed an empty table and exited 0, -w -1 crashed
-collops-memlimit, and bench/compare ended in tracebacks (or ran a job of 0 ranks, or wrote a
-performance.md full of errors) instead of saying which option was wrong. Every run here has an
-address-space limit and a deadline, so a regression fails in seconds instead of eating the
-machine's memory. Also run by ctest (BenchOptions) against the build it belongs to.
+Covers the options that can go wrong in a way other than a message: sizes (-b 0, a negative or
+non-numeric -b, an -e past int64) that would be allocated until std::bad_alloc or overflow a
+conversion, -b > -e (an empty table), -w -1, and bench/compare's options (a job of 0 ranks, a
+performance.md full of errors). Every run here has an address-space limit and a deadline, so a
+regression fails in seconds instead of eating the machine's memory. Also run by ctest (BenchOptions) against the build it belongs to.
 """
 import importlib.machinery
 import importlib.util

@@ -105,8 +105,7 @@ def _job(ctx):
 
     # Golden: the eager results on the collops group are the c10d results of test_c10d_backend;
     # here spot-check values independently before trusting eager as the reference. Eager calls
-    # must not warn: torch 2.13 deprecates the names the library used to call
-    # (all_gather_into_tensor, reduce_scatter_tensor).
+    # must not warn: a deprecation warning here means the library calls a name torch is removing.
     gloo = dist.new_group(backend="gloo")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -375,8 +375,8 @@ def test_c10d_backend_scatter_checks_the_list_length_on_the_root():
 
 
 def _gather_dtypes_that_disagree(ctx):
-    # Same byte size, other dtype on rank 1: each rank used to receive the other's bits
-    # reinterpreted (1065353216 for 1.0f). Now both ranks refuse, naming the dtypes.
+    # Same byte size, other dtype on rank 1: both ranks refuse, naming the dtypes, since moving
+    # the bytes would hand each rank the other's bits reinterpreted (1065353216 for 1.0f).
     dtype = torch.float32 if ctx.rank == 0 else torch.int32
     mine = torch.ones(2, dtype=dtype)
     with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
@@ -395,8 +395,8 @@ def test_c10d_backend_gathers_refuse_ranks_whose_dtypes_disagree():
 
 
 def _broadcast_and_all_to_all_dtypes_that_disagree(ctx):
-    # Same byte size, other dtype on rank 1: broadcast handed rank 1 the bits of 1.0f as int32
-    # (1065353216), all_to_all_single swapped them. Now both ranks refuse, naming the dtypes.
+    # Same byte size, other dtype on rank 1: both ranks refuse, naming the dtypes, since moving
+    # the bytes would hand rank 1 the bits of 1.0f as int32 (1065353216).
     dtype = torch.float32 if ctx.rank == 0 else torch.int32
     with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*dtype"):
         dist.broadcast(torch.ones(4, dtype=dtype), src=0)

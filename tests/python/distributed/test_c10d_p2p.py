@@ -73,8 +73,8 @@ def _rings(ctx):
 
 
 def _future_only(ctx):
-    # Waiting on an isend's future alone, never on the Work, used to hang: only wait() ran the
-    # queue. Now get_future() runs it as well.
+    # Waiting on an isend's future alone, never on the Work, completes: get_future() runs the
+    # queue as wait() does, or a rank that only waits on futures would hang.
     if ctx.rank == 0:
         (sent,) = dist.isend(_message(0, 1, 7), 1).get_future().wait()
         assert torch.equal(sent, _message(0, 1, 7))

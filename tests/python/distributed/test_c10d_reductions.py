@@ -1,4 +1,4 @@
-"""Reduction semantics the torch engines must share with lccl (DESIGN.md section 4): float max and
+"""Reduction semantics the torch engines must share with lccl: float max and
 min let NaN win (as torch.maximum) on the c10d engine over gloo, which alone drops NaNs, and on
 the collops torch.distributed backend across pretend hosts (gloo between them); ReduceOp.AVG of
 float16/bfloat16 sums in float32 and divides before its one rounding, so it cannot overflow where

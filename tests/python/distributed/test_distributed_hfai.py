@@ -1,5 +1,6 @@
-"""collops.distributed (hfai.distributed's API): seed 002's examples reproduced exactly, uneven
-tensor helpers, pairwise_apply with differing shapes, and the Store-backed object collectives."""
+"""collops.distributed (hfai.distributed's API): hfai's documented examples
+(examples/python/hfai_distributed.py) reproduced exactly, uneven tensor helpers, pairwise_apply
+with differing shapes, and the Store-backed object collectives."""
 import torch
 import torch.distributed as dist
 
@@ -7,7 +8,7 @@ from c10d_ranks import run_group_job
 
 
 def _seed_all_gather(ctx):
-    # Seed 002, verbatim (2 ranks).
+    # hfai's all_gather example, verbatim (2 ranks).
     import collops.distributed as cdist
 
     rank = ctx.rank
@@ -26,7 +27,7 @@ def _four_ranks(ctx):
 
     rank, world = ctx.rank, ctx.world_size
     out = {}
-    # Seed 002's pairwise_apply: f = x + y, x = ones(1) * rank, 4 ranks.
+    # hfai's pairwise_apply example: f = x + y, x = ones(1) * rank, 4 ranks.
     x = torch.ones(1) * rank
     out["pairwise"] = [t.item() for t in cdist.pairwise_apply(lambda a, b: a + b, x)]
     # Shapes that differ per rank (same number of dims), extra args.
@@ -85,13 +86,13 @@ def _four_ranks(ctx):
 
 def test_four_ranks_pairwise_uneven_and_objects():
     results = run_group_job(4, _four_ranks)
-    # Seed 002: rank r gets [r, r+1, r+2, r+3].
+    # As hfai documents: rank r gets [r, r+1, r+2, r+3].
     assert [r["pairwise"] for r in results] == [[float(r + j) for j in range(4)]
                                                for r in range(4)]
 
 
 def _torch_npu_uneven(ctx):
-    # torch_npu's documentation example for all_gather_into_tensor_uneven (seed 000 names it and
+    # torch_npu's documentation example for all_gather_into_tensor_uneven (and
     # reduce_scatter_tensor_uneven), through the shim's torch_npu.distributed, with async_op.
     import collops
     import collops.distributed as cdist

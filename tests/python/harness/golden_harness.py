@@ -5,7 +5,7 @@ as ``case(ctx, seed)``. It rebuilds every rank's inputs from the seed -- so each
 golden output independently with torch, not with collops -- runs the operation through
 ``torch.classes.OperationTorch.OperationTorch`` and asserts. Data movement must match exactly;
 reductions pass when |a - g| <= thr * max(1, |g|) (thr float16 2^-8, bfloat16 2^-7, float32 2^-11,
-integers exact), DESIGN.md section 6.
+integers exact): a reduction's rounding error grows with the dtype's unit roundoff.
 """
 import json
 import os
@@ -292,7 +292,7 @@ SEED_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
 
 
 def case_all_to_allvv2_seed(ctx, seed):
-    """The seeds' example (DESIGN.md section 4), 2 ranks, backend "hccl", all 7 dtypes."""
+    """The AllToAllVV2 example of docs/operations.md, 2 ranks, backend "hccl", all 7 dtypes."""
     assert ctx.world_size == 2
     sendcount, senddisp = [[2, 4], [2, 1]], [[0, 2], [0, 2]]
     recvout, recvdis = [[2, 2], [4, 1]], [[0, 2], [0, 4]]

@@ -1,7 +1,8 @@
-"""The golden op suite across 2 simulated hosts x 2 ranks, on the engines of issue 7.
+"""The golden op suite across 2 simulated hosts x 2 ranks, on the engines that cross hosts.
 
 collops_mpi_tests' Engine.* tests (tests/mpi: every operation, every suite dtype, golden values;
-then a random schedule of calls, tests/cpp/random_schedule.h) are started by mpirun into two network namespaces (netns_harness.py, tests/netns/rsh_agent.sh):
+then a random schedule of calls, tests/cpp/random_schedule.h) are started by mpirun into two
+network namespaces (netns_harness.py, tests/netns/rsh_agent.sh):
   - backend "mpi": flat OpenMPI (vader inside a host, TCP between);
   - backend "hccl": hierarchical, hosts found by exchanging HostIdentity over MPI;
   - backend "hccl" with a rank table describing the layout;

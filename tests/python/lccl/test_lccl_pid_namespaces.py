@@ -62,8 +62,8 @@ LAYOUTS = {"rank 1 contained": [False, True], "rank 0 contained": [True, False],
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_a_slow_rank_in_another_pid_namespace_is_waited_for(layout):
-    """Before rank 0 handed out pidfds, a rank waiting for a peer it could not see by pid took
-    the peer for dead (its pid named nobody here) and failed with ERROR_PEER_LOST."""
+    """A rank waits for a slow peer it cannot see by pid: it watches the pidfd rank 0 handed out,
+    since the peer's pid names nobody in this namespace and would make it look dead."""
     reports = _run(LAYOUTS[layout], "slow")
     for report in reports:
         assert report["first"] is True, report

@@ -82,8 +82,8 @@ def _copied_bytes(log):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_at_scope_1_every_rank_names_any_ptracer_before_its_peers_read_it(shim, tmp_path, world):
-    """Before the fix every rank's creation probe was refused, and all data went through the
-    shared slots twice (a 1 MiB AllToAllV: 118 us staged against about 50 us)."""
+    """Every rank names any process as its ptracer before a peer reads it: otherwise the peers'
+    creation probe is refused and all data goes through the shared slots, copied twice."""
     _, logs = _run(shim, tmp_path, "1", world)
     for rank, log in enumerate(logs):
         assert log and log[0] == "ptracer -1", (rank, log[:5])

@@ -22,7 +22,7 @@ ALL_OPS = ["AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
            "ReduceScatterOperation", "ReduceScatterVOperation", "BroadcastOperation",
            "AllToAllOperation", "AllToAllVOperation", "AllToAllVV2Operation", "SendOperation",
            "RecvOperation", "SendRecvOperation", "BarrierOperation"]
-# torch dtype -> ACL DataType code (DESIGN.md section 2).
+# torch dtype -> ACL DataType code (ATB's aclDataType numbering).
 ACL_CODES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.uint8: 4,
              torch.int16: 6, torch.int64: 9, torch.float64: 11, torch.bool: 12,
              torch.bfloat16: 27}
@@ -69,7 +69,7 @@ def test_unknown_operation_name_raises_listing_known_ones():
 
 
 def test_failed_set_param_leaves_no_operation():
-    # Seed scripts ignore set_param's result: after a rejected set_param (quantType is a real
+    # ATB-style scripts ignore set_param's result: after a rejected set_param (quantType is a real
     # ATB AllReduceParam field collops does not take) the previous "sum" operation must not run
     # in place of the "max" asked for. Every method fails with set_param's own error instead.
     op = make("AllReduceOperation", solo(allReduceType="sum"))
@@ -122,7 +122,7 @@ def test_update_param_replaces_the_operation():
     assert after["result"] == 1 and bad["message"] in after["message"], after
 
 
-# Issue 4 section 6: bad params give result 1 with a message naming the field.
+# Bad params give result 1 with a message naming the field.
 PARAM_ERRORS = [
     ("AllReduceOperation", {"rank": 0, "rankSize": 2, "rankRoot": -1}, "rankRoot"),
     ("AllReduceOperation", {"rank": 0, "rankSize": 2, "rankRoot": 2}, "rankRoot"),
@@ -618,8 +618,8 @@ def test_atb_home_path_library_name_loads_the_same_library():
 
 def test_atb_home_path_and_another_build_never_load_two_copies(tmp_path):
     # ATB_HOME_PATH names one copy of the library and COLLOPS_BUILD_DIR another (a copy, as the
-    # build makes python/collops/lib): a second copy used to abort the process ("Only a single
-    # TORCH_LIBRARY can be used to register the namespace OperationTorch").
+    # build makes python/collops/lib): only one may load, since a second aborts the process
+    # ("Only a single TORCH_LIBRARY can be used to register the namespace OperationTorch").
     lib = tmp_path / "lib"
     lib.mkdir()
     package = os.path.join(REPO, "python", "collops", "lib", "libcollops_torch.so")

@@ -1,6 +1,6 @@
 """Golden tests of every operation through OperationTorch with processes as the ranks
-(commMode 0, the multi-process lccl communicator behind backend "hccl"), the ATB cases of
-issue 4, and the seeds' example script.
+(commMode 0, the multi-process lccl communicator behind backend "hccl"), ATB's documented
+cases, and examples/python/all_to_allvv2.py.
 
 These tests do not skip when the multi-process backend is missing: they fail, with the ranks'
 ERROR_BACKEND_UNAVAILABLE messages in the report.

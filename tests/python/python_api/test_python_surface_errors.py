@@ -1,5 +1,5 @@
 """Mistakes in the Python helpers give clear errors (or work as documented) instead of an
-AttributeError, an IndexError or silently broadcast data; each case was a probe's finding."""
+AttributeError, an IndexError or silently broadcast data."""
 import pytest
 import torch
 import torch.distributed as dist

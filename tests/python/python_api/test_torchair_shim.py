@@ -1,6 +1,6 @@
-"""Seed 000 -- TorchAir's collective-in-graph example -- runs unchanged on CPU with the collops
-shims of torch_npu and torchair (python/torch_npu_shim), in both of the ways the seed patches
-torch.distributed; and the shim's own rules."""
+"""TorchAir's collective-in-graph example (examples/python/torchair_all_reduce.py) runs unchanged
+on CPU with the collops shims of torch_npu and torchair (python/torch_npu_shim), in both of the
+ways the example patches torch.distributed; and the shim's own rules."""
 import os
 import subprocess
 import sys
@@ -43,7 +43,7 @@ def test_seed_000_runs_unchanged():
 
 
 def test_seed_000_with_the_older_all_reduce_patch_module(tmp_path):
-    """The seed's second way: importing TorchAir's patch_for_hcom_allreduce module patches."""
+    """The example's second way: importing TorchAir's patch_for_hcom_allreduce module patches."""
     with open(SEED_SCRIPT) as f:
         text = f.read()
     assert "torchair.patch_for_hcom()\n" in text
