@@ -34,3 +34,13 @@ if [ ${#missing_pip[@]} -gt 0 ]; then
   echo "setup: installing ${missing_pip[*]} (pip)"
   python3 -m pip install -q --disable-pip-version-check --no-build-isolation "${missing_pip[@]}"
 fi
+
+# DeepSpeed, for the tests of deepspeed.comm inside torch.compile. PyPI has it as a source
+# release whose setup.py imports torch and records the one it was built with: built here, against
+# the installed torch (--no-build-isolation), pure Python (DS_BUILD_OPS=0), with torch==2.13.0
+# required beside it so that resolving its dependencies can never replace torch.
+if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("deepspeed") != "0.19.8")' 2>/dev/null; then
+  echo "setup: installing deepspeed==0.19.8 (pip)"
+  DS_BUILD_OPS=0 DS_ACCELERATOR=cpu python3 -m pip install -q --disable-pip-version-check \
+    --no-build-isolation "deepspeed==0.19.8" "torch==2.13.0"
+fi

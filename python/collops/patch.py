@@ -8,10 +8,14 @@ all_gather_single and reduce_scatter_single (and their names before torch 2.13,
 all_gather_into_tensor and reduce_scatter_tensor), all_to_all_single (uneven splits too),
 all_to_all, broadcast. Outside compilation, and for ``async_op=True``, the original functions run
 unchanged.
-DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too when it is importable.
+DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too: at once if it is
+imported, else by an import hook as soon as it is (the patch never imports DeepSpeed itself).
 """
+import enum
 import functools
+import importlib.abc
 import inspect
+import sys
 
 import torch
 import torch.distributed as dist
@@ -24,10 +28,22 @@ PATCHED = ("all_reduce", "all_gather", "all_gather_single", "all_gather_into_ten
            "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single", "all_to_all",
            "broadcast")
 _ORIGINALS = {}
+_DEEPSPEED_COMM = "deepspeed.comm"
+
+
+def _reduce_op(op):
+    """`op` as a dist.ReduceOp: frameworks' own ReduceOp enums (deepspeed.comm's) name their
+    members as dist.ReduceOp does."""
+    if not isinstance(op, enum.Enum):
+        return op
+    if not hasattr(dist.ReduceOp, op.name):
+        raise ValueError(f"collops.patch_torch_distributed: reduce op {op} has no "
+                         "dist.ReduceOp of its name")
+    return getattr(dist.ReduceOp, op.name)
 
 
 def _all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False, **_):
-    tensor.copy_(F.all_reduce(tensor, op, group))
+    tensor.copy_(F.all_reduce(tensor, _reduce_op(op), group))
 
 
 def _all_gather(tensor_list, tensor, group=None, async_op=False, **_):
@@ -43,7 +59,7 @@ def _all_gather_single(output_tensor, input_tensor, group=None, async_op=False, 
 
 
 def _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False, **_):
-    output.copy_(F.reduce_scatter(input.reshape(-1), op, group).view(output.shape))
+    output.copy_(F.reduce_scatter(input.reshape(-1), _reduce_op(op), group).view(output.shape))
 
 
 def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
@@ -83,8 +99,9 @@ _COMPILED = {
 def _dispatching(name, original):
     compiled = _COMPILED[name]
     # Where async_op stands among the positional arguments: `dist.all_reduce(t, op, None, True)`
-    # asks for a Work as much as the keyword does.
-    params = list(inspect.signature(original).parameters)
+    # asks for a Work as much as the keyword does. The replacement's parameters say it, since it
+    # takes the arguments as given (a wrapper such as deepspeed.comm's takes *args, **kwargs).
+    params = list(inspect.signature(compiled).parameters)
     async_at = params.index("async_op") if "async_op" in params else None
     group_at = params.index("group") if "group" in params else None
 
@@ -116,18 +133,65 @@ def _patch_module(module, key):
         setattr(module, name, _dispatching(name, fn))
 
 
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches module `name` right after its code has run, when it is imported after the patch.
+    Finds nothing itself: it asks the finders after it for the module and wraps the loader."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is None:
+                continue
+            if hasattr(spec.loader, "exec_module"):
+                spec.loader = _PatchingLoader(spec.loader, self.name)
+            return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """`loader`, then the patch of the module it ran. The module keeps `loader` as its own."""
+
+    def __init__(self, loader, key):
+        self.loader = loader
+        self.key = key
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _patch_module(module, self.key)
+
+
+_HOOK = _PatchOnImport(_DEEPSPEED_COMM)
+
+
 def patch_torch_distributed():
-    """Routes compiled calls of the dist.* functions in PATCHED to collops ops. Idempotent."""
+    """Routes compiled calls of the dist.* functions in PATCHED to collops ops, and those of
+    deepspeed.comm now or when it is imported. Idempotent."""
     _patch_module(dist, "torch.distributed")
-    try:
-        import deepspeed.comm as ds_comm
-    except ImportError:
-        return
-    _patch_module(ds_comm, "deepspeed.comm")
+    ds_comm = sys.modules.get(_DEEPSPEED_COMM)
+    if ds_comm is not None:
+        _patch_module(ds_comm, _DEEPSPEED_COMM)
+    if _HOOK not in sys.meta_path:
+        sys.meta_path.insert(0, _HOOK)
 
 
 def unpatch_torch_distributed():
-    """Restores every function patch_torch_distributed replaced."""
+    """Restores every function patch_torch_distributed replaced, and patches no later import."""
+    if _HOOK in sys.meta_path:
+        sys.meta_path.remove(_HOOK)
     for (_, name), (module, fn) in list(_ORIGINALS.items()):
         setattr(module, name, fn)
     _ORIGINALS.clear()
