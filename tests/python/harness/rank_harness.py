@@ -5,8 +5,9 @@ Two ways to host the ranks:
 * :func:`run_thread_ranks` -- R Python threads of this process (``commMode`` 1). Works because
   OperationTorch's methods run with the GIL released.
 * :func:`run_process_ranks` -- R fresh processes (``commMode`` 0, the multi-process lccl
-  communicator), forked from multiprocessing's forkserver, which imports torch once for the whole
-  session: a ``spawn``ed rank spends about 1.6 s of CPU importing torch, most of a small test.
+  communicator), forked from multiprocessing's forkserver, which imports torch and its compiler
+  front end (torch._dynamo) once for the whole session: a ``spawn``ed rank spends seconds of CPU
+  importing them, most of a small test.
 
 Either way the rank function is called as ``fn(ctx, *args)`` with a :class:`RankContext`, every
 rank's outcome is collected (return value, or the traceback it raised), every wait has a deadline,
@@ -103,15 +104,15 @@ _rank_processes = None
 
 
 def _rank_process_context():
-    """The forkserver context, preloading torch. Its server process starts at the first rank and
-    holds no communicator, thread pool or tensor, so each rank starts as clean as a spawned one;
-    only what torch reads from the environment while it is imported comes from the server's
-    environment (the session's at that moment), which is why every rank is handed its launcher's
-    environment explicitly."""
+    """The forkserver context, preloading torch and torch._dynamo (which starts no thread). Its
+    server process starts at the first rank and holds no communicator, thread pool or tensor, so
+    each rank starts as clean as a spawned one; only what torch reads from the environment while
+    it is imported comes from the server's environment (the session's at that moment), which is
+    why every rank is handed its launcher's environment explicitly."""
     global _rank_processes
     if _rank_processes is None:
         _rank_processes = multiprocessing.get_context("forkserver")
-        _rank_processes.set_forkserver_preload(["torch"])
+        _rank_processes.set_forkserver_preload(["torch", "torch._dynamo"])
     return _rank_processes
 
 
