@@ -4,7 +4,10 @@ Tensor functions work on any process group (collops runs uneven lists natively; 
 go through ``torch.ops.collops``' padded fallbacks). The object functions -- ``barrier``,
 ``broadcast``, ``gather`` -- move pickled Python objects through the default group's Store, so
 they need no tensor communication at all; every rank of the group must call them in the same
-order, and each round deletes its keys once every rank is done with them.
+order. The Store lives in one rank's process (global rank 0 hosts torch's TCPStore), and a
+program may end as soon as a call returns, so in every round the closer -- global rank 0 when it
+is a member, else the group's lowest rank -- returns last: it waits until every other member has
+made its last Store call of the round, then deletes the round's keys.
 """
 import itertools
 import pickle
@@ -120,7 +123,8 @@ _generations = {}  # group name -> itertools.count(): every member calls in the 
 
 class _ObjectRound:
     """One object collective of `group` through the default Store: its members (global ranks),
-    this rank's place among them, and a key prefix no other round uses."""
+    this rank's place among them, the closer (see the module docstring) and a key prefix no
+    other round uses."""
 
     def __init__(self, kind, group):
         self.rank = dist.get_rank()
@@ -129,6 +133,7 @@ class _ObjectRound:
             self.members = []
             return
         self.members = dist.get_process_group_ranks(group)
+        self.closer = min(self.members)
         name = group.group_name
         generation = next(_generations.setdefault(name, itertools.count()))
         self.key = f"collops/objects/{name}/{kind}/{generation}"
@@ -143,11 +148,21 @@ class _ObjectRound:
                              f"(its ranks are {self.members})")
 
     def last_of(self, counter, expected):
-        """True on the rank whose arrival brings `counter` to `expected`: every other rank is
-        done with the round's keys, so that rank deletes them."""
+        """True on the rank whose arrival brings `counter` to `expected`."""
         return self.store.add(f"{self.key}/{counter}", 1) == expected
 
-    def delete(self, *suffixes):
+    def finish(self, *suffixes):
+        """Ends this rank's part in the round. Every member but the closer makes its last Store
+        call here (the last of them also says so); the closer waits for that, then deletes the
+        round's keys (`suffixes`, and the two of this hand-over)."""
+        others = len(self.members) - 1
+        if self.rank != self.closer:
+            if self.last_of("left", others):
+                self.store.set(f"{self.key}/closed", b"1")
+            return
+        if others:
+            self.store.wait([f"{self.key}/closed"])
+            suffixes += ("/left", "/closed")
         for suffix in suffixes:
             self.store.delete_key(f"{self.key}{suffix}")
 
@@ -162,12 +177,10 @@ def barrier(group=None, async_op=False):
     r = _ObjectRound("barrier", group)
     if not r.member():
         return None
-    world = len(r.members)
-    if r.last_of("entered", world):
+    if r.last_of("entered", len(r.members)):
         r.store.set(f"{r.key}/open", b"1")
     r.store.wait([f"{r.key}/open"])
-    if r.last_of("left", world):
-        r.delete("/entered", "/open", "/left")
+    r.finish("/entered", "/open")
     return _result(async_op)
 
 
@@ -178,14 +191,13 @@ def broadcast(objs, src=0, group=None, async_op=False):
     if not r.member():
         return None
     r.check_rank(src, "broadcast")
-    readers = len(r.members) - 1
+    if len(r.members) == 1:
+        return _result(async_op)
     if r.rank == src:
-        if readers > 0:
-            r.store.set(f"{r.key}/object", pickle.dumps(objs[0]))
+        r.store.set(f"{r.key}/object", pickle.dumps(objs[0]))
     else:
         objs[0] = pickle.loads(r.store.get(f"{r.key}/object"))
-        if r.last_of("read", readers):
-            r.delete("/object", "/read")
+    r.finish("/object")
     return _result(async_op)
 
 
@@ -197,10 +209,12 @@ def gather(obj, gather_list=None, dst=0, group=None, async_op=False):
         return None
     r.check_rank(dst, "gather")
     r.store.set(f"{r.key}/{r.rank}", pickle.dumps(obj))
+    objects = None
     if r.rank == dst:
-        # Read (and deleted) before the check below: the other ranks' keys must not outlive it.
         objects = [pickle.loads(r.store.get(f"{r.key}/{m}")) for m in r.members]
-        r.delete(*[f"/{m}" for m in r.members])
+    # Before the check below: the round ends on every rank, and its keys do not outlive it.
+    r.finish(*[f"/{m}" for m in r.members])
+    if objects is not None:
         if gather_list is None:
             raise ValueError("collops.distributed.gather: rank dst needs a gather_list")
         gather_list[:] = objects
