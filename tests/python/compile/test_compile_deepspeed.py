@@ -145,8 +145,9 @@ def _on_the_cpu_accelerator(ctx):
     from deepspeed.accelerator import get_accelerator
 
     assert get_accelerator().device_name() == "cpu", get_accelerator().device_name()
-    # No deepspeed.init_distributed: on its CPU accelerator it compiles DeepSpeed's shared-memory
-    # kernel first (minutes); the compiled call does not go through DeepSpeed's backend anyway.
+    # No deepspeed.init_distributed: on its CPU accelerator it first builds DeepSpeed's
+    # shared-memory kernel from C++ sources; the compiled call does not go through DeepSpeed's
+    # backend anyway.
     _compile_and_check(ctx)
     # Imported before the patch: patched at once.
     collops.patch.unpatch_torch_distributed()

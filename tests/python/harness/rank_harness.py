@@ -6,8 +6,8 @@ Two ways to host the ranks:
   OperationTorch's methods run with the GIL released.
 * :func:`run_process_ranks` -- R fresh processes (``commMode`` 0, the multi-process lccl
   communicator), forked from multiprocessing's forkserver, which imports torch and its compiler
-  front end (torch._dynamo) once for the whole session: a ``spawn``ed rank spends seconds of CPU
-  importing them, most of a small test.
+  front end (torch._dynamo) once for the whole session: a ``spawn``ed rank would spend most of a
+  small test importing them.
 
 Either way the rank function is called as ``fn(ctx, *args)`` with a :class:`RankContext`, every
 rank's outcome is collected (return value, or the traceback it raised), every wait has a deadline,
