@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "collops/collops.h"
 #include "collops/operation_base.h"
 #include "collops/param_json.h"
+#include "dtype_map.h"
 #include "intra_op_threads.h"
 #include "shared_tensor.h"
 
@@ -53,27 +55,13 @@ using Json = nlohmann::json;
 
 // ---- torch <-> collops tensors -------------------------------------------------------------
 
-// torch dtype <-> ACL DataType, one row per dtype collops moves (DESIGN.md section 2).
-constexpr std::pair<c10::ScalarType, DataType> kDtypeTable[] = {
-    {c10::kChar, ACL_INT8},   {c10::kShort, ACL_INT16},  {c10::kInt, ACL_INT32},
-    {c10::kLong, ACL_INT64},  {c10::kHalf, ACL_FLOAT16}, {c10::kBFloat16, ACL_BF16},
-    {c10::kFloat, ACL_FLOAT}, {c10::kByte, ACL_UINT8},   {c10::kDouble, ACL_DOUBLE},
-    {c10::kBool, ACL_BOOL},
-};
-
-DataType ToAclDataType(c10::ScalarType type) {
-  for (const auto& [torchType, aclType] : kDtypeTable) {
-    if (torchType == type) return aclType;
-  }
-  return ACL_DT_UNDEFINED;
-}
-
 c10::ScalarType ToScalarType(DataType dtype) {
-  for (const auto& [torchType, aclType] : kDtypeTable) {
-    if (aclType == dtype) return torchType;
+  const std::optional<c10::ScalarType> type = TorchDtypeOf(dtype);
+  if (!type) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "the operation inferred dtype ", DataTypeName(dtype),
+         ", which has no torch equivalent");
   }
-  Fail(ERROR_INVALID_TENSOR_DTYPE, "the operation inferred dtype ", DataTypeName(dtype),
-       ", which has no torch equivalent");
+  return *type;
 }
 
 // "inTensors[2]" / "outTensors[0]": the names ATB's own messages use for variant pack slots.
@@ -82,11 +70,10 @@ std::string Slot(const char* role, size_t index) { return Concat(role, "[", inde
 // The description of `t`; throws Error naming the slot for dtypes or ranks collops cannot hold.
 TensorDesc ToDesc(const at::Tensor& t, const std::string& slot) {
   TensorDesc desc;
-  desc.dtype = ToAclDataType(t.scalar_type());
+  desc.dtype = CollopsDtypeOf(t.scalar_type());
   if (desc.dtype == ACL_DT_UNDEFINED) {
     Fail(ERROR_INVALID_TENSOR_DTYPE, slot, " has dtype ", c10::toString(t.scalar_type()),
-         ", which collops does not support (int8, int16, int32, int64, float16, bfloat16, "
-         "float32, uint8, float64, bool)");
+         ", which collops does not support (", MappedDtypesText(), ")");
   }
   if (static_cast<size_t>(t.dim()) > kMaxDimNum) {
     Fail(ERROR_INVALID_TENSOR_DIM_NUM, slot, " has ", t.dim(), " dims; at most ", kMaxDimNum,
@@ -286,7 +273,7 @@ class OperationTorch : public torch::CustomClassHolder {
     at::Tensor t;
     RaiseOnError("empty_shared", GuardedTorch([&] {
                    RequireOperation();
-                   if (ToAclDataType(dtype) == ACL_DT_UNDEFINED) {
+                   if (CollopsDtypeOf(dtype) == ACL_DT_UNDEFINED) {
                      Fail(ERROR_INVALID_TENSOR_DTYPE, "empty_shared: dtype ", c10::toString(dtype),
                           " is not one collops supports");
                    }

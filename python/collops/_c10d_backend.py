@@ -1,4 +1,4 @@
-"""Registers the torch.distributed backend "collops" (torch_bindings/c10d_backend.cpp).
+"""Registers the torch.distributed backend "collops" (torch_bindings/collops_backend.h).
 
 The backend's factory lives in libcollops_torch.so, which also exports a tiny pybind11 module
 ``_c10d``; it is imported from that very file (already loaded by ``torch.ops.load_library``, so

@@ -1,11 +1,12 @@
-// ProcessGroupCommunicator: every collops primitive over a torch.distributed group's backend.
+// The "c10d" engine: every collops primitive over a torch.distributed group's backend
+// (c10d_engine.h).
 //
 // How each primitive maps (R = group size; counts in elements, moved as bytes unless reduced):
 // - AllGatherBytes, Broadcast, Barrier: the backend's own collective (host memory is staged
 //   through the device for AllGatherBytes, whose callers always pass host buffers).
 // - AllReduce: allreduce in place on `out`. int16 is reduced as int32 (neither gloo nor NCCL
 //   reduces int16; sums and products wrap back to the same int16 bits); on CPU float16 and
-//   bfloat16 are reduced as float32 and rounded once (DESIGN.md; gloo would accumulate in the
+//   bfloat16 are reduced as float32 and rounded once, as lccl does (gloo would accumulate in the
 //   narrow type). NCCL reduces float16/bfloat16 natively. Floating-point max and min also
 //   max-reduce an isnan mask (uint8) and put NaN where it is set: gloo drops NaNs, lccl lets
 //   them win.
@@ -16,13 +17,11 @@
 //   reduce_scatter gets allreduce + slice instead. Float max/min carry a NaN mask as AllReduce.
 // - AllToAllV: one all_to_all_single with byte splits; blocks packed in rank order first (and
 //   unpacked to rdispls after) only when the displacements are not already packed.
-// - Send/Recv/Exchange: a (count, dtype) header each way, then the payload, on tags of their own;
-//   a group posts every op before it waits on any.
-// - Split: AllGatherBytes of (color, key), then a gloo group per color over a PrefixStore.
-#include "process_group_comm.h"
-
-#include <Python.h>
-#include <pybind11/pybind11.h>
+// - Send/Recv/Exchange (c10d_engine_p2p.cpp): a (count, dtype) header each way, then the payload,
+//   on tags of their own; a group posts every op before it waits on any.
+// - Split: AllGatherBytes of (color, key), then a gloo group per color over a PrefixStore
+//   (c10d_groups.h).
+#include "c10d_engine.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
@@ -33,72 +32,28 @@
 #include <cctype>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
-#include "collops/backend.h"
+#include "c10d_engine_tensors.h"
+#include "c10d_groups.h"
 #include "collops/status.h"
-
-// The holder torch's own bindings use, so Store and Backend objects cross to and from Python.
-PYBIND11_DECLARE_HOLDER_TYPE(T, c10::intrusive_ptr<T>, true)
+#include "dtype_map.h"
 
 namespace collops {
 namespace {
 
-namespace py = pybind11;
-
-// Tags of the Send/Recv handshake and payload: apart from tag 0, which applications use.
-constexpr int kAnnounceTag = 0x636f01;
-constexpr int kReplyTag = 0x636f02;
-constexpr int kDataTag = 0x636f03;
-
 thread_local c10::Device tDevice{c10::kCPU};
 
-// Holds the GIL (from any thread; OperationTorch runs collectives with it released).
-class PythonLock {
- public:
-  PythonLock() : state_(PyGILState_Ensure()) {}
-  ~PythonLock() { PyGILState_Release(state_); }
-  PythonLock(const PythonLock&) = delete;
-  PythonLock& operator=(const PythonLock&) = delete;
-
- private:
-  PyGILState_STATE state_;
-};
-
-void RequirePython(const char* forWhat) {
-  if (!Py_IsInitialized()) {
-    Fail(ERROR_BACKEND_UNAVAILABLE, "backend c10d: ", forWhat,
-         " needs torch.distributed, but this process has no Python interpreter");
-  }
-}
-
+// The torch dtype of `dtype` (dtype_map.h), which every dtype the operations pass has.
 at::ScalarType ScalarTypeOf(DataType dtype) {
-  switch (dtype) {
-    case ACL_FLOAT:
-      return at::kFloat;
-    case ACL_FLOAT16:
-      return at::kHalf;
-    case ACL_BF16:
-      return at::kBFloat16;
-    case ACL_INT8:
-      return at::kChar;
-    case ACL_INT16:
-      return at::kShort;
-    case ACL_INT32:
-      return at::kInt;
-    case ACL_INT64:
-      return at::kLong;
-    case ACL_UINT8:
-      return at::kByte;
-    case ACL_DOUBLE:
-      return at::kDouble;
-    case ACL_BOOL:
-      return at::kBool;
-    default:
-      Fail(ERROR_INVALID_TENSOR_DTYPE, "backend c10d: dtype ", DataTypeName(dtype),
-           " has no torch equivalent");
+  const std::optional<at::ScalarType> type = TorchDtypeOf(dtype);
+  if (!type) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "backend c10d: dtype ", DataTypeName(dtype),
+         " has no torch equivalent");
   }
+  return *type;
 }
 
 // The dtype a reduction of `dtype` runs in (see the header comment).
@@ -137,19 +92,6 @@ c10d::ReduceOp ToTorchOp(ReduceOp op) {
   Fail(ERROR_INVALID_PARAM, "backend c10d: unknown reduce op ", static_cast<int>(op));
 }
 
-at::TensorOptions OptionsOf(at::ScalarType type) {
-  return at::TensorOptions().dtype(type).device(CurrentTensorDevice());
-}
-
-// A tensor over `numel` elements at `data` on CurrentTensorDevice() (no copy). Empty views get
-// their own (empty) storage, so no backend ever sees a null data pointer.
-at::Tensor View(const void* data, int64_t numel, at::ScalarType type) {
-  if (numel == 0 || data == nullptr) return at::empty({0}, OptionsOf(type));
-  return at::from_blob(const_cast<void*>(data), {numel}, OptionsOf(type));
-}
-
-at::Tensor Bytes(const void* data, int64_t bytes) { return View(data, bytes, at::kByte); }
-
 // The extent (in elements) a set of blocks covers: max over j of displs[j] + counts[j].
 int64_t Extent(const int64_t* counts, const int64_t* displs, int n) {
   int64_t extent = 0;
@@ -184,50 +126,6 @@ Status StatusOfTorchError(const std::string& message) {
     return ERROR_PEER_LOST;
   }
   return ERROR_COMM_FAIL;
-}
-
-std::string Join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "\"" : ", \"") + n + "\"";
-  return out.empty() ? "none" : out;
-}
-
-// The name torch.distributed knows the group `domain` by ("" = the default group's name).
-std::string ResolveGroupName(const std::string& domain) {
-  RequirePython("commDomain lookup");
-  PythonLock lock;
-  try {
-    py::module_ dist = py::module_::import("torch.distributed");
-    if (!dist.attr("is_available")().cast<bool>()) {
-      Fail(ERROR_BACKEND_UNAVAILABLE,
-           "backend c10d: this torch build has no torch.distributed (is_available() is False)");
-    }
-    if (!dist.attr("is_initialized")().cast<bool>()) {
-      Fail(ERROR_BACKEND_UNAVAILABLE,
-           "backend c10d: torch.distributed is not initialised in this process; call "
-           "torch.distributed.init_process_group(...) before using backend \"c10d\"");
-    }
-    py::module_ world = py::module_::import("torch.distributed.distributed_c10d");
-    const std::string defaultName =
-        py::str(world.attr("_get_default_group")().attr("group_name")).cast<std::string>();
-    std::vector<std::string> known;
-    for (auto item : world.attr("_world").attr("pg_names").cast<py::dict>()) {
-      known.push_back(py::str(item.second).cast<std::string>());
-    }
-    std::sort(known.begin(), known.end());
-    const std::string name = domain.empty() ? defaultName : domain;
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      Fail(ERROR_INVALID_PARAM, "backend c10d: commDomain \"", domain,
-           "\" is not the name of a torch.distributed process group of this process (known "
-           "groups: ",
-           Join(known), "; \"\" means the default group \"", defaultName,
-           "\"; a rank outside a new_group's ranks has no such group)");
-    }
-    return name;
-  } catch (py::error_already_set& e) {
-    Fail(ERROR_BACKEND_UNAVAILABLE,
-         "backend c10d: asking torch.distributed for its groups failed: ", e.what());
-  }
 }
 
 }  // namespace
@@ -289,23 +187,6 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupCommunicator::BackendFor(
 
 void ProcessGroupCommunicator::Wait(const c10::intrusive_ptr<c10d::Work>& work) const {
   work->wait();
-}
-
-template <class Body>
-void ProcessGroupCommunicator::Guard(const char* primitive, Body body) {
-  if (broken_) {
-    Fail(ERROR_COMM_FAIL, "backend c10d: ", Describe(), " failed earlier (timeout or lost peer); ",
-         primitive, " cannot run on it");
-  }
-  try {
-    body();
-  } catch (const Error&) {
-    throw;
-  } catch (const c10::Error& e) {
-    Failed(primitive, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    Failed(primitive, e.what());
-  }
 }
 
 void ProcessGroupCommunicator::Failed(const char* primitive, const std::string& what) {
@@ -534,106 +415,6 @@ void ProcessGroupCommunicator::Broadcast(void* buf, size_t count, DataType dtype
   });
 }
 
-// A send announces (count, dtype) and posts its payload at once, then learns from the receiver's
-// reply whether they matched; a receive waits for the announcement, takes the payload (into
-// scratch, dropped, when it does not match) and replies with what it expected, so a mismatch
-// fails on both sides and writes nothing. A group posts every send before it waits on anything,
-// and waits on its receives in order: backends' send/recv Works (gloo's) complete only inside
-// wait(), so a group cannot poll them, and since every send of every group is posted when the
-// group starts, a receive waits only for its peer to have started the matching group.
-void ProcessGroupCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
-  for (const PointToPoint& op : ops) {
-    if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
-      Fail(ERROR_INVALID_PARAM,
-           "backend c10d: ", op.kind == PointToPoint::Kind::kSend ? "Send to" : "Recv from",
-           " rank ", op.peer, ", which is not another rank of ", size_);
-    }
-  }
-  auto backend = BackendFor(CurrentTensorDevice());
-  const size_t n = ops.size();
-  std::vector<int64_t> mineValues(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    mineValues[2 * i] = static_cast<int64_t>(ops[i].count);
-    mineValues[2 * i + 1] = static_cast<int64_t>(ops[i].dtype);
-  }
-  const at::Tensor mineAll =
-      at::from_blob(mineValues.data(), {static_cast<int64_t>(2 * n)}, at::kLong)
-          .to(CurrentTensorDevice());
-  const at::Tensor theirsAll = at::empty({static_cast<int64_t>(2 * n)}, OptionsOf(at::kLong));
-  auto mineOf = [&](size_t i) { return std::vector<at::Tensor>{mineAll.narrow(0, 2 * i, 2)}; };
-  auto theirsOf = [&](size_t i) { return std::vector<at::Tensor>{theirsAll.narrow(0, 2 * i, 2)}; };
-  auto payloadOf = [](void* data, int64_t bytes) {
-    return std::vector<at::Tensor>{Bytes(data, bytes)};
-  };
-  std::vector<c10::intrusive_ptr<c10d::Work>> works(n), replies;
-  for (size_t i = 0; i < n; ++i) {
-    const PointToPoint& op = ops[i];
-    if (op.kind != PointToPoint::Kind::kSend) continue;
-    auto announce = mineOf(i);
-    replies.push_back(backend->send(announce, op.peer, kAnnounceTag));
-    if (op.count != 0) {
-      auto payload = payloadOf(op.buf, static_cast<int64_t>(op.count * DataTypeSize(op.dtype)));
-      replies.push_back(backend->send(payload, op.peer, kDataTag));
-    }
-    auto reply = theirsOf(i);
-    works[i] = backend->recv(reply, op.peer, kReplyTag);
-  }
-  std::string mismatch;
-  auto noteMismatch = [&](size_t i, const int64_t* t) {
-    if (!mismatch.empty()) return;
-    const PointToPoint& op = ops[i];
-    const int64_t* m = &mineValues[2 * i];
-    mismatch = op.kind == PointToPoint::Kind::kSend
-                   ? SendRecvMismatchMessage("c10d", rank_, m[0], m[1], op.peer, t[0], t[1])
-                   : SendRecvMismatchMessage("c10d", op.peer, t[0], t[1], rank_, m[0], m[1]);
-  };
-  auto theirValues = [&](size_t i, int64_t* t) {
-    const at::Tensor got = theirsAll.narrow(0, 2 * i, 2).cpu();
-    t[0] = got[0].item<int64_t>();
-    t[1] = got[1].item<int64_t>();
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const PointToPoint& op = ops[i];
-    if (op.kind != PointToPoint::Kind::kRecv) continue;
-    auto announce = theirsOf(i);
-    Wait(backend->recv(announce, op.peer, kAnnounceTag));
-    int64_t t[2];
-    theirValues(i, t);
-    const bool match = t[0] == mineValues[2 * i] && t[1] == mineValues[2 * i + 1];
-    const int64_t bytes = t[0] * static_cast<int64_t>(DataTypeSize(static_cast<DataType>(t[1])));
-    if (bytes > 0) {
-      at::Tensor drop;
-      if (!match) drop = at::empty({bytes}, OptionsOf(at::kByte));
-      auto payload = payloadOf(match ? op.buf : drop.data_ptr(), bytes);
-      Wait(backend->recv(payload, op.peer, kDataTag));
-    }
-    if (!match) noteMismatch(i, t);
-    auto reply = mineOf(i);
-    Wait(backend->send(reply, op.peer, kReplyTag));
-  }
-  for (const auto& work : replies) Wait(work);
-  for (size_t i = 0; i < n; ++i) {
-    if (ops[i].kind != PointToPoint::Kind::kSend) continue;
-    Wait(works[i]);
-    int64_t t[2];
-    theirValues(i, t);
-    if (t[0] != mineValues[2 * i] || t[1] != mineValues[2 * i + 1]) noteMismatch(i, t);
-  }
-  if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
-}
-
-void ProcessGroupCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
-  Guard("Send", [&] { RunGroup({PointToPoint::Send(buf, count, dtype, peer)}); });
-}
-
-void ProcessGroupCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
-  Guard("Recv", [&] { RunGroup({PointToPoint::Recv(buf, count, dtype, peer)}); });
-}
-
-void ProcessGroupCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
-  Guard("Exchange", [&] { RunGroup(ops); });
-}
-
 void ProcessGroupCommunicator::Barrier() {
   Guard("Barrier",
         [&] { Wait(BackendFor(CurrentTensorDevice())->barrier(c10d::BarrierOptions())); });
@@ -665,54 +446,5 @@ std::shared_ptr<Communicator> ProcessGroupCommunicator::Split(int color, int key
   auto backend = MakeGlooBackend(store_, prefix + "/", newRank, static_cast<int>(members.size()));
   return std::make_shared<ProcessGroupCommunicator>(std::move(backend), store_, prefix);
 }
-
-c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  const std::string& prefix, int rank, int size,
-                                                  double timeoutSeconds) {
-  RequirePython("creating a gloo group");
-  PythonLock lock;
-  try {
-    py::module_ dist = py::module_::import("torch.distributed");
-    py::object prefixed = dist.attr("PrefixStore")(prefix, py::cast(store));
-    py::object timeout =
-        py::module_::import("datetime").attr("timedelta")(0, CommTimeoutSeconds(timeoutSeconds));
-    py::object gloo = dist.attr("ProcessGroupGloo")(prefixed, rank, size, timeout);
-    return gloo.cast<c10::intrusive_ptr<c10d::Backend>>();
-  } catch (py::error_already_set& e) {
-    Fail(ERROR_COMM_FAIL, "backend c10d: creating a gloo group (rank ", rank, " of ", size,
-         ", store prefix \"", prefix, "\") failed: ", e.what());
-  } catch (const py::cast_error& e) {
-    Fail(ERROR_INTERNAL_ERROR,
-         "backend c10d: torch's ProcessGroupGloo did not convert to a "
-         "c10d::Backend: ",
-         e.what());
-  }
-}
-
-std::shared_ptr<Communicator> AdoptProcessGroup(const CommParam& param) {
-  const std::string name = ResolveGroupName(param.commDomain);
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-  try {
-    group = c10d::resolve_process_group(name);
-  } catch (const std::exception& e) {
-    Fail(ERROR_INVALID_PARAM, "backend c10d: torch.distributed lists group \"", name,
-         "\" but its registry does not resolve it: ", e.what());
-  }
-  const std::string which = Concat("torch.distributed group \"", name, "\"");
-  if (param.rankSize != group->getSize()) {
-    Fail(ERROR_INVALID_PARAM, "backend c10d: rankSize = ", param.rankSize, " but ", which,
-         " (commDomain \"", param.commDomain, "\") has ", group->getSize(), " ranks");
-  }
-  if (param.rank != group->getRank()) {
-    Fail(ERROR_INVALID_PARAM, "backend c10d: rank = ", param.rank, " but this process is rank ",
-         group->getRank(), " of ", which, " (commDomain \"", param.commDomain, "\")");
-  }
-  return std::make_shared<ProcessGroupCommunicator>(std::move(group), name);
-}
-
-namespace {
-[[maybe_unused]] const bool kRegistered =
-    RegisterCommunicatorBackend("c10d", COMM_MULTI_PROCESS, AdoptProcessGroup);
-}  // namespace
 
 }  // namespace collops

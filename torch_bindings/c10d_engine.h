@@ -1,10 +1,13 @@
-// The "c10d" backend: a collops Communicator over a torch.distributed ProcessGroup, so operations
+// The "c10d" engine: a collops Communicator over a torch.distributed ProcessGroup, so operations
 // run on whatever engine the application already set up (gloo between hosts; NCCL for CUDA
-// tensors). ATB's "hcclComm: bring your own communicator", for torch jobs.
+// tensors). ATB's "hcclComm: bring your own communicator", for torch jobs. The "collops" backend
+// also runs its gloo groups between hosts through it.
 //
 // Every primitive is one or two collectives of the group's backend for the device of the data,
 // each waited on before returning (the Communicator contract is synchronous). Raw pointers are
 // wrapped as tensors of CurrentTensorDevice() (CPU unless a TensorDeviceScope says otherwise).
+// The collectives are in c10d_engine.cpp, point to point in c10d_engine_p2p.cpp, and how the
+// engine gets its groups in c10d_groups.h.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -20,6 +23,7 @@
 
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
+#include "collops/status.h"
 
 namespace collops {
 
@@ -124,18 +128,21 @@ class ProcessGroupCommunicator final : public Communicator {
   std::unique_ptr<StartedAllToAllV> started_;                    // between Start and Finish
 };
 
-/// A gloo backend of `size` ranks over PrefixStore(prefix, store); collective over exactly those
-/// ranks (each passes its `rank`). Made through torch's Python binding under the GIL (the torch
-/// wheel ships no gloo headers), so it honours GLOO_SOCKET_IFNAME like torch's own groups. Its
-/// waits are bounded by `timeoutSeconds`, 0 = CommTimeoutSeconds().
-c10::intrusive_ptr<c10d::Backend> MakeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                  const std::string& prefix, int rank, int size,
-                                                  double timeoutSeconds = 0);
-
-/// The "c10d" factory (commMode 0): adopts the torch.distributed group named param.commDomain
-/// ("" = the default group). Throws ERROR_BACKEND_UNAVAILABLE when torch.distributed is not
-/// initialised in this process, ERROR_INVALID_PARAM naming commDomain and the known groups for an
-/// unknown name, and naming rank or rankSize when they disagree with the group's.
-std::shared_ptr<Communicator> AdoptProcessGroup(const CommParam& param);
+template <class Body>
+void ProcessGroupCommunicator::Guard(const char* primitive, Body body) {
+  if (broken_) {
+    Fail(ERROR_COMM_FAIL, "backend c10d: ", Describe(), " failed earlier (timeout or lost peer); ",
+         primitive, " cannot run on it");
+  }
+  try {
+    body();
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    Failed(primitive, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    Failed(primitive, e.what());
+  }
+}
 
 }  // namespace collops

@@ -1,0 +1,168 @@
+// The "collops" backend's group: joining it, its communicator, the per-call wrapper, and the
+// collectives that neither reduce nor gather (collops_backend.h).
+#include "collops_backend.h"
+
+#include <utility>
+
+#include "c10d_engine.h"
+#include "c10d_groups.h"
+#include "collops/backend.h"
+#include "collops/hierarchical_communicator.h"
+#include "collops_backend_tensors.h"
+#include "group_join.h"
+#include "intra_op_threads.h"
+#include "shared_tensor.h"
+
+namespace collops {
+namespace {
+
+constexpr char kBackendName[] = "collops";
+
+}  // namespace
+
+CollopsBackend::CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                               double timeoutSeconds)
+    : Backend(rank, size), store_(store), timeoutSeconds_(timeoutSeconds) {
+  // Agree on a domain now, while every rank is constructing; the communicator itself is
+  // created on first use, so groups that never communicate cost no rendezvous.
+  try {
+    domain_ = JoinGroup(*store, rank, size, timeoutSeconds);
+  } catch (const Error& e) {
+    TORCH_CHECK(false, StatusName(e.status()), ": ", e.what());
+  }
+  layout_ = ExchangeHostLayout(*store, domain_, rank, size);
+  ShareCpusWithLocalRanks(static_cast<int>(layout_.RanksOn(layout_.hostOfRank[rank]).size()));
+  p2p_ = std::make_shared<DeferredP2P>(
+      [this](const std::vector<PointToPoint>& ops) { return RunP2P(ops); });
+}
+
+CollopsBackend::~CollopsBackend() { p2p_->Close(); }
+
+std::string CollopsBackend::CommunicatorName() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return comm_ ? comm_->BackendName() : "";
+}
+
+at::Tensor CollopsBackend::EmptySharedBytes(int64_t bytes) {
+  Comm();
+  std::shared_ptr<Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm = comm_;
+  }
+  return SharedOrEmpty({bytes}, at::kByte, std::move(comm));
+}
+
+const std::string CollopsBackend::getBackendName() const { return kBackendName; }
+
+uint64_t CollopsBackend::getSequenceNumberForGroup() {
+  p2p_->Flush();
+  return collectivesIssued_.load();
+}
+
+c10::intrusive_ptr<c10d::Work> CollopsBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                         const c10d::BroadcastOptions& opts) {
+  return Run(c10d::OpType::BROADCAST, tensors, [&] {
+    for (auto& t : tensors) {
+      InPlace(t, "broadcast", [&](at::Tensor& c) {
+        // In elements of its dtype, so ranks whose tensors differ in dtype fail the check.
+        const auto [dtype, es] = MovedAs(c);
+        Comm().Broadcast(c.data_ptr(), NumBytes(c) / es, dtype, static_cast<int>(opts.rootRank));
+      });
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> CollopsBackend::barrier(const c10d::BarrierOptions&) {
+  return Run(c10d::OpType::BARRIER, {}, [&] { Comm().Barrier(); });
+}
+
+// Deferred until waited on or until the next call of any other kind (deferred_p2p.h).
+c10::intrusive_ptr<c10d::Work> CollopsBackend::send(std::vector<at::Tensor>& tensors, int dst,
+                                                    int /*tag*/) {
+  TORCH_CHECK(tensors.size() == 1, "collops backend: send takes one tensor, got ", tensors.size());
+  CheckCpu(tensors[0], "send");
+  return p2p_->Send(tensors[0], dst, getRank());
+}
+
+c10::intrusive_ptr<c10d::Work> CollopsBackend::recv(std::vector<at::Tensor>& tensors, int src,
+                                                    int /*tag*/) {
+  TORCH_CHECK(tensors.size() == 1, "collops backend: recv takes one tensor, got ", tensors.size());
+  CheckCpu(tensors[0], "recv");
+  return p2p_->Recv(tensors[0], src, getRank());
+}
+
+VerifiedCommunicator& CollopsBackend::Comm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
+  // fast with its error, as torch's own backends do. Rebuilding it would start a rendezvous
+  // that waits the whole timeout for a rank that is gone.
+  if (!comm_) {
+    std::shared_ptr<Communicator> inner;
+    if (layout_.SingleHost()) {
+      inner = CreateCommunicator(LcclParam(domain_, getRank(), getSize()));
+    } else {
+      inner = CreateHierarchical();
+    }
+    // Verified: torch.distributed callers pass shapes per rank, and ranks that disagree must
+    // get ERROR_RANK_MISMATCH, not a lost peer or silently wrong data.
+    comm_ = std::make_shared<VerifiedCommunicator>(inner, "collops backend");
+  }
+  return *comm_;
+}
+
+CommParam CollopsBackend::LcclParam(const std::string& domain, int rank, int size) const {
+  CommParam p;
+  p.rank = rank;
+  p.rankSize = size;
+  p.backend = "lccl";
+  p.commMode = COMM_MULTI_PROCESS;
+  p.commDomain = domain;
+  p.timeoutSeconds = timeoutSeconds_;
+  return p;
+}
+
+// Every rank creates, in this order: its host's lccl communicator, the gloo group of all ranks,
+// and the gloo group of its rail (the ranks at its local index, one per host; rail 0 is the
+// leaders). The gloo groups live under a Store prefix per creation, so a group re-created after
+// a failure never reads its predecessor's addresses.
+std::shared_ptr<Communicator> CollopsBackend::CreateHierarchical() {
+  const int rank = getRank();
+  const int host = layout_.hostOfRank[rank];
+  const int local = layout_.LocalIndex(rank);
+  std::shared_ptr<Communicator> intra = CreateCommunicator(LcclParam(
+      Concat(domain_, "@host", host), local, static_cast<int>(layout_.RanksOn(host).size())));
+  // Under the token: the Store outlives restarts (group_join.h).
+  const std::string prefix = Concat("collops/hier.", domain_, ".", generation_++, "/");
+  auto flat = std::make_shared<ProcessGroupCommunicator>(
+      MakeGlooBackend(store_, prefix + "flat/", rank, getSize(), timeoutSeconds_), store_,
+      prefix + "flat");
+  const std::string railPrefix = Concat(prefix, "rail", local);
+  auto rail = std::make_shared<ProcessGroupCommunicator>(
+      MakeGlooBackend(store_, railPrefix + "/", layout_.RailRank(rank),
+                      static_cast<int>(layout_.HostsOfRail(local).size()), timeoutSeconds_),
+      store_, railPrefix);
+  return MakeHierarchicalCommunicator(std::move(flat), std::move(intra), std::move(rail), layout_);
+}
+
+std::string CollopsBackend::Describe(const Error& e) const {
+  return Concat("collops backend (rank ", getRank(), " of ", getSize(), ", domain ", domain_,
+                "): ", StatusName(e.status()), ": ", e.what());
+}
+
+std::string CollopsBackend::RunP2P(const std::vector<PointToPoint>& ops) {
+  try {
+    Comm().Exchange(ops);
+    return "";
+  } catch (const Error& e) {
+    // The sizes in a send/recv mismatch are the engine's, who saw bytes (deferred_p2p.cpp).
+    if (e.status() != ERROR_RANK_MISMATCH || !IsSendRecvMismatchMessage(e.what())) {
+      return Describe(e);
+    }
+    return Concat(Describe(e),
+                  " (send and recv move bytes here, as gloo's do, so the counts "
+                  "are bytes: a float32 tensor of 5 elements is 20 int8 elements)");
+  }
+}
+
+}  // namespace collops

@@ -1,0 +1,191 @@
+// The torch.distributed backend "collops": a c10d::Backend over the lccl multi-process
+// communicator, so `dist.init_process_group("cpu:collops")`, DDP and functional collectives run
+// on collops.
+//
+// Every collective is synchronous on CPU (the Communicator contract), so each call returns a
+// CompletedWork (completed_work.h) whose future already holds the outputs; DDP's comm hooks only
+// need getFuture() to work. send/recv are the exception: they are queued and run together, as
+// one Communicator::Exchange, when waited on or before the next call (deferred_p2p.h), so
+// isend/irecv rings and batch_isend_irecv behave as on gloo.
+//
+// Group identity: torch hands each group's backend a Store prefixed with the group's name. The
+// ranks agree there on a token (group_join.h), so the lccl commDomain is unique per group and per
+// job: sub-groups from dist.new_group get their own communicators, and two jobs on one host never
+// meet even when they share MASTER_PORT or COLLOPS_JOB_ID.
+//
+// Hosts: every rank also publishes its HostIdentity() (topology.h) in the group's Store. A group
+// whose ranks are all on one host runs on one lccl communicator. A group spanning hosts runs on
+// the hierarchical communicator (hierarchical_communicator.h): lccl among the ranks of each host
+// (domain "<token>@host<h>"), and gloo groups made from the same Store between hosts -- one per
+// rail (the ranks at one local index, one per host: the inter-host data path; rail 0 is the host
+// leaders) and one over every rank (point to point between hosts, small control exchanges), each
+// wrapped in the c10d engine (c10d_engine.h).
+//
+// The class's methods live in three files, by what they do: collops_backend.cpp (the group's
+// communicator, the per-call wrapper Run, barrier, broadcast, send and recv),
+// collops_backend_reduce.cpp (every reducing collective) and collops_backend_gather.cpp (gathers,
+// scatter, all-to-all). Python reaches it through python_module.cpp.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collops/comm_params.h"
+#include "collops/communicator.h"
+#include "collops/status.h"
+#include "collops/topology.h"
+#include "collops/verified_communicator.h"
+#include "completed_work.h"
+#include "deferred_p2p.h"
+
+namespace collops {
+
+class CollopsBackend final : public c10d::Backend {
+ public:
+  // timeoutSeconds: init_process_group's timeout, 0 = COLLOPS_TIMEOUT (CommParam::timeoutSeconds).
+  CollopsBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 double timeoutSeconds);
+  ~CollopsBackend() override;
+
+  /// The engine this group runs on: "lccl", or "hccl(lccl+c10d)" across hosts ("" before the
+  /// first collective created it).
+  std::string CommunicatorName();
+
+  /// `bytes` bytes (uint8) that this group's communicator moves with one copy
+  /// (Communicator::AllocateShared: the lccl heap on one host), or ordinary memory where it has
+  /// none or its heap is full. Creates the communicator on first use, so it is collective then.
+  /// The tensor keeps the communicator alive.
+  at::Tensor EmptySharedBytes(int64_t bytes);
+
+  const std::string getBackendName() const override;
+
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the group in torch's ProcessGroupWrapper, which sets the
+  // number here and then compares it across ranks before every collective, naming ranks that ran
+  // a different number of collectives. Every rank constructs its backend in the same
+  // collective call, so all count from 0 (as gloo does); nothing needs agreeing.
+  void setSequenceNumberForGroup() override {}
+  // The wrapper asks for the number first thing in every collective, before its own gloo barrier
+  // across the ranks: queued sends and receives must run now, as they would at the start of the
+  // collective without the wrapper. Else a rank whose peer waits in recv for its un-waited isend
+  // enters that barrier, and both wait for ever.
+  uint64_t getSequenceNumberForGroup() override;
+
+  // collops_backend.cpp
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+  // collops_backend_reduce.cpp
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+
+  // collops_backend_gather.cpp
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+
+ private:
+  // ---- collops_backend.cpp: the group's communicator and the per-call wrapper ----------------
+
+  // The lccl communicator of this group (one host), or the hierarchical one (several), created
+  // (rendezvous included) on first use.
+  VerifiedCommunicator& Comm();
+  CommParam LcclParam(const std::string& domain, int rank, int size) const;
+  std::shared_ptr<Communicator> CreateHierarchical();
+
+  // Every collective's path: flushes queued sends and receives, runs `body`, turns
+  // collops::Error into a torch error that names the status, and wraps the outputs in a
+  // CompletedWork.
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs, Body body);
+  std::string Describe(const Error& e) const;
+  // One group of queued sends and receives.
+  std::string RunP2P(const std::vector<PointToPoint>& ops);
+
+  // ---- collops_backend_reduce.cpp --------------------------------------------------------------
+
+  void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce");
+  void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what);
+  // counts/displs in elements of `output`'s dtype.
+  void ReduceScatterOne(at::Tensor& output, const at::Tensor& in, std::vector<int64_t> counts,
+                        std::vector<int64_t> displs, const c10d::ReduceOp& op);
+  void ReduceScatterFlat(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op);
+
+  // ---- collops_backend_gather.cpp --------------------------------------------------------------
+
+  void AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input);
+  void AllGatherFlat(at::Tensor& output, const at::Tensor& input);
+  // Counts and displacements of `t`'s dim-0 splits, in units of `unitBytes` (an element).
+  void RowSplits(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which,
+                 int64_t unitBytes, std::vector<int64_t>* counts,
+                 std::vector<int64_t>* displs) const;
+
+  std::string domain_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  HostLayout layout_;
+  double timeoutSeconds_;  // init_process_group's timeout, 0 = COLLOPS_TIMEOUT
+  int generation_ = 0;     // hierarchical communicators created so far
+  std::mutex mu_;
+  std::shared_ptr<DeferredP2P> p2p_;
+  std::shared_ptr<VerifiedCommunicator> comm_;
+  std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
+};
+
+// Run's definition, for the three files that define collectives.
+template <class Body>
+c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
+                                                   std::vector<at::Tensor> outputs, Body body) {
+  ++collectivesIssued_;
+  p2p_->Flush();  // queued sends and receives come first, as the program issued them
+  try {
+    body();
+  } catch (const Error& e) {
+    TORCH_CHECK(false, Describe(e));
+  }
+  return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
+}
+
+}  // namespace collops

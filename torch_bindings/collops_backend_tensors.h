@@ -1,0 +1,63 @@
+// How the "collops" backend hands torch tensors to a communicator: CPU and dense checks, the
+// collops dtype a tensor moves as, contiguous stand-ins for strided tensors, and lists of
+// tensors packed into one byte buffer.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "collops/tensor.h"
+
+namespace collops {
+
+/// The collops dtype a collective moves or reduces `type` as: dtype_map.h's, except bool, which
+/// goes as its bytes (uint8, 0 or 1) since the communicators reduce no bool; nullopt where collops
+/// has no such dtype.
+std::optional<DataType> BackendDtype(at::ScalarType type);
+
+/// How a collective hands `t` to the communicator: in elements of its collops dtype, so that the
+/// cross-rank check compares dtypes as well as sizes (ranks gathering float32 and int32 of one
+/// size would otherwise swap reinterpreted bytes); as bytes (int8, 1) where collops has no such
+/// dtype. Returns {dtype, element size}.
+std::pair<DataType, int64_t> MovedAs(const at::Tensor& t);
+
+/// Byte count of a tensor: data movement treats every dtype as bytes.
+inline size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+/// Throws a torch error naming `what` unless `t` is a dense CPU tensor.
+void CheckCpu(const at::Tensor& t, const char* what);
+
+/// Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
+template <class Body>
+void InPlace(at::Tensor& t, const char* what, Body body) {
+  CheckCpu(t, what);
+  if (t.is_contiguous()) {
+    body(t);
+    return;
+  }
+  at::Tensor c = t.contiguous();
+  body(c);
+  t.copy_(c);
+}
+
+/// Counts and displacements of `size` blocks of `n` elements each, one after the other.
+struct EvenBlocks {
+  EvenBlocks(int size, int64_t n) : counts(size, n), displs(size) {
+    for (int i = 0; i < size; ++i) displs[i] = i * n;
+  }
+  std::vector<int64_t> counts, displs;
+};
+
+/// Flattens a list of tensors into one byte buffer; `counts`/`displs` get each one's bytes.
+at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
+                std::vector<int64_t>* displs);
+
+/// Copies each tensor of `ts` out of `buf` at its byte displacement.
+void Unpack(const at::Tensor& buf, std::vector<at::Tensor>& ts, const std::vector<int64_t>& displs);
+
+}  // namespace collops
