@@ -59,6 +59,8 @@ struct Options {
   bool json = false;
   /// --shared: data buffers from the communicator's AllocateShared() (collops-bench, process mode)
   bool shared = false;
+  /// --algorithms: print the algorithm table and exit (collops-bench)
+  bool algorithms = false;
 };
 
 /// Parses a size as nccl-tests reads -b and -e: a positive integer of bytes with an optional K, M
@@ -172,7 +174,8 @@ inline void PrintUsage(Tool tool, FILE* out) {
         "  -r N            ranks, >= 1 (>= 2 for sendrecv; default 2)\n"
         "  --mode M        process: forked ranks (lccl, the default); thread: threads of\n"
         "                  this process; mpirun: the ranks mpirun -np started (no -r)\n"
-        "  --shared        data buffers from Communicator::AllocateShared (--mode process)\n");
+        "  --shared        data buffers from Communicator::AllocateShared (--mode process)\n"
+        "  --algorithms    print every engine's algorithms (the COLLOPS_ALGO_* names) and exit\n");
   }
   std::fprintf(out, "  -h, --help      this text\n");
 }
@@ -190,7 +193,7 @@ inline void PrintUsage(Tool tool, FILE* out) {
 inline bool Accepts(Tool tool, const std::string& option) {
   static const char* const kEvery[] = {"-b", "-e", "-f", "-w", "-n", "--json"};
   static const char* const kOps[] = {"-o", "-d", "-c", "--settle-ms"};
-  static const char* const kBenchOnly[] = {"-r", "--mode", "--shared"};
+  static const char* const kBenchOnly[] = {"-r", "--mode", "--shared", "--algorithms"};
   for (const char* o : kEvery) {
     if (option == o) return true;
   }
@@ -226,6 +229,10 @@ inline Options ParseOptions(int argc, char** argv, Tool tool) {
     }
     if (a == "--shared") {
       o.shared = true;
+      continue;
+    }
+    if (a == "--algorithms") {
+      o.algorithms = true;
       continue;
     }
     if (a == "-c") {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "collops/algorithms.h"
 #include "collops/backend.h"
 #include "collops/collops.h"
 
@@ -474,6 +475,10 @@ int RunMpirun(Options o) {
 int Main(int argc, char** argv) {
   // Refuses what cannot run (bad sizes, -r 1 for sendrecv, --shared outside process mode).
   const Options o = ParseOptions(argc, argv, Tool::kBench);
+  if (o.algorithms) {
+    std::fputs(collops::AlgorithmTableMarkdown().c_str(), stdout);
+    return 0;
+  }
   if (o.mode == Mode::kMpirun) return RunMpirun(o);
   const std::vector<int64_t> sizes = Sizes(o);
   Shared sh(static_cast<int>(sizes.size()), o.ranks, o.iters);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -150,6 +151,31 @@ ProcessRanksOptions SmallBuffer() {
   return options;
 }
 
+/// Forces COLLOPS_ALGO_<knob> = `algo` for the communicators this process makes next, and makes
+/// "cma" run whatever the machine's kernel copy costs (COLLOPS_SHM_CMA_BYTES set). Returns the
+/// communicator, or null when "cma" was forced where the kernel refuses it: then every call
+/// fails, naming the knob, which `probe` (a call) checks.
+std::shared_ptr<Communicator> MakeForcedComm(int rank, int size, const char* knob,
+                                             const std::string& algo,
+                                             const std::function<void(Communicator&)>& probe) {
+  setenv(knob, algo.c_str(), 1);
+  if (algo == "cma") {
+    setenv("COLLOPS_SHM_CMA_BYTES", "4096", 1);
+  } else {
+    unsetenv("COLLOPS_SHM_CMA_BYTES");
+  }
+  auto comm = testing::MakeProcessComm(rank, size, Concat(knob, "-", algo));
+  if (algo != "cma" || comm->CrossMemory() || size == 1) return comm;  // one rank moves nothing
+  try {
+    probe(*comm);
+    ADD_FAILURE() << knob << "=cma ran where process_vm_readv is refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+    EXPECT_NE(std::string(e.what()).find(knob), std::string::npos) << e.what();
+  }
+  return nullptr;
+}
+
 class ProcessComm : public ::testing::TestWithParam<int> {};
 
 TEST_P(ProcessComm, AllReduceEveryAlgorithmOpDtypeAndSize) {
@@ -158,8 +184,11 @@ TEST_P(ProcessComm, AllReduceEveryAlgorithmOpDtypeAndSize) {
       size,
       [size](int rank) {
         for (const char* algo : {"auto", "oneshot", "rsag", "cma"}) {
-          setenv("COLLOPS_ALGO_ALLREDUCE", algo, 1);
-          auto comm = MakeLcclComm(rank, size, std::string("allreduce-") + algo);
+          auto comm = MakeForcedComm(rank, size, "COLLOPS_ALGO_ALLREDUCE", algo, [](auto& c) {
+            float x = 1;
+            c.AllReduce(&x, &x, 1, ACL_FLOAT, ReduceOp::kSum);
+          });
+          if (comm == nullptr) continue;
           ASSERT_EQ(comm->BackendName(), "lccl");
           ASSERT_EQ(comm->Rank(), rank);
           ASSERT_EQ(comm->Size(), size);
@@ -209,8 +238,11 @@ TEST_P(ProcessComm, AllGatherBytesAndAllGatherV) {
       size,
       [size](int rank) {
         for (const char* algo : {"auto", "staged", "cma"}) {
-          setenv("COLLOPS_ALGO_ALLGATHER", algo, 1);
-          auto comm = MakeLcclComm(rank, size, std::string("gather-") + algo);
+          auto comm = MakeForcedComm(rank, size, "COLLOPS_ALGO_ALLGATHER", algo, [](auto& c) {
+            std::vector<uint8_t> out(c.Size());
+            c.AllGatherBytes("x", out.data(), 1);
+          });
+          if (comm == nullptr) continue;
           for (size_t bytes : {size_t{0}, size_t{5}, size_t{100001}}) {
             std::vector<uint8_t> in(bytes), out(bytes * size, 0xee), want(bytes * size);
             for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<uint8_t>(rank * 31 + i);
@@ -254,30 +286,33 @@ TEST_P(ProcessComm, ReduceScatterV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLcclComm(rank, size, "reduce-scatter");
-        for (DataType dtype : kDtypes) {
-          for (ReduceOp op : kOps) {
-            for (size_t scale : {size_t{1}, size_t{9001}}) {
-              std::vector<int64_t> counts(size), displs(size);
-              int64_t end = 0;
-              for (int r = 0; r < size; ++r) {
-                counts[r] = static_cast<int64_t>(((r * 3 + 2) % 4) * scale);
-                displs[r] = end + 1;
-                end = displs[r] + counts[r];
+        for (const char* algo : {"auto", "staged"}) {
+          auto comm = MakeForcedComm(rank, size, "COLLOPS_ALGO_REDUCESCATTER", algo, nullptr);
+          for (DataType dtype : kDtypes) {
+            for (ReduceOp op : kOps) {
+              for (size_t scale : {size_t{1}, size_t{9001}}) {
+                std::vector<int64_t> counts(size), displs(size);
+                int64_t end = 0;
+                for (int r = 0; r < size; ++r) {
+                  counts[r] = static_cast<int64_t>(((r * 3 + 2) % 4) * scale);
+                  displs[r] = end + 1;
+                  end = displs[r] + counts[r];
+                }
+                Buffer in(dtype, end), out(dtype, counts[rank]);
+                for (int64_t i = 0; i < end; ++i) in.Set(i, Value(rank, i, 4, op));
+                std::vector<double> want(counts[rank]);
+                for (int64_t i = 0; i < counts[rank]; ++i) {
+                  const size_t at = displs[rank] + i;
+                  want[i] = Value(0, at, 4, op);
+                  for (int r = 1; r < size; ++r)
+                    want[i] = FoldPair(op, want[i], Value(r, at, 4, op));
+                }
+                comm->ReduceScatterV(in.Data(), counts.data(), displs.data(), out.Data(),
+                                     counts[rank], dtype, op);
+                EXPECT_BUFFER(out, want,
+                              Concat(algo, " ReduceScatterV ", DataTypeName(dtype), " ",
+                                     ReduceOpName(op), " scale ", scale));
               }
-              Buffer in(dtype, end), out(dtype, counts[rank]);
-              for (int64_t i = 0; i < end; ++i) in.Set(i, Value(rank, i, 4, op));
-              std::vector<double> want(counts[rank]);
-              for (int64_t i = 0; i < counts[rank]; ++i) {
-                const size_t at = displs[rank] + i;
-                want[i] = Value(0, at, 4, op);
-                for (int r = 1; r < size; ++r) want[i] = FoldPair(op, want[i], Value(r, at, 4, op));
-              }
-              comm->ReduceScatterV(in.Data(), counts.data(), displs.data(), out.Data(),
-                                   counts[rank], dtype, op);
-              EXPECT_BUFFER(out, want,
-                            Concat("ReduceScatterV ", DataTypeName(dtype), " ", ReduceOpName(op),
-                                   " scale ", scale));
             }
           }
         }
@@ -290,23 +325,32 @@ TEST_P(ProcessComm, AllToAllV) {
   RunProcessRanks(
       size,
       [size](int rank) {
-        auto comm = MakeLcclComm(rank, size, "alltoall");
-        for (DataType dtype : kDtypes) {
-          for (const int64_t scale : {0, 1, 3001}) {  // up to beyond the buffer
-            const testing::PieceLayout l(rank, size, scale);
-            Buffer in(dtype, l.sendEnd), out(dtype, l.recvEnd);
-            for (int64_t i = 0; i < l.sendEnd; ++i) in.Set(i, Value(rank, i, 5));
-            for (int64_t i = 0; i < l.recvEnd; ++i) out.Set(i, -1);
-            std::vector<double> want(l.recvEnd, -1);
-            for (int r = 0; r < size; ++r) {
-              const int64_t theirDispl = testing::PieceLayout::SendDispl(r, rank, scale);
-              for (int64_t i = 0; i < l.recvCounts[r]; ++i) {
-                want[l.rdispls[r] + i] = Value(r, theirDispl + i, 5);
+        for (const char* algo : {"auto", "staged", "cma"}) {
+          auto comm = MakeForcedComm(rank, size, "COLLOPS_ALGO_ALLTOALL", algo, [](auto& c) {
+            const testing::PieceLayout l(c.Rank(), c.Size(), 1);
+            std::vector<float> in(l.sendEnd), out(l.recvEnd);
+            c.AllToAllV(in.data(), l.sendCounts.data(), l.sdispls.data(), out.data(),
+                        l.recvCounts.data(), l.rdispls.data(), ACL_FLOAT);
+          });
+          if (comm == nullptr) continue;
+          for (DataType dtype : kDtypes) {
+            for (const int64_t scale : {0, 1, 3001}) {  // up to beyond the buffer
+              const testing::PieceLayout l(rank, size, scale);
+              Buffer in(dtype, l.sendEnd), out(dtype, l.recvEnd);
+              for (int64_t i = 0; i < l.sendEnd; ++i) in.Set(i, Value(rank, i, 5));
+              for (int64_t i = 0; i < l.recvEnd; ++i) out.Set(i, -1);
+              std::vector<double> want(l.recvEnd, -1);
+              for (int r = 0; r < size; ++r) {
+                const int64_t theirDispl = testing::PieceLayout::SendDispl(r, rank, scale);
+                for (int64_t i = 0; i < l.recvCounts[r]; ++i) {
+                  want[l.rdispls[r] + i] = Value(r, theirDispl + i, 5);
+                }
               }
+              comm->AllToAllV(in.Data(), l.sendCounts.data(), l.sdispls.data(), out.Data(),
+                              l.recvCounts.data(), l.rdispls.data(), dtype);
+              EXPECT_BUFFER(out, want,
+                            Concat(algo, " AllToAllV ", DataTypeName(dtype), " scale ", scale));
             }
-            comm->AllToAllV(in.Data(), l.sendCounts.data(), l.sdispls.data(), out.Data(),
-                            l.recvCounts.data(), l.rdispls.data(), dtype);
-            EXPECT_BUFFER(out, want, Concat("AllToAllV ", DataTypeName(dtype), " scale ", scale));
           }
         }
       },
@@ -319,8 +363,11 @@ TEST_P(ProcessComm, BroadcastFromEveryRoot) {
       size,
       [size](int rank) {
         for (const char* algo : {"auto", "staged", "cma"}) {
-          setenv("COLLOPS_ALGO_BROADCAST", algo, 1);
-          auto comm = MakeLcclComm(rank, size, std::string("broadcast-") + algo);
+          auto comm = MakeForcedComm(rank, size, "COLLOPS_ALGO_BROADCAST", algo, [](auto& c) {
+            char x = 0;
+            c.Broadcast(&x, 1, ACL_INT8, 0);
+          });
+          if (comm == nullptr) continue;
           for (DataType dtype : kDtypes) {
             for (size_t n : kSizes) {
               for (int root = 0; root < size; ++root) {

@@ -1,7 +1,7 @@
 // AllocateShared on the multi-process lccl communicator: the heap allocator itself, and
 // AllToAllV whose inputs and outputs lie in the ranks' heaps, in every mix with ordinary memory
 // (each piece moves directly when its receiver's output or its sender's input is shared, staged
-// otherwise; process_algorithms.cpp). Golden values are rebuilt independently on each rank.
+// otherwise; algorithm_table.cpp). Golden values are rebuilt independently on each rank.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
@@ -436,10 +436,10 @@ TEST_P(ProcessHeapCollectives, AllReduceWithEveryBufferInTheHeapsTakesThreeRound
   }
 }
 
-/// One-shot AllReduce of one round (forced here; at R=2 the automatic rule takes it up to 2 MiB
-/// where cma does not): from 64 KiB, every buffer in the heaps takes the heap path (three
-/// rounds), and ranks whose input and output are in their heap stage nothing, their inputs read
-/// in place and kept there by one more round (two); below 64 KiB, one round whatever the buffers.
+/// One-shot AllReduce of one round (forced here, so it never continues with the heap algorithm):
+/// from 64 KiB, ranks whose input and output are in their heap stage nothing, their inputs read in
+/// place and kept there by one more round (two), in place too; below 64 KiB, one round whatever the
+/// buffers.
 TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
   const int size = GetParam();
   const unsigned all = (1u << size) - 1;
@@ -447,7 +447,7 @@ TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
     Placement placement;
     uint64_t rounds;
   };
-  const Case cases[] = {{{all, all}, 3}, {{all, 0}, 1},         {{0, all}, 1},
+  const Case cases[] = {{{all, all}, 2}, {{all, 0}, 1},         {{0, all}, 1},
                         {{0, 0}, 1},     {{all, all & ~1u}, 2}, {{1u, all}, 2}};
   ProcessRanksOptions options;
   options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
@@ -464,9 +464,93 @@ TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
                 << "rank " << rank << " count " << count << " placement " << c.placement.inputs
                 << "/" << c.placement.outputs;
           }
-          EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
+          // In place, a rank whose buffer is read in place by the others keeps its result until
+          // they have read it.
+          for (const unsigned inPlace : {all, 1u, all & ~1u}) {
+            EXPECT_EQ(CheckedAllReduce(*comm, count, true, (inPlace >> rank) & 1), 2u)
+                << "rank " << rank << " count " << count << " in place, shared " << inPlace;
+          }
         }
         EXPECT_EQ(CheckedAllReduce(*comm, 4000, false, true, true), 1u) << "rank " << rank;
+      },
+      options);
+}
+
+/// Chosen automatically, a one-shot AllReduce of 64 KiB (rsag where the ranks outnumber the CPUs)
+/// whose first round finds every buffer in the heaps continues with the heap algorithm (three
+/// rounds); with some buffers elsewhere it reads the shared inputs in place (two).
+TEST_P(ProcessHeapCollectives, AutomaticAllReduceContinuesInTheHeaps) {
+  const int size = GetParam();
+  const unsigned all = (1u << size) - 1;
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env["COLLOPS_SHM_CMA_BYTES"] = "0";
+  RunProcessRanks(
+      size,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, size, "heap-allreduce-auto");
+        const int64_t count = 16384;  // 64 KiB of float
+        EXPECT_EQ(CheckedAllReduce(*comm, count, false, true, true), 3u) << "rank " << rank;
+        EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
+        EXPECT_EQ(CheckedAllReduce(*comm, count, false, (all & ~1u) >> rank & 1, true), 2u)
+            << "rank " << rank;
+      },
+      options);
+}
+
+/// Expects call() to fail on this rank because COLLOPS_ALGO_<...> = `knob` forced an algorithm
+/// that cannot run it: ERROR_INVALID_PARAM naming the knob and the algorithm, and `why` in the
+/// message; the communicator stays usable.
+void ExpectForcedFails(shm::ProcessCommunicator& comm, const std::string& knob,
+                       const std::string& why, const std::function<void()>& call) {
+  try {
+    call();
+    ADD_FAILURE() << "rank " << comm.Rank() << ": " << knob << " ran a call it cannot run";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_PARAM) << e.what();
+    EXPECT_NE(std::string(e.what()).find(knob + " (rank 0's environment) cannot run this call"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(comm.Broken()) << "rank " << comm.Rank();
+}
+
+/// COLLOPS_ALGO_ALLREDUCE=heap: three rounds at any size where every rank's input and output lie
+/// in its heap, golden, in place too; elsewhere every rank fails naming the knob and the first
+/// rank whose buffers are not in its heap, and the next call works; without heaps every call fails.
+TEST_P(ProcessHeapCollectives, ForcedHeapAllReduceNeedsEveryBufferInTheHeaps) {
+  const int size = GetParam();
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env["COLLOPS_ALGO_ALLREDUCE"] = "heap";
+  RunProcessRanks(
+      size,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, size, "heap-allreduce-forced");
+        for (const int64_t count : {1, 1000, 100003}) {
+          EXPECT_EQ(CheckedAllReduce(*comm, count, false, true, true), 3u) << "rank " << rank;
+          EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
+          ExpectForcedFails(*comm, "COLLOPS_ALGO_ALLREDUCE=heap",
+                            "rank 1's input and output do not both lie in its heap", [&] {
+                              std::vector<float> x(count, 1.0f);
+                              Placed y(*comm, count * sizeof(float), rank != 1);
+                              comm->AllReduce(rank == 1 ? static_cast<void*>(x.data()) : y.data(),
+                                              y.data(), count, ACL_FLOAT, ReduceOp::kSum);
+                            });
+        }
+        EXPECT_EQ(CheckedAllReduce(*comm, 1000, false, true, true), 3u) << "rank " << rank;
+      },
+      options);
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "0";
+  RunProcessRanks(
+      size,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, size, "heap-allreduce-none");
+        ExpectForcedFails(*comm, "COLLOPS_ALGO_ALLREDUCE=heap", "has no heaps", [&] {
+          float x = 1;
+          comm->AllReduce(&x, &x, 1, ACL_FLOAT, ReduceOp::kSum);
+        });
       },
       options);
 }
@@ -777,6 +861,11 @@ TEST_P(ProcessHeapCollectives, LargeAllReducesMoveByProcessVmReadvInTwoRounds) {
         size,
         [size, on](int rank) {
           auto comm = MakeProcessComm(rank, size, "cma-allreduce");
+          if (size > 2 && !on) {  // forced where it cannot run
+            ExpectForcedFails(*comm, "COLLOPS_ALGO_ALLREDUCE=cma", "COLLOPS_SHM_CMA_BYTES=0",
+                              [&] { CheckedAllReduce(*comm, 100003, false); });
+            return;
+          }
           for (const bool inPlace : {false, true}) {
             const uint64_t rounds = CheckedAllReduce(*comm, 100003, inPlace);  // 400 KB
             if (on) {
@@ -845,7 +934,8 @@ uint64_t CheckedGatherAndBroadcast(shm::ProcessCommunicator& comm, size_t bytes)
 
 /// AllGather and Broadcast (forced to process_vm_readv, as the automatic rule keeps them staged
 /// on an oversubscribed host): receivers read every input of 4 KiB and more from its rank's
-/// process, so a call many slots long takes two rounds; golden either way.
+/// process, so a call many slots long takes two rounds; golden. Forced where it is off, every
+/// call fails naming the knob.
 TEST_P(ProcessHeapCollectives, LargeGathersAndBroadcastsMoveByProcessVmReadvInTwoRounds) {
   const int size = GetParam();
   for (const bool on : {true, false}) {
@@ -856,12 +946,12 @@ TEST_P(ProcessHeapCollectives, LargeGathersAndBroadcastsMoveByProcessVmReadvInTw
         size,
         [size, on](int rank) {
           auto comm = MakeProcessComm(rank, size, "cma-gather");
-          const uint64_t rounds = CheckedGatherAndBroadcast(*comm, 100003);
-          if (on) {
-            EXPECT_EQ(rounds, 2u) << "rank " << rank;
-          } else {
-            EXPECT_GT(rounds, 2u) << "rank " << rank;
+          if (!on) {
+            ExpectForcedFails(*comm, "COLLOPS_ALGO_ALLGATHER=cma", "COLLOPS_SHM_CMA_BYTES=0",
+                              [&] { CheckedGatherAndBroadcast(*comm, 1000); });
+            return;
           }
+          EXPECT_EQ(CheckedGatherAndBroadcast(*comm, 100003), 2u) << "rank " << rank;
           EXPECT_EQ(CheckedGatherAndBroadcast(*comm, 1000), 1u);  // below the threshold
         },
         options);
@@ -925,13 +1015,11 @@ void RefuseCrossMemory(bool closed = true) {
 }
 
 /// Where the kernel refuses process_vm_readv, the probe at creation finds out on every rank and
-/// every piece is staged: the same results, no error.
+/// every piece is staged: the same results, no error. Forced to process_vm_readv there, every
+/// call fails naming the knob.
 TEST_P(ProcessHeapCollectives, RefusedProcessVmReadvFallsBackToStagedCopies) {
   const int size = GetParam();
   ProcessRanksOptions options = SmallSlots(true);
-  options.env["COLLOPS_ALGO_ALLREDUCE"] = "cma";
-  options.env["COLLOPS_ALGO_ALLGATHER"] = "cma";
-  options.env["COLLOPS_ALGO_BROADCAST"] = "cma";
   RunProcessRanks(
       size,
       [size](int rank) {
@@ -949,6 +1037,32 @@ TEST_P(ProcessHeapCollectives, RefusedProcessVmReadvFallsBackToStagedCopies) {
           std::vector<uint8_t> got(message.size());
           comm->Recv(got.data(), got.size(), ACL_UINT8, 0);
           EXPECT_TRUE(got == message);
+        }
+        for (const char* knob :
+             {"COLLOPS_ALGO_ALLREDUCE", "COLLOPS_ALGO_ALLGATHER", "COLLOPS_ALGO_BROADCAST",
+              "COLLOPS_ALGO_ALLTOALL", "COLLOPS_ALGO_SENDRECV"}) {
+          setenv(knob, "cma", 1);
+        }
+        auto forced = MakeProcessComm(rank, size, "cma-refused-forced");
+        const std::string why = "the kernel refused it at creation";
+        ExpectForcedFails(*forced, "COLLOPS_ALGO_ALLREDUCE=cma", why,
+                          [&] { CheckedAllReduce(*forced, 1000, false); });
+        ExpectForcedFails(*forced, "COLLOPS_ALGO_ALLGATHER=cma", why, [&] {
+          std::vector<uint8_t> out(size);
+          forced->AllGatherBytes("x", out.data(), 1);
+        });
+        ExpectForcedFails(*forced, "COLLOPS_ALGO_BROADCAST=cma", why, [&] {
+          char x = 0;
+          forced->Broadcast(&x, 1, ACL_INT8, 0);
+        });
+        ExpectForcedFails(*forced, "COLLOPS_ALGO_ALLTOALL=cma", why,
+                          [&] { CheckedAllToAllV(*forced, 1000, {0, 0}); });
+        if (rank < 2) {
+          ExpectForcedFails(*forced, "COLLOPS_ALGO_SENDRECV=cma", why, [&] {
+            char x = 0;
+            if (rank == 0) forced->Send(&x, 1, ACL_INT8, 1);
+            if (rank == 1) forced->Recv(&x, 1, ACL_INT8, 0);
+          });
         }
       },
       options);

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "core/comm/shm/process_fd.h"
+#include "core/comm/shm/shm_policy.h"
 #include "core/comm/shm/wait_word.h"
 
 namespace collops {
@@ -34,7 +35,7 @@ namespace shm {
 /// keeps ranks from invalidating each other's flags.
 constexpr size_t kControlStride = 128;
 constexpr uint64_t kSegmentMagic = 0x31706f6c6c6f63ULL;  // "collop1"
-constexpr uint32_t kSegmentVersion = 12;
+constexpr uint32_t kSegmentVersion = 13;
 /// Up to this many ranks the agreement record (2 counts per rank) rides in the segment with the
 /// first round of a collective; above it the records would outgrow the control area (R^2 counts),
 /// and the check runs as its own exchange.
@@ -47,19 +48,10 @@ constexpr uint64_t kDefaultHeapBytes = 1ULL << 30;
 /// COLLOPS_SHM_HEAP_CACHE_BYTES default: freed heap bytes per rank that keep their pages.
 constexpr uint64_t kDefaultHeapCacheBytes = 256ULL << 20;
 
-/// Collectives whose algorithm COLLOPS_ALGO_<OP> may force.
-enum AlgoChoice : int32_t {
-  kAlgoAuto = 0,
-  kAlgoOneShot = 1,
-  kAlgoReduceScatterAllGather = 2,
-  kAlgoCrossMemory = 3,  ///< by process_vm_readv/writev (staged when refused)
-  kAlgoStaged = 4,       ///< AllGather(V), Broadcast: through the slots
-};
-
 struct alignas(kControlStride) RankControl {
   std::atomic<uint64_t> posted{0};  ///< rounds this rank has published (monotonic, never reused)
   std::atomic<int64_t> value[2]{};  ///< a per-round scalar, indexed by round parity
-  /// 1: this rank's DirectTable of that round parity has entries (process_algorithms.cpp).
+  /// Flags this rank publishes with rounds of that parity (transport.h: kDirectTable, ...).
   std::atomic<int32_t> direct[2]{};
   /// The CPU this rank last ran on (at its posts and while it waits): a waiter that finds its
   /// peer last ran on the waiter's own CPU yields it, since the peer cannot run while it spins.
@@ -71,7 +63,7 @@ struct alignas(kControlStride) RankControl {
   std::atomic<int32_t> probeReached{0};
   /// While this rank sleeps in a round of a collective: that round (0 otherwise). A rank waiting
   /// in a send or receive on a peer reads it to tell that the peer waits for it in a collective:
-  /// a deadlock of calls issued in different orders (process_p2p.cpp).
+  /// a deadlock of calls issued in different orders (p2p.h).
   std::atomic<uint64_t> waitingRound{0};
   WaitWord word;  ///< notified after every post
   /// Rung by a peer after each of its point-to-point posts toward this rank: a group of sends and
@@ -129,40 +121,11 @@ struct alignas(kControlStride) SegmentHeader {
   int32_t rankSize = 0;
   uint64_t slotBytes = 0;
   uint64_t totalBytes = 0;
-  /// Decided by rank 0 from its environment and shared, so ranks can never run different
-  /// protocols because their environments differ.
-  int32_t allReduceAlgo = kAlgoAuto;
-  int32_t allGatherAlgo = kAlgoAuto;  ///< AllGatherBytes and AllGatherV
-  int32_t broadcastAlgo = kAlgoAuto;
-  uint64_t oneShotMaxBytes = 0;  ///< AllReduce auto rule: one-shot up to this many bytes
-  /// ... and in (largeOneShotFromBytes, largeOneShotToBytes] too (0, 0: never), never past half
-  /// a slot.
-  uint64_t largeOneShotFromBytes = 0;
-  uint64_t largeOneShotToBytes = 0;
-  uint64_t chunkBytes = 0;  ///< AllReduce reduce-scatter + all-gather chunk per round
-  /// Outputs of at least this many bytes are written with non-temporal stores (StreamBytes);
-  /// 0 = never.
-  uint64_t streamOutputBytes = 0;
-  int64_t spinNanos = 0;   ///< a wait first spins this long without giving up the CPU,
-  int64_t yieldNanos = 0;  ///< then yields the CPU between checks this long, then sleeps
-  int32_t bindCpus = 0;    ///< 1: rank r pins itself to the r-th CPU it may run on
-  /// AllToAllV pieces, AllReduce slices, AllGather and Broadcast inputs and Send/Recv messages of
-  /// at least this many bytes move by process_vm_readv/writev when every rank may reach its
-  /// peers' memory; 0 = never.
-  uint64_t crossMemoryMinBytes = 0;
-  /// 1: AllReduce's automatic rule may move slices by process_vm_readv/writev (the kernel copy
-  /// is cheap enough here: cross_memory_policy.h).
-  int32_t allReduceCrossMemory = 0;
-  /// AllReduce, AllGather(V) and Broadcast move by process_vm_readv/writev only while R times
-  /// their output bytes stay within this.
-  uint64_t crossMemoryMaxBytes = 0;
-  int32_t cpus = 0;        ///< CPUs rank 0 may run on
   uint64_t heapBytes = 0;  ///< per rank; 0: no heap
+  /// Rank 0's thresholds and forced algorithms (shm_policy.h), the same for every rank.
+  ShmPolicy policy;
   /// First fatal failure seen by any rank, packed by PackAbort so readers see it whole; 0 = none.
   alignas(kControlStride) std::atomic<uint64_t> abort{0};
-
-  /// More ranks than CPUs to run them (rank 0's view).
-  bool Oversubscribed() const { return rankSize > cpus; }
 };
 
 /// Abort record: the rank that failed, the rank that noticed, and the Status it raised.

@@ -8,13 +8,10 @@
 #include "collops/reduce.h"
 #include "collops/signature.h"
 #include "collops/status.h"
+#include "core/comm/shm/shm_policy.h"
 
 namespace collops {
 namespace {
-
-// Out-of-place AllReduce up to this size reduces the whole array on every rank: the redundant
-// arithmetic is cheaper than the third Sync that slicing needs.
-constexpr size_t kWholeReduceMaxBytes = 32 * 1024;
 
 const char* At(const void* base, int64_t elements, size_t elementSize) {
   return static_cast<const char*>(base) + elements * static_cast<int64_t>(elementSize);
@@ -160,7 +157,7 @@ void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, Data
   for (int j = 0; j < size_; ++j) {
     anyInPlace = anyInPlace || group_->slot(j).in == group_->slot(j).out;
   }
-  if (!anyInPlace && count * es <= kWholeReduceMaxBytes) {
+  if (!anyInPlace && count * es <= shm::kThreadOneShotMaxBytes) {
     for (int j = 0; j < size_; ++j) srcs_[j] = group_->slot(j).in;
     if (count != 0) ReduceOrBreak("AllReduce", dtype, op, out, count);
     group_->Sync(rank_, "AllReduce");

@@ -3,9 +3,9 @@
 // (it is a plain pair of 32-bit atomics and uses non-private futex calls, so waiters and wakers may
 // be different processes).
 //
-// Why spin first: on this class of VM waking a sleeping thread costs ~30 us against ~130 ns for a
-// waiter that is still spinning; why sleep later: with more ranks than cores a spinning waiter
-// steals the core the peer it waits for needs.
+// Why spin first: waking a sleeping thread costs a futex wake and a trip through the scheduler, a
+// spinning waiter sees the peer's post within nanoseconds; why sleep later: with more ranks than
+// cores a spinning waiter steals the core the peer it waits for needs.
 #pragma once
 
 #include <linux/futex.h>
@@ -22,6 +22,7 @@
 #include <ctime>
 
 #include "collops/backend.h"
+#include "core/comm/shm/shm_policy.h"
 
 namespace collops {
 namespace shm {
@@ -40,14 +41,11 @@ struct WaitBudget {
   int64_t spinNanos = 0;
   int64_t yieldNanos = 0;
 
-  /// With a CPU per rank: spin 50 us, yield 1 ms. With more ranks than CPUs a spinning waiter
-  /// delays the very rank it waits for: yield at once, and sleep soon. On a busy host every
-  /// yielding waiter still holds a share of the CPU that the rank everyone waits for needs:
-  /// measured R=4 on 2 cores at load 11, 1000 us of yielding had runs whose median call took
-  /// 30 ms; 20-100 us did not (AllReduce 4 KiB 41-45 us, 1 MiB 2.5-3.8 ms, against 48-66 us and
-  /// 6.7-8.0 ms with the old 20-pause budget). Measurements behind both: docs/backends.md.
+  /// The budgets of shm_policy.h: with a CPU per rank spin, then yield; with more ranks than
+  /// CPUs a spinning waiter delays the very rank it waits for, so yield at once, and sleep soon.
   static WaitBudget Default(bool oversubscribed) {
-    return oversubscribed ? WaitBudget{0, 100'000} : WaitBudget{50'000, 1'000'000};
+    return oversubscribed ? WaitBudget{0, kOversubscribedYieldNanos}
+                          : WaitBudget{kSpinNanos, kYieldNanos};
   }
 };
 
@@ -60,9 +58,8 @@ inline int64_t MonotonicNanos() {
 /// Checks ready() for `budget`, then returns false and the caller sleeps. Before every burst of
 /// spinning it calls yieldHere(cpu) with the CPU it runs on; that publishes it and tells whether a
 /// rank this waiter needs last ran on that very CPU: then that rank is queued behind the waiter
-/// (the host is busy or the scheduler stacked the ranks) and only sched_yield lets it run. Measured
-/// at R=2 on the shared 2-core VM with a pure spin of S us: whenever the ranks shared a core every
-/// round took the whole S (16 KiB AllReduce 50 us at S=20, 440 us at S=200).
+/// (the host is busy or the scheduler stacked the ranks) and only sched_yield lets it run; a pure
+/// spin would make every round wait out the whole budget whenever two ranks share a core.
 template <class Ready, class YieldHere>
 bool SpinThenYield(Ready&& ready, const WaitBudget& budget, YieldHere&& yieldHere) {
   if (ready()) return true;

@@ -119,9 +119,18 @@ def test_help_prints_the_usage_on_stdout_and_exits_0(name):
         assert option in done.stdout
     applies = {"-o OP": name != "collops-memlimit", "-c [0|1]": name != "collops-memlimit",
                "--settle-ms": name != "collops-memlimit", "--mode": name == "collops-bench",
-               "--shared": name == "collops-bench"}
+               "--shared": name == "collops-bench", "--algorithms": name == "collops-bench"}
     for option, listed in applies.items():
         assert (option in done.stdout) == listed, (option, done.stdout)
+
+
+def test_algorithms_lists_every_knob_and_runs_nothing():
+    done = run([tool("collops-bench"), "--algorithms"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    for knob in ("ALLREDUCE", "ALLGATHER", "BROADCAST", "REDUCESCATTER", "ALLTOALL", "SENDRECV",
+                 "BARRIER"):
+        assert f"`COLLOPS_ALGO_{knob}`" in done.stdout, (knob, done.stdout)
+    assert "| `rsag` |" in done.stdout and "collops-process" not in done.stdout, done.stdout
 
 
 def test_c_takes_nccl_tests_0_or_1_and_a_bare_c_still_checks():

@@ -1,28 +1,9 @@
-// Send/Recv/Exchange of ProcessCommunicator: a channel per ordered (src, dst) pair (PairControl).
-//
-// Both sides first announce (count, dtype) of message m on their own side of the channel and wait
-// for the other's announcement of m; if they differ, both report the same ERROR_RANK_MISMATCH and
-// the channel stays consistent (no data moved). Data then flows through the sender's slot half
-// that the *next* collective round will use — nobody reads it now, and the next round is written
-// only after the group returned — in a region per destination of the group (the whole half for a
-// lone Send), split in two chunk buffers so the sender fills one while the receiver drains the
-// other. A message of at least SegmentHeader::crossMemoryMinBytes, where the creation probe found
-// process_vm_readv allowed, is usually not staged (ProcessCommunicator::CrossMessage): the sender
-// announces its address with (count, dtype), and the receiver reads it whole straight into its
-// buffer, one copy instead of two. The sender makes the choice (it may depend on what else its
-// group does) and the receiver follows the announced address. A send completes once the receiver
-// has copied everything (synchronous, like MPI_Ssend).
-//
-// Send and Recv are groups of one. A group never blocks on one transfer: it takes every step any
-// of its transfers can take without waiting, and sleeps on its rank's bell (which every peer rings
-// after each post toward it) only when none can. Transfers on one channel run in the order given,
-// each announced once the one before it on that channel is done.
+#include "core/comm/shm/p2p.h"
+
 #include <algorithm>
 #include <cstring>
-#include <string>
-#include <vector>
 
-#include "core/comm/shm/process_comm.h"
+#include "core/comm/shm/algorithm_table.h"
 #include "core/comm/shm/process_copy.h"
 
 namespace collops {
@@ -43,7 +24,7 @@ size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, Where&& wh
 
 }  // namespace
 
-struct ProcessCommunicator::Transfer {
+struct PointToPointChannels::Transfer {
   enum Stage { kQueued, kAnnounced, kMoving, kDone };
   PointToPoint op;
   bool send = false;
@@ -61,25 +42,24 @@ struct ProcessCommunicator::Transfer {
   Stage stage = kQueued;
 };
 
-void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
-  RunGroup("Send", {PointToPoint::Send(buf, count, dtype, peer)});
-}
+PointToPointChannels::PointToPointChannels(Transport& transport)
+    : t_(transport),
+      sendMessages_(transport.Size(), 0),
+      recvMessages_(transport.Size(), 0),
+      sendChunks_(transport.Size(), 0),
+      recvChunks_(transport.Size(), 0) {}
 
-void ProcessCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
-  RunGroup("Recv", {PointToPoint::Recv(buf, count, dtype, peer)});
-}
-
-void ProcessCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
-  RunGroup("Exchange", ops);
-}
-
-void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoint>& ops) {
-  Enter(op);
-  auto where = [this] { return Where(); };
+void PointToPointChannels::Run(const std::vector<PointToPoint>& ops) {
+  const int rank = t_.Rank(), size = t_.Size();
+  auto where = [this] { return t_.Where(); };
+  const Algo forced = t_.Forced(Collective::kSendRecv);
+  if (forced == kAlgoCrossMemory && !t_.CrossMemory()) {
+    FailForced(t_.Where(), Collective::kSendRecv, forced, kNoCrossMemory);
+  }
   std::vector<Transfer> group(ops.size());
   const std::vector<int> previous = PreviousOnChannel(ops);
   // Staged sends share the next round's half: one region per destination, in order of first use.
-  std::vector<int> regionOf(size_, -1);
+  std::vector<int> regionOf(size, -1);
   int regions = 0;
   const bool receives = std::any_of(ops.begin(), ops.end(), [](const PointToPoint& p) {
     return p.kind == PointToPoint::Kind::kRecv;
@@ -88,21 +68,23 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
     Transfer& t = group[i];
     t.op = ops[i];
     t.send = t.op.kind == PointToPoint::Kind::kSend;
-    const size_t e = PeerElementBytes(t.op.peer, rank_, size_, t.op.dtype, where,
+    const size_t e = PeerElementBytes(t.op.peer, rank, size, t.op.dtype, where,
                                       t.send ? "destination" : "source");
     t.bytes = t.op.count * e;
-    t.cross = t.send && CrossMessage(t.bytes, receives);  // a receive learns it from the sender
-    PairControl& pair = t.send ? segment_.Pair(rank_, t.op.peer) : segment_.Pair(t.op.peer, rank_);
+    // A receive learns it from the sender.
+    t.cross =
+        t.send && t_.CrossMemory() && CrossMemoryMessage(t_.Policy(), forced, t.bytes, receives);
+    PairControl& pair = t.send ? t_.Pair(rank, t.op.peer) : t_.Pair(t.op.peer, rank);
     t.mine = t.send ? &pair.send : &pair.recv;
     t.theirs = t.send ? &pair.recv : &pair.send;
     t.previous = previous[i];
     if (t.send && !t.cross && t.bytes != 0 && regionOf[t.op.peer] < 0)
       regionOf[t.op.peer] = regions++;
   }
-  const size_t regionBytes = regions == 0 ? 0 : segment_.HalfBytes() / regions / 128 * 128;
+  const size_t regionBytes = regions == 0 ? 0 : t_.HalfBytes() / regions / 128 * 128;
   for (Transfer& t : group) {
     if (!t.send || t.cross || t.bytes == 0) continue;
-    t.staging = NextHalf() + regionOf[t.op.peer] * regionBytes;
+    t.staging = t_.NextHalf() + regionOf[t.op.peer] * regionBytes;
     t.chunkBytes = regionBytes / 2;
   }
 
@@ -123,18 +105,18 @@ void ProcessCommunicator::RunGroup(const char* op, const std::vector<PointToPoin
       }
       return false;
     };
-    Await(segment_.Rank(rank_).bell, ready, waiting->op.peer, [&] {
+    t_.AwaitBell(ready, waiting->op.peer, [&] {
       for (const Transfer& t : group) {
         if (t.stage == Transfer::kDone) continue;
-        CheckPeer(t.op.peer);
-        CheckCallOrder(t.op.peer);
+        t_.CheckPeer(t.op.peer);
+        t_.CheckCallOrder(t.op.peer);
       }
     });
   }
   if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 
-void ProcessCommunicator::Announce(Transfer& t) {
+void PointToPointChannels::Announce(Transfer& t) {
   const int peer = t.op.peer;
   t.message = t.send ? ++sendMessages_[peer] : ++recvMessages_[peer];
   t.slot = static_cast<int>(t.message & 1);
@@ -142,33 +124,33 @@ void ProcessCommunicator::Announce(Transfer& t) {
   mine.count[t.slot] = static_cast<int64_t>(t.op.count);
   mine.dtype[t.slot] = t.op.dtype;
   if (t.send) {
-    mine.stagingHalf[t.slot] = static_cast<uint32_t>((round_ + 1) & 1);
-    mine.stagingOffset[t.slot] = t.staging == nullptr ? 0 : t.staging - NextHalf();
+    mine.stagingHalf[t.slot] = static_cast<uint32_t>((t_.Rounds() + 1) & 1);
+    mine.stagingOffset[t.slot] = t.staging == nullptr ? 0 : t.staging - t_.NextHalf();
     mine.chunkBytes[t.slot] = t.chunkBytes;
     mine.address[t.slot] = t.cross ? reinterpret_cast<uintptr_t>(t.op.buf) : 0;
   }
   mine.messages.store(t.message, std::memory_order_release);
-  Ring(peer);
+  t_.Ring(peer);
   t.stage = Transfer::kAnnounced;
 }
 
-void ProcessCommunicator::ReceiveStaged(Transfer& t) {
+void PointToPointChannels::ReceiveStaged(Transfer& t) {
   // The sender's record is its own bytes in shared memory: read once, checked, then used.
   const int peer = t.op.peer;
   const uint64_t offset = t.theirs->stagingOffset[t.slot];
   const uint64_t chunkBytes = t.theirs->chunkBytes[t.slot];
-  const uint64_t half = segment_.HalfBytes();
+  const uint64_t half = t_.HalfBytes();
   if (chunkBytes == 0 || offset > half || chunkBytes > (half - offset) / 2) {
-    Break(ERROR_COMM_FAIL, peer,
-          Concat(Where(), "rank ", peer, " (", PidOf(peer), ") announced message ", t.message,
-                 " in two chunks of ", chunkBytes, " bytes at offset ", offset, ", outside the ",
-                 half, "-byte half of its slot (memory corruption?)"));
+    t_.Break(ERROR_COMM_FAIL, peer,
+             Concat(t_.Where(), "rank ", peer, " (", t_.PidOf(peer), ") announced message ",
+                    t.message, " in two chunks of ", chunkBytes, " bytes at offset ", offset,
+                    ", outside the ", half, "-byte half of its slot (memory corruption?)"));
   }
-  t.staging = segment_.Half(peer, t.theirs->stagingHalf[t.slot]) + offset;
+  t.staging = t_.Half(peer, t.theirs->stagingHalf[t.slot]) + offset;
   t.chunkBytes = chunkBytes;
 }
 
-bool ProcessCommunicator::Ready(const Transfer& t) const {
+bool PointToPointChannels::Ready(const Transfer& t) const {
   const uint64_t theirChunks = t.theirs->chunks.load(std::memory_order_acquire);
   switch (t.stage) {
     case Transfer::kQueued:
@@ -186,9 +168,9 @@ bool ProcessCommunicator::Ready(const Transfer& t) const {
   return false;
 }
 
-bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& group,
-                                  std::string& mismatch) {
-  const int peer = t.op.peer;
+bool PointToPointChannels::Advance(Transfer& t, const std::vector<Transfer>& group,
+                                   std::string& mismatch) {
+  const int peer = t.op.peer, rank = t_.Rank();
   bool announced = false;
   if (t.stage == Transfer::kQueued) {
     if (t.previous >= 0 && group[t.previous].stage != Transfer::kDone) return false;
@@ -203,9 +185,9 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
     if (theirCount != count || theirType != t.op.dtype) {
       // Both sides see the same pair of announcements and move nothing for this message.
       if (mismatch.empty()) {
-        mismatch = t.send ? SendRecvMismatchMessage("lccl", rank_, count, t.op.dtype, peer,
+        mismatch = t.send ? SendRecvMismatchMessage("lccl", rank, count, t.op.dtype, peer,
                                                     theirCount, theirType)
-                          : SendRecvMismatchMessage("lccl", peer, theirCount, theirType, rank_,
+                          : SendRecvMismatchMessage("lccl", peer, theirCount, theirType, rank,
                                                     count, t.op.dtype);
       }
       t.stage = Transfer::kDone;
@@ -218,10 +200,10 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
     }
     if (t.cross) {
       if (!t.send) {
-        CopyCrossMemory(CrossMemoryDirection::kRead, peer, static_cast<uint8_t*>(t.op.buf),
-                        t.theirs->address[t.slot], t.bytes);
+        t_.CopyCrossMemory(CrossMemoryDirection::kRead, peer, static_cast<uint8_t*>(t.op.buf),
+                           t.theirs->address[t.slot], t.bytes);
         t.mine->chunks.store(++t.index, std::memory_order_release);
-        Ring(peer);
+        t_.Ring(peer);
         recvChunks_[peer] = t.index;
         t.stage = Transfer::kDone;
         return true;
@@ -241,7 +223,7 @@ bool ProcessCommunicator::Advance(Transfer& t, const std::vector<Transfer>& grou
       CopyBytes(static_cast<uint8_t*>(t.op.buf) + t.moved, chunk, n);
     }
     t.mine->chunks.store(next, std::memory_order_release);
-    Ring(peer);
+    t_.Ring(peer);
     t.index = next;
     t.moved += n;
     progressed = true;

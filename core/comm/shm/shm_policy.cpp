@@ -1,0 +1,113 @@
+#include "core/comm/shm/shm_policy.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include "collops/status.h"
+#include "core/comm/shm/algorithm_table.h"
+#include "core/comm/shm/cross_memory_policy.h"
+#include "core/comm/shm/wait_word.h"
+
+namespace collops {
+namespace shm {
+namespace {
+
+int CpusAvailable() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+int64_t EnvInt(const char* name, int64_t fallback, int64_t minimum, int64_t maximum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || value < minimum || value > maximum) {
+    Fail(ERROR_INVALID_PARAM, name, "=\"", text, "\" is not an integer in [", minimum, ", ",
+         maximum, "]");
+  }
+  return value;
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+ShmPolicy ChoosePolicy(int rankSize) {
+  ShmPolicy policy;
+  for (int c = 0; c < kCollectives; ++c) {
+    policy.forced[c] = ForcedFromEnv(static_cast<Collective>(c));
+  }
+  policy.rankSize = rankSize;
+  policy.cpus = CpusAvailable();
+  const bool oversubscribed = policy.Oversubscribed();
+  policy.oneShotMaxBytes = oversubscribed ? kOversubscribedOneShotMaxBytes : kOneShotMaxBytes;
+  if (rankSize == 2 && !oversubscribed) {
+    policy.largeOneShotFromBytes = kTwoRankOneShotFromBytes;
+    policy.largeOneShotToBytes = kTwoRankOneShotToBytes;
+  }
+  policy.chunkBytes =
+      static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
+  policy.streamOutputBytes = static_cast<uint64_t>(
+      EnvInt("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes, 0, int64_t{1} << 50));
+  const WaitBudget budget = WaitBudget::Default(oversubscribed);
+  policy.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", budget.spinNanos / 1000, 0, 10'000'000) * 1000;
+  policy.yieldNanos =
+      EnvInt("COLLOPS_SHM_YIELD_US", budget.yieldNanos / 1000, 0, 10'000'000) * 1000;
+  policy.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
+  std::optional<uint64_t> crossMemoryMinBytes;
+  if (const char* text = std::getenv("COLLOPS_SHM_CMA_BYTES"); text != nullptr && *text != '\0') {
+    crossMemoryMinBytes = EnvInt("COLLOPS_SHM_CMA_BYTES", 0, 0, int64_t{1} << 50);
+  }
+  const CrossMemoryPolicy crossMemory =
+      ChooseCrossMemoryPolicy(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);
+  policy.crossMemoryMinBytes = crossMemory.minBytes;
+  policy.allReduceCrossMemory = crossMemory.allReduce ? 1 : 0;
+  policy.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
+  return policy;
+}
+
+Algo SelectAllReduce(const ShmPolicy& policy, bool crossMemory, int ranks, uint64_t bytes,
+                     uint64_t elementBytes, uint64_t halfBytes) {
+  // With more ranks than CPUs the 2(R-1) system calls per slice part run in turn with everyone
+  // else's: "cma" then needs twice the slice, and not more than two ranks per CPU.
+  const bool oversubscribed = policy.Oversubscribed();
+  const uint64_t sliceFrom = policy.crossMemoryMinBytes * (oversubscribed ? 2 : 1);
+  const uint64_t count = bytes / elementBytes;
+  const bool cross = crossMemory && policy.allReduceCrossMemory != 0 &&
+                     CeilDiv(count, ranks) * elementBytes >= sliceFrom &&
+                     ranks * bytes <= policy.crossMemoryMaxBytes &&
+                     (!oversubscribed || ranks <= 2 * policy.cpus);
+  // One-shot only while it takes one round: past a half, rsag's chunks are as large.
+  const bool oneShot = bytes <= std::min<uint64_t>(policy.oneShotMaxBytes, halfBytes) ||
+                       (bytes > policy.largeOneShotFromBytes &&
+                        bytes <= std::min<uint64_t>(policy.largeOneShotToBytes, halfBytes));
+  return cross ? kAlgoCrossMemory : oneShot ? kAlgoOneShot : kAlgoReduceScatterAllGather;
+}
+
+bool CrossMemoryInput(const ShmPolicy& policy, Algo forced, int ranks, uint64_t bytes,
+                      uint64_t outputBytes) {
+  // Staged, every rank copies each input twice in all (once in, once out); read by the others,
+  // R-1 times in kernel copies, which cost more per byte: only when every rank has a CPU of its
+  // own do the receivers' reads overlap.
+  if (forced != kAlgoAuto && forced != kAlgoCrossMemory) return false;
+  return bytes >= policy.crossMemoryMinBytes &&
+         (forced == kAlgoCrossMemory ||
+          (!policy.Oversubscribed() && ranks * outputBytes <= policy.crossMemoryMaxBytes));
+}
+
+bool CrossMemoryMessage(const ShmPolicy& policy, Algo forced, uint64_t bytes, bool groupReceives) {
+  if (forced != kAlgoAuto && forced != kAlgoCrossMemory) return false;
+  return bytes != 0 && bytes >= policy.crossMemoryMinBytes &&
+         (forced == kAlgoCrossMemory || policy.Oversubscribed() || groupReceives ||
+          bytes <= policy.crossMemoryMaxBytes);
+}
+
+}  // namespace shm
+}  // namespace collops
