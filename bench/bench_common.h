@@ -24,13 +24,11 @@ namespace collops_bench {
 
 /// The calls before the timed ones: `o.warmup`, then more batches of as many until
 /// o.settleSeconds have passed since the first. Ranks that were just started run slow at first,
-/// in two stages (collops, 4 ranks forked on 2 CPUs, process or thread mode): their first 4-20
-/// calls took 0.2-2 ms each (up to 20 ms in all) against 6-22 us afterwards, and then, until the
-/// scheduler had spread them over the CPUs, 40 ms to 1 s of calls ran at about twice their
-/// steady time (AllToAllV 1 MiB 390-440 us, then 190-280; AllReduce 256 KiB 136-146 us, then
-/// 61-68). Five calls of warm-up left either in the 30 timed calls of some launches. mpirun's
-/// ranks are timed long after they start, forked ones within milliseconds: a floor in time
-/// measures every system settled.
+/// in two stages: their first calls pay for page faults and the like, and then, until the
+/// scheduler has spread them over the CPUs, calls run at about twice their steady time, for up to
+/// a second (docs/performance.md has the figures). A fixed number of warm-up calls can end inside
+/// either stage. mpirun's ranks are timed long after they start, forked ones within milliseconds:
+/// a floor in time measures every system settled.
 /// Every rank must make the same calls, so whether to go on is rank 0's word: rankZeroSays(mine)
 /// returns rank 0's `mine` on every rank.
 template <class Execute, class RankZeroSays>

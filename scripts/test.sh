@@ -31,7 +31,8 @@ snapshot >build/residue.before
 (cd build && ctest -j2 --output-on-failure --timeout 300 -E '^BenchOptions$')
 step "pytest"
 COLLOPS_BUILD_DIR="$PWD/build" python3 -m pytest tests/python -q
-# DESIGN §8: no shared-memory or temp-file residue after both suites, SIGKILL tests included.
+# No shared-memory or temp-file residue after both suites, SIGKILL tests included: nothing a
+# communicator creates may outlive its processes.
 snapshot >build/residue.after
 diff build/residue.before build/residue.after || { echo "test suites left residue (above)"; exit 1; }
 

@@ -247,9 +247,8 @@ void HierarchicalCommunicator::AllReduceOnRails(const void* in, void* out, size_
 // sends the whole block both ways, reduces all of it on both sides and allocates a fresh
 // temporary each call (every page faulted in again). Swapping halves instead, reducing one's own
 // half into the pooled scratch and swapping the results back sends the same bytes and does half
-// the reduction. 2 hosts x 2 ranks, 64 MiB AllReduce (32 MiB blocks): the rails' part 65 -> 50 ms.
-// Below kRailExchangeMinBytes the engine's own AllReduce wins (each Exchange swaps a header and
-// a delivery report first): 1 MiB vector 0.7-1.3 ms against 1.3-1.4 ms; 16 MiB both alike.
+// the reduction. Below kRailExchangeMinBytes the engine's own AllReduce wins (each Exchange swaps
+// a header and a delivery report first). Measurements: docs/performance.md.
 void HierarchicalCommunicator::ReduceOnRail(void* data, size_t count, DataType dtype, ReduceOp op) {
   if (rail_->Size() != 2 || count * DataTypeSize(dtype) < kRailExchangeMinBytes) {
     rail_->AllReduce(data, data, count, dtype, op);

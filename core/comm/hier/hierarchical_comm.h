@@ -14,8 +14,8 @@ namespace hier {
 
 /// Scratch buffers kept across calls, one per slot, each as large as the largest request so far,
 /// not zero-filled (every byte is written before it is read). A call's own large allocation is
-/// mmap'ed and unmapped by malloc every time, so each call faulted in every page again: that made
-/// AllToAllV (six buffers) ~5x slower than flat MPI on 2 hosts x 2 ranks. The price is memory held
+/// mmap'ed and unmapped by malloc every time, so each call would fault in every page again, which
+/// costs more than the data movement of a large AllToAllV (six buffers). The price is memory held
 /// for the communicator's life: at 2 x 2 a leader keeps 4.5x the per-rank data of the largest
 /// AllToAllV. Calls on one communicator are serial (collectives run in the same order everywhere).
 ///

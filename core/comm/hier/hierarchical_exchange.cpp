@@ -20,8 +20,7 @@ int64_t Sum(const std::vector<int64_t>& values) {
 /// the largest such message stays below this, else every block goes straight from rank to rank.
 /// Few large TCP messages beat many small ones, until the leaders' message passes the engine's
 /// eager limit (OpenMPI's btl_tcp_eager_limit, 64 KiB) and takes a rendezvous round trip; then the
-/// leader's extra copies only add to it. 2 hosts x 2 ranks, medians (us), aggregated vs direct:
-/// 16 KiB per rank 29 vs 42, 48 KiB 39 vs 46, 64 KiB 84 vs 50, 256 KiB 323 vs 138.
+/// leader's extra copies only add to it (measurements: docs/performance.md).
 constexpr int64_t kAggregateBelowBytes = 60 << 10;
 
 void CopyElements(uint8_t* dst, const uint8_t* src, int64_t count, size_t es) {
@@ -129,14 +128,13 @@ void HierarchicalCommunicator::AllToAllV(const void* in, const int64_t* sendCoun
   const int64_t largestPair = *std::max_element(pairTotal.begin(), pairTotal.end());
   // Straight from rank to rank over the engine, each host's links carrying every local rank's
   // traffic at once: gathering at the leader costs two more copies and funnels the host's
-  // traffic through one process (2 hosts x 2 ranks at 16 MiB: 0.5x flat OpenMPI aggregated).
+  // traffic through one process.
   // Every rank knows the matrix, so all take the same path.
   const bool direct = largestPair * static_cast<int64_t>(es) >= kAggregateBelowBytes;
 
   // Blocks between ranks of this host: straight to their place. On the direct path the blocks for
   // other hosts are already on their way meanwhile (an engine that can, mpi, posted them), as flat
-  // OpenMPI moves both at once: 2 hosts x 2 ranks, 4 MiB, five alternating runs, median 3.7 ms
-  // against 4.1 one after the other.
+  // OpenMPI moves both at once.
   std::vector<int64_t> sc(n), sd(n), rc(n), rd(n);
   int64_t intraTotal = 0;
   for (int k = 0; k < n; ++k) {

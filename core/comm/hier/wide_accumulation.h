@@ -1,5 +1,5 @@
-// float16/bfloat16 reductions across hosts accumulate in float32 and round once (DESIGN.md §4):
-// a host's partial result rounded to 16 bits and then reduced again would round twice.
+// float16/bfloat16 reductions across hosts accumulate in float32 and round once, as lccl's do: a
+// host's partial result rounded to 16 bits and then reduced again would round twice.
 #pragma once
 
 #include <cstddef>

@@ -48,8 +48,8 @@ bool IsMaxOrMin(int op) {
 
 /// The reductions MPI runs through the library's kernels instead of its own: the 2-byte floats,
 /// which MPI has no type for; the 8- and 16-bit integers, whose sums OpenMPI's AVX op component
-/// saturates instead of wrapping (open-mpi/ompi#8045, "won't fix"; with 4.1.4 here, 64 int8 of
-/// -112 + -71 gave -128, not 73); and max/min of float32/float64, where MPI_MAX and MPI_MIN
+/// saturates instead of wrapping (64 int8 of -112 + -71 give -128, not 73; OpenMPI keeps it so);
+/// and max/min of float32/float64, where MPI_MAX and MPI_MIN
 /// drop a NaN (a comparison with NaN is false, so which value survives depends on the operand
 /// order) while the kernels let NaN win, as lccl and torch.maximum do. Made once after MPI is
 /// initialised and never freed (MPI_Finalize releases them). MPI_OP_NULL where MPI's own is right.

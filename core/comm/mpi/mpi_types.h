@@ -28,7 +28,7 @@ MPI_Datatype ElementType(DataType dtype);
 MPI_Op ReductionOp(DataType dtype, ReduceOp op);
 
 /// True for float16/bfloat16 sums and products: they must accumulate in float32 over every rank
-/// and round once (DESIGN.md section 4), bit-identical to lccl's fold in rank order, which no
+/// and round once, bit-identical to lccl's fold in rank order, which no
 /// pairwise MPI_Op can do. Max and min never round and reduce through ReductionOp.
 bool InRankOrder(DataType dtype, ReduceOp op);
 

@@ -12,9 +12,9 @@ namespace shm {
 namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
-/// Copies the whole 64-byte blocks of [src, src + bytes) with SSE2 (the x86-64 baseline; measured
-/// as fast as AVX2 here), with streaming stores when kStream (`dst` then 16-byte aligned), and
-/// returns how many bytes it copied.
+/// Copies the whole 64-byte blocks of [src, src + bytes) with SSE2 (the x86-64 baseline, as fast as
+/// AVX2 for a copy), with streaming stores when kStream (`dst` then 16-byte aligned), and returns
+/// how many bytes it copied.
 template <bool kStream>
 size_t CopyBlocks(uint8_t* d, const uint8_t* s, size_t bytes) {
   size_t i = 0;
@@ -34,11 +34,10 @@ size_t CopyBlocks(uint8_t* d, const uint8_t* s, size_t bytes) {
 }
 #endif
 
-/// Whether this CPU's `rep movsb` has the short-distance cliff. AMD Zen's does (glibc BZ 30994);
-/// Intel's does not, and there `rep movsb` (fast strings: whole-line stores without reading the
-/// line first) copies L2-sized blocks 1.5-2x faster than any vector loop (measured on a Xeon with
-/// AVX-512: 341 KiB 6.7 vs 11.1 us, 1 MiB 31.8 vs 42.1 us, at every distance), so the loop would
-/// be the slow path there.
+/// Whether this CPU's `rep movsb` has the short-distance cliff. AMD Zen's does; Intel's does not,
+/// and there `rep movsb` (fast strings: whole-line stores without reading the line first) copies
+/// L2-sized blocks faster than any vector loop at every distance, so the loop would be the slow
+/// path there.
 bool RepMovsbHasShortDistanceCliff() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool amd = [] {

@@ -1,13 +1,12 @@
 // CopyBytes: memcpy for the copies between user buffers and the shared segment, without glibc's
 // slow case on AMD Zen.
 //
-// glibc copies 2 KiB to L2-sized blocks with `rep movsb`, which on AMD EPYC runs 10-20x
-// slower when the destination starts 1-63 bytes after the source modulo 4 KiB (measured with a
-// 256 KiB copy: 7 us at distance 2048, 110-140 us at distance 1-31). That is the common case for
-// the copy out of the page-aligned segment into a buffer malloc placed 16 bytes into fresh mmapped
-// pages (every allocation of 128 KiB and more), which made 256 KiB AllReduce take 3x longer than
-// 1 MiB. A plain vector loop has no such cliff. Intel's `rep movsb` has none either and beats the
-// loop, so the loop is taken on AMD only.
+// glibc copies 2 KiB to L2-sized blocks with `rep movsb`, which on AMD Zen runs an order of
+// magnitude slower when the destination starts 1-63 bytes after the source modulo 4 KiB
+// (docs/performance.md has the figures). That is the common case for the copy out of the
+// page-aligned segment into a buffer malloc placed 16 bytes into fresh mmapped pages (every
+// allocation of 128 KiB and more). A plain vector loop has no such cliff. Intel's `rep movsb` has
+// none either and beats the loop, so the loop is taken on AMD only.
 #pragma once
 
 #include <cstddef>

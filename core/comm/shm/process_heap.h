@@ -7,10 +7,10 @@
 // allocated in the memfd when a range is handed out (fallocate: no memory means nullptr here,
 // never a SIGBUS on first touch). A freed range keeps its pages, up to a cache limit
 // (COLLOPS_SHM_HEAP_CACHE_BYTES), as a caching allocator does: giving them back (hole punch)
-// unmaps them in every rank, and the next allocation of that range faulted every page in again
-// in every rank that touched it. That made OperationTorch.execute, which allocates its outputs
-// here on every call, 8x slower than execute_out at 1 MiB (714 vs 90 us, R=2). Beyond the limit,
-// and when the system has no memory for a new range, pages go back to the system.
+// unmaps them in every rank, and the next allocation of that range would fault every page in
+// again in every rank that touched it, which costs a caller that allocates its outputs here on
+// every call (OperationTorch.execute) many times the collective itself. Beyond the limit, and when
+// the system has no memory for a new range, pages go back to the system.
 //
 // A child of fork() inherits the heap's mapping, which stays MAP_SHARED with the memfd: a hole
 // it punched, or a range it handed out, would be the parent's pages. So in a child (another fork

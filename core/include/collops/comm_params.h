@@ -1,4 +1,4 @@
-// The communication params every operation carries (DESIGN.md section 3).
+// The communication params every operation carries (docs/operations.md, "Common params").
 #pragma once
 
 #include <array>
@@ -48,8 +48,8 @@ struct CommParam {
   }
 };
 
-/// Throws Error(ERROR_INVALID_PARAM) naming `opName`, the field and its value for any rule of
-/// DESIGN.md section 3 that `param` breaks.
+/// Throws Error(ERROR_INVALID_PARAM) naming `opName`, the field and its value for any rule of the
+/// common params (docs/operations.md) that `param` breaks.
 void ValidateCommParam(const std::string& opName, const CommParam& param);
 
 /// Throws Error(ERROR_INVALID_PARAM) unless 0 <= peer < rankSize and peer != rank; `field` names

@@ -13,7 +13,7 @@
 //   Other layouts: intra AllReduce; leaders AllReduce across hosts; intra Broadcast from the
 //   leader, so every rank holds the leader's bits.
 //   float16/bfloat16 sums and products run in float32 up to the cross-host reduction when H > 1
-//   and round once after it (DESIGN.md: round once), the price being twice the bytes.
+//   and round once after it, as lccl's do, the price being twice the bytes.
 // - AllGatherV: intra AllGatherV packs the host's contributions (in rank order) into one host
 //   block; leaders AllGatherV the host blocks; intra Broadcast of all blocks; each rank unpacks
 //   them to its own rdispls (any layout, holes untouched).

@@ -15,7 +15,7 @@ const char* ReduceOpName(ReduceOp op);
 /// Parses "sum" | "prod" | "max" | "min"; false for anything else.
 bool ParseReduceOp(const std::string& name, ReduceOp* op);
 /// True for the dtypes communicators reduce: int8, uint8, int16, int32, int64, float16, bfloat16,
-/// float32, float64. Operations accept fewer (DESIGN.md section 4: not uint8 nor float64, as ATB);
+/// float32, float64. Operations accept fewer (not uint8 nor float64, as ATB: docs/operations.md);
 /// the communicators take what torch.distributed users reduce through them (gloo and NCCL do).
 bool IsReducibleDtype(DataType dtype);
 /// The dtypes IsReducibleDtype accepts, for error messages.

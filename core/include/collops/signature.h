@@ -28,8 +28,8 @@ struct CallSignature {
   std::string recvField = "recvCounts";
 };
 
-/// "<op>/<reduction>": the opName of a reducing call's signature. Built without a stream (Concat's
-/// ostringstream was a third of a small AllReduce's per-call work: every Execute builds one).
+/// "<op>/<reduction>": the opName of a reducing call's signature. Built without a stream: every
+/// Execute builds one, and a stream would cost a large part of a small AllReduce's own work.
 std::string ReducingOpName(const char* op, ReduceOp reduction);
 
 /// Exchanges `mine` with every rank of `comm` now (one AllGatherBytes) and throws
