@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "collops/status.h"
 #include "core/comm/shm/fork_guard.h"
 #include "core/comm/shm/rank_list.h"
 #include "core/comm/shm/rendezvous_wire.h"
+#include "core/comm/shm/socket_owner.h"
 #include "core/comm/shm/wait_word.h"
 
 namespace collops {
@@ -85,11 +87,23 @@ UniqueFd ClaimName(const std::string& name, const RendezvousSpec& spec, int rank
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank, " is already held by pid ", cred.pid,
            " (uid ", cred.uid, ")",
            exited ? ", which has exited: a process forked from it still holds the claim"
-                  : ". Two processes claim the same rank, or another job runs with the same job "
-                    "key; give each job its own COLLOPS_JOB_ID");
+           : cred.uid != geteuid()
+               ? Concat(", not by this user (uid ", geteuid(),
+                        "): another user's process holds the name; give this job another "
+                        "COLLOPS_JOB_ID")
+               : std::string(". Two processes claim the same rank, or another job runs with the "
+                             "same job key; give each job its own COLLOPS_JOB_ID"));
     }
-    // Bound but not yet listening (the holder is between bind and listen), or just released.
+    // Bound but not yet listening (the holder is between bind and listen), just released, or
+    // listening with a full queue (EAGAIN): the kernel's socket table names its owner then.
     if (deadline.Passed()) {
+      const std::optional<uid_t> uid = AbstractListenerUid(name);
+      if (uid) {
+        Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank, " is held by a socket of uid ", *uid,
+             " that accepts no connections (its queue is full)",
+             *uid != geteuid() ? "; that is another user: give this job another COLLOPS_JOB_ID"
+                               : "");
+      }
       Fail(ERROR_COMM_FAIL, Describe(spec), ": rank ", rank,
            " is held by a process that never started listening");
     }
@@ -203,9 +217,10 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
     ucred cred{};
     if (!PeerCredentials(conn.Get(), &cred)) continue;
     if (cred.uid != geteuid()) {
+      // Without the job key and domain: they are this user's, not the other's.
       SendReply(
           conn.Get(), ERROR_COMM_FAIL,
-          Concat(Describe(spec), ": rank 0 (pid ", getpid(), ") refused pid ", cred.pid, " of uid ",
+          Concat("lccl rendezvous: rank 0 (pid ", getpid(), ") refused pid ", cred.pid, " of uid ",
                  cred.uid, ": only processes of uid ", geteuid(), " (the job's owner) may join"),
           {});
       continue;

@@ -1,5 +1,6 @@
 // The joining half of the lccl rendezvous (process_rendezvous.h): a rank other than 0 connects to
-// rank 0's claim socket, says who it is, and takes the segment and its peers' pidfds from the answer.
+// rank 0's claim socket, says who it is, and takes the segment and its peers' pidfds from the
+// answer.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,10 +9,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "core/comm/shm/process_rendezvous.h"
 #include "core/comm/shm/rendezvous_wire.h"
+#include "core/comm/shm/socket_owner.h"
 
 namespace collops {
 namespace shm {
@@ -42,6 +46,37 @@ struct LastHost {
   Fail(ERROR_PEER_LOST, Describe(spec), ": rank 0 (pid ", host, ") exited during the rendezvous");
 }
 
+/// " of uid N" for the listener bound to `name`, or "" when the kernel does not say.
+std::string ListenerUid(const std::string& name) {
+  const std::optional<uid_t> uid = AbstractListenerUid(name);
+  return uid ? Concat(" of uid ", *uid) : std::string();
+}
+
+/// Rank 0's name is held by a listener that accepted no connection until the deadline: its queue
+/// stayed full.
+[[noreturn]] void FailQueueFull(const RendezvousSpec& spec, const std::string& name) {
+  const std::optional<uid_t> uid = AbstractListenerUid(name);
+  const bool foreign = uid && *uid != geteuid();
+  Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0's rendezvous name is held by a socket",
+       uid ? Concat(" of uid ", *uid) : std::string(), " that accepted no connection within ",
+       spec.timeoutSeconds, " s (", spec.timeoutSource, "): its queue stayed full. ",
+       foreign ? Concat("uid ", *uid, " is not this user (uid ", geteuid(),
+                        "): another user's process holds the name; give this job another "
+                        "COLLOPS_JOB_ID")
+               : std::string("Rank 0 is stuck before accepting, or another process holds the "
+                             "name"),
+       "; this is rank ", spec.rank);
+}
+
+/// The process that listens on rank 0's name runs as another user: nothing is sent to it (the
+/// hello names the job and the domain) and nothing it says is repeated.
+[[noreturn]] void FailForeignHost(const RendezvousSpec& spec, const ucred& host) {
+  Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0's rendezvous name is held by pid ", host.pid,
+       " of uid ", host.uid, ", not by this user (uid ", geteuid(), "); rank ", spec.rank,
+       " sent it nothing. Another user's process holds the name: give this "
+       "job another COLLOPS_JOB_ID");
+}
+
 }  // namespace
 
 RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
@@ -50,15 +85,20 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
   int backoffMicros = 200;
   LastHost last;
   for (;;) {
-    UniqueFd fd = NewSocket();
+    // Non-blocking: a blocking connect() to a listener whose queue is full waits for room without
+    // end (AF_UNIX has no connect timeout); this one fails with EAGAIN and is tried again.
+    UniqueFd fd = NewSocket(/*nonBlocking=*/true);
     socklen_t length = 0;
     const sockaddr_un addr = AbstractAddress(name, &length);
     if (connect(fd.Get(), reinterpret_cast<const sockaddr*>(&addr), length) != 0) {
-      if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN && errno != EINTR) {
-        Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ", std::strerror(errno));
+      const int error = errno;
+      const bool queueFull = error == EAGAIN || error == EINPROGRESS;
+      if (error != ECONNREFUSED && error != ENOENT && error != EINTR && !queueFull) {
+        Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot connect to rank 0: ", std::strerror(error));
       }
       if (last.Exited()) FailHostExited(spec, last.pid);
       if (deadline.Passed()) {
+        if (queueFull) FailQueueFull(spec, name);
         if (last.Reached()) {
           Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", last.pid, ") closed rank ",
                spec.rank, "'s connection without an answer and did not open the rendezvous again ",
@@ -72,8 +112,13 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       backoffMicros = std::min(backoffMicros * 2, 50'000);
       continue;
     }
+    // Who listens, before a byte is sent: the name is in a namespace every user may bind in.
     ucred host{};
-    PeerCredentials(fd.Get(), &host);
+    if (!PeerCredentials(fd.Get(), &host)) {
+      Fail(ERROR_COMM_FAIL, Describe(spec), ": cannot read the credentials of the process",
+           ListenerUid(name), " listening on rank 0's rendezvous name: ", std::strerror(errno));
+    }
+    if (host.uid != geteuid()) FailForeignHost(spec, host);
     UniqueFd hostPidfd = PeerPidfd(fd.Get(), host.pid);
     HelloWire hello{kWireMagic,
                     kWireVersion,
@@ -89,7 +134,7 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
     const Deadline replyDeadline = Deadline::After(spec.timeoutSeconds + 5);
     // The answer is read even when the hello could not be sent: a rank 0 that fails answers the
     // connections it has not accepted yet and closes them, possibly before their hello arrived.
-    SendAll(fd.Get(), message.data(), message.size());
+    SendAll(fd.Get(), message.data(), message.size(), {}, &replyDeadline);
     IoResult io = RecvAll(fd.Get(), &reply, sizeof(reply), replyDeadline, &passed);
     if (io == IoResult::kTimeout) {
       Fail(ERROR_TIMEOUT, Describe(spec), ": rank 0 (pid ", host.pid, ") accepted rank ", spec.rank,
@@ -118,10 +163,6 @@ RendezvousResult JoinRendezvous(const RendezvousSpec& spec, uid_t ownerUid) {
       throw Error(
           static_cast<Status>(reply.status),
           text.empty() ? Concat(Describe(spec), ": rank 0 refused rank ", spec.rank) : text);
-    }
-    if (host.uid != geteuid()) {
-      Fail(ERROR_COMM_FAIL, Describe(spec), ": rank 0 (pid ", host.pid, ") runs as uid ", host.uid,
-           ", not ", geteuid(), "; refusing its memory");
     }
     UniqueFd memory = passed.empty() ? UniqueFd() : std::move(passed.front());
     if (reply.rankSize != spec.rankSize || !memory.Valid()) {

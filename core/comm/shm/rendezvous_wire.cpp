@@ -53,8 +53,8 @@ std::string DescriptorError(int error) {
   return std::strerror(error);
 }
 
-UniqueFd NewSocket() {
-  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+UniqueFd NewSocket(bool nonBlocking) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonBlocking ? SOCK_NONBLOCK : 0), 0));
   if (!fd.Valid()) Fail(ERROR_COMM_FAIL, "lccl: socket(AF_UNIX) failed: ", DescriptorError(errno));
   return fd;
 }
@@ -64,7 +64,8 @@ bool PeerCredentials(int fd, ucred* cred) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &length) == 0;
 }
 
-bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& passFds) {
+bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& passFds,
+             const Deadline* deadline) {
   const char* p = static_cast<const char*>(data);
   bool withFds = !passFds.empty();
   alignas(cmsghdr) char control[CMSG_SPACE(kFdsPerMessage * sizeof(int))] = {};
@@ -84,6 +85,12 @@ bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& pas
     }
     const ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && deadline != nullptr) {
+      if (deadline->Passed()) return false;
+      pollfd pfd{fd, POLLOUT, 0};
+      poll(&pfd, 1, static_cast<int>(deadline->NanosLeft(100'000'000) / 1'000'000));
+      continue;
+    }
     if (sent <= 0) return false;
     p += sent;
     bytes -= static_cast<size_t>(sent);
@@ -111,7 +118,7 @@ IoResult RecvAll(int fd, void* data, size_t bytes, const Deadline& deadline,
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     const ssize_t got = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (got <= 0) return IoResult::kClosed;
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;

@@ -60,14 +60,16 @@ std::string OpenFileLimit();
 std::string DescriptorError(int error);
 
 /// A unix stream socket; throws ERROR_COMM_FAIL naming the descriptor limit it hit.
-UniqueFd NewSocket();
+UniqueFd NewSocket(bool nonBlocking = false);
 
 /// The pid, uid and gid of the process at the other end of `fd`, as the kernel recorded them at
 /// connect (SO_PEERCRED).
 bool PeerCredentials(int fd, ucred* cred);
 
 /// Sends `bytes`, the descriptors `passFds` (at most kFdsPerMessage) riding with the first ones.
-bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& passFds = {});
+/// On a non-blocking socket, waits for room until `deadline` (false when it passes).
+bool SendAll(int fd, const void* data, size_t bytes, const std::vector<int>& passFds = {},
+             const Deadline* deadline = nullptr);
 
 /// Reads exactly `bytes`; descriptors passed with them are appended to *receivedFds (closed when
 /// it is null).
