@@ -816,12 +816,64 @@ TEST(ProcessFault, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
   });
 }
 
+// Two programs of one user, each starting its ranks itself (a process group each, as a shell
+// starts two jobs), neither with a job key in its environment: with one fixed default key the
+// second program's ranks found the first one's names taken, or joined it.
+TEST(ProcessJobKey, TwoProgramsWithoutAJobKeyNeverMeet) {
+  std::atomic<int>* created = SharedArray<std::atomic<int>>(1);
+  new (created) std::atomic<int>(0);
+  const auto outcomes = ForkRanks(2, [&](int program) {
+    UnsetJobKeyEnv();
+    ASSERT_EQ(setpgid(0, 0), 0);  // the launcher of program `program`, leader of its group
+    std::vector<pid_t> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        int code = 0;
+        try {
+          std::shared_ptr<Communicator> comm;
+          try {
+            comm = MakeLcclComm(rank, 2, "one-domain");
+          } catch (...) {
+            created->fetch_add(1);
+            throw;
+          }
+          // Both programs hold their communicators at once before either computes.
+          created->fetch_add(1);
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (created->load() < 4 && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          int32_t in = (program + 1) * 100 + rank, out = 0;
+          comm->AllReduce(&in, &out, 1, ACL_INT32, ReduceOp::kSum);
+          code = out == (program + 1) * 200 + 1 ? 0 : 4;
+        } catch (const Error& e) {
+          std::fprintf(stderr, "program %d rank %d: %s\n", program, rank, e.what());
+          code = 2;
+        }
+        _exit(code);
+      }
+      ranks.push_back(pid);
+    }
+    for (pid_t pid : ranks) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "program " << program << ": a rank ended with status " << status;
+    }
+  });
+  for (const auto& outcome : outcomes) EXPECT_TRUE(outcome.Ok()) << outcome.Describe();
+  munmap(created, sizeof(std::atomic<int>));
+}
+
 TEST(ProcessFault, JobKeyComesFromTheFirstSourceThatIsSet) {
   RunProcessRanks(1, [](int) {
     UnsetJobKeyEnv();
-    EXPECT_EQ(shm::JobKeyFromEnv(), "default");
+    const std::string ownGroup = shm::JobKeyFromEnv();
+    EXPECT_EQ(ownGroup.rfind("pgid:", 0), 0u) << ownGroup;
+    EXPECT_EQ(ownGroup.substr(ownGroup.rfind(':') + 1), std::to_string(getpgrp())) << ownGroup;
     setenv("SLURM_JOB_ID", "77", 1);
-    EXPECT_EQ(shm::JobKeyFromEnv(), "default") << "a job id without its step";
+    EXPECT_EQ(shm::JobKeyFromEnv(), ownGroup) << "a job id without its step";
     setenv("SLURM_STEP_ID", "3", 1);
     EXPECT_EQ(shm::JobKeyFromEnv(), "slurm:77.3");
     setenv("PMIX_NAMESPACE", "", 1);

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -314,7 +315,15 @@ std::string JobKeyFromEnv() {
   const char* slurmStep = NonEmptyEnv("SLURM_STEP_ID");
   if (slurmJob != nullptr && slurmStep != nullptr)
     return Concat("slurm:", slurmJob, ".", slurmStep);
-  return "default";
+  // No shared name: the process group of the program that launched the ranks. What one program
+  // starts (fork, multiprocessing, the commands of a script) shares its group; two programs a
+  // shell starts as separate jobs, or that separate parents start, do not, so unrelated jobs of
+  // one user never meet by accident. The pid namespace's inode keeps equal group numbers of two
+  // containers that share a network namespace apart.
+  struct stat pidNamespace{};
+  const unsigned long long ns =
+      stat("/proc/self/ns/pid", &pidNamespace) == 0 ? pidNamespace.st_ino : 0;
+  return Concat("pgid:", ns, ":", getpgrp());
 }
 
 std::string ClaimSocketPrefix(uid_t uid, const RendezvousSpec& spec) {

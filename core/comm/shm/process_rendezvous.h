@@ -34,7 +34,8 @@ struct RendezvousSpec {
 };
 
 /// COLLOPS_JOB_ID, else "MASTER_ADDR:MASTER_PORT" when both are set, else the launcher's job
-/// ("pmix:<PMIX_NAMESPACE>", "slurm:<SLURM_JOB_ID>.<SLURM_STEP_ID>"), else "default".
+/// ("pmix:<PMIX_NAMESPACE>", "slurm:<SLURM_JOB_ID>.<SLURM_STEP_ID>"), else this process's group
+/// ("pgid:<pid namespace inode>:<process group id>"): only ranks one program started share it.
 std::string JobKeyFromEnv();
 
 /// What every claim of the job and domain of `spec` for the user `uid` starts with:

@@ -53,7 +53,8 @@ std::optional<uid_t> AbstractListenerUid(const std::string& name) {
            RTA_OK(attribute, attributesLeft); attribute = RTA_NEXT(attribute, attributesLeft)) {
         const size_t bytes = RTA_PAYLOAD(attribute);
         if (attribute->rta_type == UNIX_DIAG_NAME) {
-          named = bytes == wanted.size() && std::memcmp(RTA_DATA(attribute), wanted.data(), bytes) == 0;
+          named =
+              bytes == wanted.size() && std::memcmp(RTA_DATA(attribute), wanted.data(), bytes) == 0;
         } else if (attribute->rta_type == UNIX_DIAG_UID && bytes >= sizeof(uint32_t)) {
           uint32_t value = 0;
           std::memcpy(&value, RTA_DATA(attribute), sizeof value);
