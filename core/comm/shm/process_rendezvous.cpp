@@ -166,14 +166,6 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
   }
   std::vector<UniqueFd> pidfds(size);  // every rank's, rank 0's own included, for the answers
   pidfds[0].Reset(OpenPidfd(getpid()));
-  Status failStatus = NO_ERROR;
-  std::string failMessage;
-  try {
-    result.memory = makeSegment();
-  } catch (const Error& e) {
-    failStatus = e.status();
-    failMessage = e.what();
-  }
 
   std::vector<UniqueFd> peers(size);
   auto failAll = [&](Status status, const std::string& message) {
@@ -268,7 +260,13 @@ RendezvousResult Host(const RendezvousSpec& spec, UniqueFd listener,
             Concat(Describe(spec), ": ", MissingRanks(peers), " did not arrive within ",
                    spec.timeoutSeconds, " s (", spec.timeoutSource, ")", OtherRankSizesHere(spec)));
   }
-  if (failStatus != NO_ERROR) failAll(failStatus, failMessage);
+  // Only now, with every rank there: a rankSize that no job fills (a typo) costs no memory, and
+  // a lone rank 0 holds none while it waits out its timeout.
+  try {
+    result.memory = makeSegment();
+  } catch (const Error& e) {
+    failAll(e.status(), e.what());
+  }
   for (int r = 1; r < size; ++r) {
     SendReply(peers[r].Get(), NO_ERROR, "", result.pids, {result.memory.Get()});
     SendPidfds(peers[r].Get(), r, pidfds);

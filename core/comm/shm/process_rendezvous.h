@@ -58,7 +58,8 @@ struct RendezvousResult {
   UniqueFd claim;  ///< holds this rank's name until the communicator is destroyed
 };
 
-/// Rank 0 calls it once the rendezvous name is held, to create the segment; may throw Error.
+/// Rank 0 calls it once every rank has arrived, to create the segment (a rank 0 waiting alone
+/// holds no shared memory); may throw Error, which every rank then reports.
 using SegmentMaker = std::function<UniqueFd()>;
 
 /// Claims spec.rank and meets the other ranks. Throws Error: ERROR_TIMEOUT naming the missing

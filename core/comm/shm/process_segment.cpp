@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <string>
 #include <utility>
@@ -107,6 +108,28 @@ uint64_t HeapCacheBytesFromEnv() {
                      "0 and 1024GiB");
 }
 
+uint64_t AvailableHostMemory() {
+  std::ifstream info("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (info >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib << 10;
+  }
+  return 0;
+}
+
+void CheckSegmentFits(const SegmentLayout& layout, uint64_t availableBytes) {
+  if (availableBytes == 0 || layout.FixedBytes() <= availableBytes) return;
+  const uint64_t r = static_cast<uint64_t>(layout.rankSize);
+  Fail(ERROR_OUT_OF_HOST_MEMORY, "lccl: the shared segment for ", layout.rankSize, " ranks needs ",
+       layout.FixedBytes(), " bytes of memory from the start (", r, " x ", layout.slotBytes,
+       " bytes of slots, COLLOPS_SHM_BYTES, plus ", layout.FixedBytes() - r * layout.slotBytes,
+       " bytes of control blocks), more than the ", availableBytes,
+       " bytes this host has available (MemAvailable); lower COLLOPS_SHM_BYTES, or check "
+       "rankSize");
+}
+
 uint8_t* Segment::Map(int fd, uint64_t bytes, uint64_t populate) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (base == MAP_FAILED) {
@@ -130,6 +153,7 @@ uint8_t* Segment::Map(int fd, uint64_t bytes, uint64_t populate) {
 }
 
 Segment Segment::Create(const SegmentLayout& layout, UniqueFd* fd) {
+  CheckSegmentFits(layout, AvailableHostMemory());
   UniqueFd memory(memfd_create("collops-lccl", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!memory.Valid()) {
     Fail(ERROR_COMM_FAIL, "lccl: memfd_create failed: ", std::strerror(errno));

@@ -1,9 +1,9 @@
 // The shared-memory segment of one multi-process lccl communicator: layout, creation and mapping.
 //
-// Rank 0 creates an anonymous memfd (nothing appears in /dev/shm or /tmp, so nothing is left
-// behind even after SIGKILL), allocates every page up front so running out of memory is an
-// ERROR_OUT_OF_HOST_MEMORY at creation instead of a SIGBUS mid-collective, seals its size, and
-// hands the descriptor to the other ranks over the rendezvous socket.
+// Rank 0 creates, once every rank has arrived, an anonymous memfd (nothing appears in /dev/shm or
+// /tmp, so nothing is left behind even after SIGKILL), allocates every page up front so running out
+// of memory is an ERROR_OUT_OF_HOST_MEMORY at creation instead of a SIGBUS mid-collective, seals
+// its size, and hands the descriptor to the other ranks over the rendezvous socket.
 //
 // Layout (offsets computed by SegmentLayout, every block aligned to kControlStride):
 //   SegmentHeader                     magic, geometry, the algorithm policy, the abort record
@@ -191,6 +191,15 @@ uint64_t HeapBytesFromEnv();
 /// when unset. This rank's own policy: ranks need not agree. Throws ERROR_INVALID_PARAM for a
 /// value that is not a size.
 uint64_t HeapCacheBytesFromEnv();
+
+/// The memory this host has for new allocations (MemAvailable of /proc/meminfo), in bytes; 0 when
+/// it does not say.
+uint64_t AvailableHostMemory();
+/// Throws ERROR_OUT_OF_HOST_MEMORY, naming COLLOPS_SHM_BYTES and the rank count, when the bytes
+/// `layout` allocates at creation (FixedBytes) exceed `availableBytes` (0: unknown, no check). A
+/// segment the host cannot hold would wake the OOM killer, which may kill any process of the
+/// host, instead of failing here.
+void CheckSegmentFits(const SegmentLayout& layout, uint64_t availableBytes);
 
 /// A mapping of the segment in this process. Unmapped on destruction; the memory itself lives
 /// until the last rank unmaps it.
