@@ -72,7 +72,14 @@ inline void PrintHeader(const Options& o, const char* system) {
   std::printf("# %s  op %s  dtype %s  ranks %d  warmup %d (>= %g ms)  iters %d  check %s\n", system,
               InfoOf(o.op).name, o.dtype->name, o.ranks, o.warmup, o.settleSeconds * 1000, o.iters,
               o.check ? "on" : "off");
-  std::printf("# time: per iteration the max over ranks; median and min over iterations\n");
+  if (o.timing == Timing::kLoop) {
+    std::printf("# time: calls back to back, the mean per call, the max over ranks\n");
+  } else {
+    std::printf(
+        "# time: per iteration (after a %s) the max over ranks; median and min over "
+        "iterations\n",
+        o.timing == Timing::kSpin ? "barrier outside collops" : "BarrierOperation");
+  }
   std::printf("%12s %12s %12s %12s %10s %10s %8s\n", "size(B)", "count", "med(us)", "min(us)",
               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
@@ -91,12 +98,13 @@ inline void PrintRow(const Options& o, const char* system, const Row& row) {
     std::printf(
         "{\"system\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"bytes\": %lld, "
         "\"count\": %lld, \"time_med_us\": %.3f, \"time_min_us\": %.3f, \"algbw_gbs\": %.4f, "
-        "\"busbw_gbs\": %.4f, \"wrong\": %lld, \"iters\": %zu, \"error\": \"%s\"%s%s%s}\n",
+        "\"busbw_gbs\": %.4f, \"wrong\": %lld, \"iters\": %zu, \"timing\": \"%s\", "
+        "\"error\": \"%s\"%s%s%s}\n",
         system, InfoOf(o.op).name, o.dtype->name, o.ranks, static_cast<long long>(row.bytes),
         static_cast<long long>(row.count), med * 1e6, mn * 1e6, algbw, busbw,
-        static_cast<long long>(row.wrong), t.size(), JsonText(row.error).c_str(),
-        row.backend.empty() ? "" : ", \"backend\": \"", JsonText(row.backend).c_str(),
-        row.backend.empty() ? "" : "\"");
+        static_cast<long long>(row.wrong), t.size(), TimingName(o.timing),
+        JsonText(row.error).c_str(), row.backend.empty() ? "" : ", \"backend\": \"",
+        JsonText(row.backend).c_str(), row.backend.empty() ? "" : "\"");
   } else if (!row.error.empty()) {
     std::printf("%12lld %12lld  FAILED: %s\n", static_cast<long long>(row.bytes),
                 static_cast<long long>(row.count), row.error.c_str());

@@ -25,6 +25,24 @@ namespace collops_bench {
 /// on one host, hierarchical across hosts).
 enum class Mode { kProcess, kThread, kMpirun };
 
+/// How collops-bench times a call (--timing): after a BarrierOperation (the default), after a
+/// barrier outside collops (spin: every rank spins on a word of its own in memory the ranks
+/// share, the start Python benchmarks use too), or back to back (loop: no barrier between calls,
+/// the mean per call of the timed run, as a tight loop of calls sees it).
+enum class Timing { kBarrier, kSpin, kLoop };
+
+inline const char* TimingName(Timing t) {
+  switch (t) {
+    case Timing::kBarrier:
+      return "barrier";
+    case Timing::kSpin:
+      return "spin";
+    case Timing::kLoop:
+      return "loop";
+  }
+  return "barrier";
+}
+
 /// Which benchmark reads the command line: each accepts only the options that apply to it.
 enum class Tool { kBench, kMpiBench, kMemLimit };
 
@@ -61,6 +79,8 @@ struct Options {
   bool shared = false;
   /// --algorithms: print the algorithm table and exit (collops-bench)
   bool algorithms = false;
+  /// --timing (collops-bench)
+  Timing timing = Timing::kBarrier;
 };
 
 /// Parses a size as nccl-tests reads -b and -e: a positive integer of bytes with an optional K, M
@@ -175,6 +195,10 @@ inline void PrintUsage(Tool tool, FILE* out) {
         "  --mode M        process: forked ranks (lccl, the default); thread: threads of\n"
         "                  this process; mpirun: the ranks mpirun -np started (no -r)\n"
         "  --shared        data buffers from Communicator::AllocateShared (--mode process)\n"
+        "  --timing T      barrier: a BarrierOperation before every timed call (the default);\n"
+        "                  spin: a barrier outside collops before every call (ranks spin on\n"
+        "                  words in shared memory; process and thread modes); loop: calls back\n"
+        "                  to back, the mean per call (every iteration shows it)\n"
         "  --algorithms    print every engine's algorithms (the COLLOPS_ALGO_* names) and exit\n");
   }
   std::fprintf(out, "  -h, --help      this text\n");
@@ -193,7 +217,7 @@ inline void PrintUsage(Tool tool, FILE* out) {
 inline bool Accepts(Tool tool, const std::string& option) {
   static const char* const kEvery[] = {"-b", "-e", "-f", "-w", "-n", "--json"};
   static const char* const kOps[] = {"-o", "-d", "-c", "--settle-ms"};
-  static const char* const kBenchOnly[] = {"-r", "--mode", "--shared", "--algorithms"};
+  static const char* const kBenchOnly[] = {"-r", "--mode", "--shared", "--algorithms", "--timing"};
   for (const char* o : kEvery) {
     if (option == o) return true;
   }
@@ -283,6 +307,15 @@ inline Options ParseOptions(int argc, char** argv, Tool tool) {
         o.mode = Mode::kMpirun;
       else
         UsageError(tool, given + "give process, thread or mpirun");
+    } else if (a == "--timing") {
+      if (v == "barrier")
+        o.timing = Timing::kBarrier;
+      else if (v == "spin")
+        o.timing = Timing::kSpin;
+      else if (v == "loop")
+        o.timing = Timing::kLoop;
+      else
+        UsageError(tool, given + "give barrier, spin or loop");
     } else if (a == "-o") {
       bool found = false;
       for (const auto& info : AllOps()) {
@@ -328,6 +361,11 @@ inline Options ParseOptions(int argc, char** argv, Tool tool) {
                            (o.mode == Mode::kThread ? "thread ranks share their memory already"
                                                     : "mpirun ranks use ordinary buffers") +
                            ")");
+    }
+    if (o.timing == Timing::kSpin && o.mode == Mode::kMpirun) {
+      UsageError(tool,
+                 "--timing spin applies to --mode process and thread (mpirun's ranks share no "
+                 "memory to spin on)");
     }
     if (o.ranksGiven && o.mode == Mode::kMpirun) {
       UsageError(tool, "-r does not apply to --mode mpirun: the ranks are mpirun -np's");

@@ -6,9 +6,11 @@
 // (--mode thread, commMode 1), or the processes mpirun started (--mode mpirun, backend "hccl",
 // commMode 0: lccl when they share a host, hierarchical lccl + MPI when they span hosts). Each
 // iteration starts after a BarrierOperation (not timed) so every rank's clock covers the same
-// collective; the iteration's time is the max over ranks. Forked and thread ranks write their
-// times into a shared anonymous mapping that the parent reads and prints; mpirun ranks reduce
-// theirs to rank 0 with collops' own AllReduce (after the timed loop), and rank 0 prints.
+// collective; the iteration's time is the max over ranks. --timing spin starts each call after a
+// barrier outside collops instead (spin_barrier.h), --timing loop times the calls back to back.
+// Forked and thread ranks write their times into a shared anonymous mapping that the parent reads
+// and prints; mpirun ranks reduce theirs to rank 0 with collops' own AllReduce (after the timed
+// loop), and rank 0 prints.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/spin_barrier.h"
 #include "collops/algorithms.h"
 #include "collops/backend.h"
 #include "collops/collops.h"
@@ -303,12 +306,13 @@ struct Shared {
   int64_t* bytes;   // [size][rank]
   int64_t* count;   // [size][rank]
   char* errors;     // [rank][256]
+  void* spinWords;  // SpinBarrier::Bytes(ranks), for --timing spin
   void* base;
   size_t length;
 
   Shared(int s, int r, int n) : sizes(s), ranks(r), iters(n) {
     const size_t ns = static_cast<size_t>(s) * r * n, nr = static_cast<size_t>(s) * r;
-    length = ns * 8 + 3 * nr * 8 + static_cast<size_t>(r) * 256;
+    length = ns * 8 + 3 * nr * 8 + static_cast<size_t>(r) * 256 + SpinBarrier::Bytes(r) + 64;
     base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) std::perror("mmap"), std::exit(1);
     seconds = static_cast<double*>(base);
@@ -316,6 +320,9 @@ struct Shared {
     bytes = wrong + nr;
     count = bytes + nr;
     errors = reinterpret_cast<char*>(count + nr);
+    // Cache-line aligned, after the errors.
+    const auto end = reinterpret_cast<uintptr_t>(errors + static_cast<size_t>(r) * 256);
+    spinWords = reinterpret_cast<void*>((end + 63) / 64 * 64);
     for (size_t i = 0; i < nr; ++i) wrong[i] = -1;
   }
   ~Shared() { munmap(base, length); }
@@ -339,21 +346,44 @@ std::string OutOfMemory() {
   return "out of memory allocating this size's buffers (std::bad_alloc)";
 }
 
+/// The timed calls of one size into `seconds[0..iters)`, by o.timing: each after `barrier()` (a
+/// BarrierOperation) or `spin` (a barrier outside collops), or back to back, their mean in every
+/// slot.
+template <class Barrier>
+void TimeCalls(const Options& o, RankCase& c, Barrier&& barrier, SpinBarrier* spin,
+               double* seconds) {
+  if (o.timing == Timing::kLoop) {
+    barrier();
+    const double t0 = NowSeconds();
+    for (int i = 0; i < o.iters; ++i) c.Execute();
+    const double mean = (NowSeconds() - t0) / o.iters;
+    for (int i = 0; i < o.iters; ++i) seconds[i] = mean;
+    return;
+  }
+  for (int i = 0; i < o.iters; ++i) {
+    if (spin != nullptr) {
+      spin->Wait();
+    } else {
+      barrier();
+    }
+    const double t0 = NowSeconds();
+    c.Execute();
+    seconds[i] = NowSeconds() - t0;
+  }
+}
+
 /// One rank's whole run over every size. Returns 0, or 1 after recording an error.
 int RunRank(const Options& o, int rank, Shared& sh) {
   const std::vector<int64_t> sizes = Sizes(o);
   try {
     if (o.shared) UseSharedBuffers(o, rank);
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    SpinBarrier spin(sh.spinWords, o.ranks, rank, /*yield=*/cpus > 0 && o.ranks > cpus);
     for (size_t s = 0; s < sizes.size(); ++s) {
       RankCase c(o, rank, sizes[s]);
       WarmUp(o, [&] { c.Execute(); }, [&](bool more) { return c.RankZeroSays(more); });
       double* out = sh.seconds + (s * o.ranks + rank) * o.iters;
-      for (int i = 0; i < o.iters; ++i) {
-        c.Barrier();
-        const double t0 = NowSeconds();
-        c.Execute();
-        out[i] = NowSeconds() - t0;
-      }
+      TimeCalls(o, c, [&] { c.Barrier(); }, o.timing == Timing::kSpin ? &spin : nullptr, out);
       const size_t at = s * o.ranks + rank;
       sh.bytes[at] = c.layout().bytes;
       sh.count[at] = c.layout().bytes / static_cast<int64_t>(o.dtype->size);
@@ -443,13 +473,10 @@ int RunMpirun(Options o) {
       try {
         RankCase c(o, rank, size, comm.get());
         WarmUp(o, [&] { c.Execute(); }, [&](bool more) { return c.RankZeroSays(more); });
+        std::vector<double> seconds(o.iters);
+        TimeCalls(o, c, [&] { c.Barrier(); }, nullptr, seconds.data());
         std::vector<int64_t> nanos(o.iters);
-        for (int i = 0; i < o.iters; ++i) {
-          c.Barrier();
-          const double t0 = NowSeconds();
-          c.Execute();
-          nanos[i] = static_cast<int64_t>((NowSeconds() - t0) * 1e9);
-        }
+        for (int i = 0; i < o.iters; ++i) nanos[i] = static_cast<int64_t>(seconds[i] * 1e9);
         for (int64_t worst : Reduced(comm.get(), "max", nanos)) {
           row.iterSeconds.push_back(worst * 1e-9);
         }

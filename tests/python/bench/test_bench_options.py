@@ -81,6 +81,8 @@ BENCH_ONLY = [
     (["--shared", "--mode", "thread"], ["--shared", "--mode process only"]),
     (["--mode", "mpirun", "-r", "4"], ["-r", "--mode mpirun"]),
     (["--mode", "fork"], ["--mode fork", "process, thread or mpirun"]),
+    (["--timing", "fast"], ["--timing fast", "barrier, spin or loop"]),
+    (["--timing", "spin", "--mode", "mpirun"], ["--timing spin", "process and thread"]),
 ]
 NOT_FOR_MEMLIMIT = [
     (["-o", "allreduce"], ["-o", "does not apply to collops-memlimit"]),
@@ -94,6 +96,7 @@ CASES = ([(t, argv, words) for t in BENCH_TOOLS for argv, words in EVERY_TOOL] +
          [("collops-bench", argv, words) for argv, words in BENCH_ONLY] +
          [("collops-mpi-bench", ["-r", "2"], ["-r", "does not apply to collops-mpi-bench"]),
           ("collops-mpi-bench", ["--shared"], ["--shared", "does not apply"]),
+          ("collops-mpi-bench", ["--timing", "loop"], ["--timing", "does not apply"]),
           ("collops-mpi-bench", ["-d", "int8", "-e", "4G"], ["-e 4G", "MPI count"])] +
          [("collops-memlimit", argv, words) for argv, words in NOT_FOR_MEMLIMIT])
 
@@ -119,7 +122,8 @@ def test_help_prints_the_usage_on_stdout_and_exits_0(name):
         assert option in done.stdout
     applies = {"-o OP": name != "collops-memlimit", "-c [0|1]": name != "collops-memlimit",
                "--settle-ms": name != "collops-memlimit", "--mode": name == "collops-bench",
-               "--shared": name == "collops-bench", "--algorithms": name == "collops-bench"}
+               "--shared": name == "collops-bench", "--algorithms": name == "collops-bench",
+               "--timing": name == "collops-bench"}
     for option, listed in applies.items():
         assert (option in done.stdout) == listed, (option, done.stdout)
 
@@ -142,6 +146,18 @@ def test_c_takes_nccl_tests_0_or_1_and_a_bare_c_still_checks():
         assert done.returncode == 0, done.stderr
         assert (f'"wrong": 0' in done.stdout) == checked, (argv, done.stdout)
         assert (f'"wrong": -1' in done.stdout) == (not checked), (argv, done.stdout)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_every_timing_runs_and_says_which_it_was(mode):
+    bench = tool("collops-bench")
+    for timing in ("barrier", "spin", "loop"):
+        done = run([bench, "-r", "2", "--mode", mode, "-b", "4K", "-e", "4K", "-w", "1", "-n",
+                    "3", "--settle-ms", "0", "--timing", timing, "-c", "--json"],
+                   gib=64, env={"COLLOPS_TIMEOUT": "15"})  # lccl reserves its shared heaps
+        assert done.returncode == 0, done.stderr
+        row = done.stdout.strip().splitlines()[-1]
+        assert f'"timing": "{timing}"' in row and '"wrong": 0' in row, row
 
 
 def test_memlimit_reports_a_size_it_cannot_allocate_as_a_failed_row():
@@ -205,6 +221,7 @@ COMPARE_CASES = [
     (["--layout", "2x0"], ["argument --layout", "'2x0'"]),
     (["--layout", "0x2"], ["argument --layout", "'0x2'"]),
     (["--layout", "2by2"], ["argument --layout", "'2by2'"]),
+    (["--python", "maybe"], ["argument --python", "'maybe'"]),
 ]
 
 
