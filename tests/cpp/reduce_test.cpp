@@ -524,3 +524,74 @@ TEST(ReduceArgs, RejectsBadDtypeZeroInputsAndPartialOverlap) {
 
 }  // namespace
 }  // namespace collops
+
+// ---- float16 / bfloat16 <-> float32 conversions (ConvertToFloat32, ConvertFromFloat32).
+namespace collops {
+namespace reduce_internal {
+namespace {
+
+std::pair<ToFloat32Kernel, FromFloat32Kernel> ConvertersFor(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return {&avx2::ToFloat32, &avx2::FromFloat32};
+    case Isa::kAvx512:
+      return {&avx512::ToFloat32, &avx512::FromFloat32};
+    case Isa::kGeneric:
+      break;
+  }
+  return {&generic::ToFloat32, &generic::FromFloat32};
+}
+
+TEST(ReduceConvert, EveryBuildConvertsAsTheScalarFunctions) {
+  std::vector<uint16_t> all(65536 + 7);  // + a tail shorter than any vector
+  for (size_t b = 0; b < all.size(); ++b) all[b] = static_cast<uint16_t>(b);
+  std::mt19937_64 rng(7);
+  std::vector<float> floats(100003);
+  for (auto& f : floats) {
+    const auto bits = static_cast<uint32_t>(rng());
+    std::memcpy(&f, &bits, sizeof(f));
+  }
+  for (Isa isa : SupportedIsas()) {
+    const auto [to, from] = ConvertersFor(isa);
+    for (DataType dtype : {ACL_FLOAT16, ACL_BF16}) {
+      const std::string what = Concat(IsaName(isa), " ", DataTypeName(dtype));
+      std::vector<float> wide(all.size());
+      to(dtype, all.data(), wide.data(), all.size());
+      for (size_t b = 0; b < all.size(); ++b) {
+        const float want = dtype == ACL_FLOAT16 ? half_internal::HalfToFloat(all[b])
+                                                : half_internal::Bf16ToFloat(all[b]);
+        ASSERT_EQ(BitsOf(wide[b]), BitsOf(want)) << what << " widening " << b;
+      }
+      std::vector<uint16_t> narrow(floats.size());
+      from(floats.data(), dtype, narrow.data(), floats.size());
+      for (size_t i = 0; i < floats.size(); ++i) {
+        const uint16_t want = dtype == ACL_FLOAT16 ? half_internal::FloatToHalf(floats[i])
+                                                   : half_internal::FloatToBf16(floats[i]);
+        ASSERT_EQ(narrow[i], want) << what << " narrowing " << std::hex << BitsOf(floats[i]);
+      }
+    }
+  }
+}
+
+TEST(ReduceConvert, PublicEntriesCheckDtypeAndOverlap) {
+  std::vector<float> f(8, 1.5f);
+  std::vector<uint16_t> h(8);
+  ConvertFromFloat32(f.data(), ACL_BF16, h.data(), 8);
+  EXPECT_EQ(h[3], 0x3fc0);
+  std::vector<float> back(8);
+  ConvertToFloat32(ACL_BF16, h.data(), back.data(), 8);
+  EXPECT_EQ(back, f);
+  ConvertToFloat32(ACL_FLOAT, f.data(), f.data(), 8);  // float32 in place: nothing to do
+  EXPECT_THROW(ConvertToFloat32(ACL_INT8, h.data(), back.data(), 8), Error);
+  try {
+    // bfloat16 widened into memory that starts inside its own source.
+    ConvertToFloat32(ACL_BF16, h.data(), reinterpret_cast<float*>(h.data() + 2), 4);
+    ADD_FAILURE() << "overlap accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INTERNAL_ERROR);
+  }
+}
+
+}  // namespace
+}  // namespace reduce_internal
+}  // namespace collops

@@ -30,6 +30,14 @@ const char* ReducibleDtypesText();
 void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
                   size_t count);
 
+/// dst[i] = src[i] as float32, for src of float16, bfloat16 or float32 (exact). src and dst must
+/// not overlap unless both are float32 and equal. Throws Error(ERROR_INVALID_TENSOR_DTYPE) for
+/// any other dtype.
+void ConvertToFloat32(DataType srcType, const void* src, float* dst, size_t count);
+/// dst[i] = src[i] rounded to nearest even in float16 or bfloat16 (copied for float32), bit for
+/// bit as ReduceArrays stores its float32 accumulator; the same overlap rule and errors.
+void ConvertFromFloat32(const float* src, DataType dstType, void* dst, size_t count);
+
 /// Name of the instruction set the kernels dispatched to at load time: "avx512", "avx2" or
 /// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks).
 const char* ReduceKernelIsa();

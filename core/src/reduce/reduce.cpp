@@ -128,7 +128,21 @@ namespace {
 struct Selection {
   Isa isa;
   ReduceKernel kernel;
+  ToFloat32Kernel toFloat32;
+  FromFloat32Kernel fromFloat32;
 };
+
+Selection KernelsFor(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2:
+      return {isa, &avx2::Reduce, &avx2::ToFloat32, &avx2::FromFloat32};
+    case Isa::kAvx512:
+      return {isa, &avx512::Reduce, &avx512::ToFloat32, &avx512::FromFloat32};
+    case Isa::kGeneric:
+      break;
+  }
+  return {Isa::kGeneric, &generic::Reduce, &generic::ToFloat32, &generic::FromFloat32};
+}
 
 Selection Select() {
   Isa isa = BestSupportedIsa();
@@ -142,7 +156,7 @@ Selection Select() {
       isa = requested;  // Only lower: a higher ISA than the CPU has would crash.
     }
   }
-  return {isa, KernelForIsa(isa)};
+  return KernelsFor(isa);
 }
 
 // Resolved on first use rather than by a namespace-scope initialiser, so that static initialisers
@@ -187,6 +201,54 @@ void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n
     }
   }
   reduce_internal::Selected().kernel(dtype, op, srcs, n, dst, count);
+}
+
+namespace {
+
+bool IsHalfFloat(DataType dtype) { return dtype == ACL_FLOAT16 || dtype == ACL_BF16; }
+
+void CheckConversion(const char* what, DataType dtype, const void* src, size_t srcElement,
+                     const void* dst, size_t dstElement, size_t count) {
+  if (dtype != ACL_FLOAT16 && dtype != ACL_BF16 && dtype != ACL_FLOAT) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, what, ": converts float16, bfloat16 and float32, not ",
+         DataTypeName(dtype));
+  }
+  if (count == 0) return;
+  if (src == nullptr || dst == nullptr) {
+    Fail(ERROR_INTERNAL_ERROR, what, ": null ", src == nullptr ? "src" : "dst",
+         " with count = ", count);
+  }
+  // float32 to float32 may be in place; any other overlap would read what was written.
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const bool overlap = s < d + count * dstElement && d < s + count * srcElement;
+  if (overlap && !(src == dst && dtype == ACL_FLOAT)) {
+    Fail(ERROR_INTERNAL_ERROR, what, ": src and dst overlap");
+  }
+}
+
+}  // namespace
+
+void ConvertToFloat32(DataType srcType, const void* src, float* dst, size_t count) {
+  CheckConversion("ConvertToFloat32", srcType, src, DataTypeSize(srcType), dst, sizeof(float),
+                  count);
+  if (count == 0) return;
+  if (!IsHalfFloat(srcType)) {
+    if (src != dst) std::memcpy(dst, src, count * sizeof(float));
+    return;
+  }
+  reduce_internal::Selected().toFloat32(srcType, src, dst, count);
+}
+
+void ConvertFromFloat32(const float* src, DataType dstType, void* dst, size_t count) {
+  CheckConversion("ConvertFromFloat32", dstType, src, sizeof(float), dst, DataTypeSize(dstType),
+                  count);
+  if (count == 0) return;
+  if (!IsHalfFloat(dstType)) {
+    if (src != dst) std::memcpy(dst, src, count * sizeof(float));
+    return;
+  }
+  reduce_internal::Selected().fromFloat32(src, dstType, dst, count);
 }
 
 const char* ReduceKernelIsa() { return reduce_internal::IsaName(reduce_internal::Selected().isa); }

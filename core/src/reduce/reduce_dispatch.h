@@ -18,6 +18,9 @@ constexpr int kIsaCount = 3;
 /// valid, n >= 1, and every pointer is valid for count elements (or count is 0).
 using ReduceKernel = void (*)(DataType dtype, ReduceOp op, const void* const* srcs, size_t n,
                               void* dst, size_t count);
+/// The conversion kernels' contract: dtype is float16 or bfloat16, src and dst do not overlap.
+using ToFloat32Kernel = void (*)(DataType dtype, const void* src, float* dst, size_t count);
+using FromFloat32Kernel = void (*)(const float* src, DataType dtype, void* dst, size_t count);
 
 /// "generic", "avx2", "avx512".
 const char* IsaName(Isa isa);
@@ -36,14 +39,20 @@ ReduceKernel KernelForIsa(Isa isa);
 namespace generic {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
+void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 }  // namespace generic
 namespace avx2 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
+void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 }  // namespace avx2
 namespace avx512 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
+void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 }  // namespace avx512
 
 }  // namespace reduce_internal
