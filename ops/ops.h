@@ -10,6 +10,7 @@
 #include "ops/all_to_allvv2/all_to_allvv2_param.h"
 #include "ops/barrier/barrier_param.h"
 #include "ops/broadcast/broadcast_param.h"
+#include "ops/linear_parallel/linear_parallel_param.h"
 #include "ops/recv/recv_param.h"
 #include "ops/reduce_scatter/reduce_scatter_param.h"
 #include "ops/reduce_scatter_v/reduce_scatter_v_param.h"

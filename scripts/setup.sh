@@ -4,7 +4,7 @@
 # wheel); a looser pin would pull a multi-GB CUDA build.
 set -euo pipefail
 
-APT_PACKAGES=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev
+APT_PACKAGES=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev
               openmpi-bin libopenmpi-dev iproute2)
 PIP_PACKAGES=("torch==2.13.0" "pybind11>=2.10" "clang-format==23.1.5" "jsonschema>=4.18"
               "pytest>=7" "numpy" "matplotlib")

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "linear_golden.h"
 #include "op_harness.h"
 
 namespace collops {
@@ -475,6 +476,14 @@ void GathersInPlace(const SuiteJob& job, DataType dtype) {
   }
 }
 
+/// LinearParallelOperation's golden cases (linear_golden.h) for its float dtypes.
+void LinearParallel(const SuiteJob& job, DataType dtype) {
+  if (dtype != ACL_FLOAT16 && dtype != ACL_BF16 && dtype != ACL_FLOAT) return;
+  for (const LinearCase& c : LinearSuiteCases(dtype, job.rankSize)) {
+    RunLinearCase(c, job.Param(), job.rank, job.rankSize, job.comm, "op suite");
+  }
+}
+
 bool IsReducible(DataType dtype) {
   const auto& r = ReducibleDtypes();
   return std::find(r.begin(), r.end(), dtype) != r.end();
@@ -496,6 +505,7 @@ void RunEveryOp(const SuiteJob& job, DataType dtype) {
     ReductionsInPlace(job, dtype);
     IntegerSumsWrap(job, dtype);
     AllToAllVs(job, dtype);
+    LinearParallel(job, dtype);
   }
   if (InMovementSubset(dtype)) {
     AllGather(job, dtype);

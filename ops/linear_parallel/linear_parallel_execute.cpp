@@ -1,0 +1,163 @@
+// LinearParallelOperation::ExecuteImpl: the product and the collective of each parallel type,
+// chunk by chunk (linear_parallel_operation.h).
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "collops/reduce.h"
+#include "ops/linear_parallel/chunk_pipeline.h"
+#include "ops/linear_parallel/linear_parallel_operation.h"
+
+namespace collops {
+namespace {
+
+/// Threads of each product: the calling thread's OpenMP threads, lowered to this rank's share of
+/// the CPUs when its peers run on the same CPUs (thread ranks, lccl) and OMP_NUM_THREADS does not
+/// say otherwise: R ranks with a thread per CPU each would oversubscribe them R times.
+int ProductThreads(const CommParam& param, Communicator& comm) {
+  int threads = Matmul::CallerThreads();
+  const char* chosen = std::getenv("OMP_NUM_THREADS");
+  if (chosen != nullptr && *chosen != '\0') return threads;
+  const bool sharedHost = param.commMode == COMM_MULTI_THREAD || comm.BackendName() == "lccl";
+  if (!sharedHost || comm.Size() <= 1) return threads;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return threads;
+  return std::max(1, std::min(threads, CPU_COUNT(&allowed) / comm.Size()));
+}
+
+template <class T>
+T* At(void* base, uint64_t offset) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(base) + offset);
+}
+
+}  // namespace
+
+void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t,
+                                          Communicator& comm) {
+  const Plan& p = plan_;
+  const int rankSize = comm.Size();
+  const Tensor& x = pack.inTensors[0];
+  const Tensor& y = pack.outTensors[0];
+  const size_t xRow = static_cast<size_t>(p.k) * DataTypeSize(p.dtype);
+  const size_t yRow = static_cast<size_t>(p.n) * DataTypeSize(p.outDtype);
+  const int64_t n = p.n;
+  float* acc = p.accBytes > 0 ? At<float>(workspace, p.accOffset) : static_cast<float*>(y.deviceData);
+  const float* residual = nullptr;
+  // A failure of this rank's own work after the signature check leaves its peers in collectives
+  // it will not join: break the communicator for them, as a lost peer would.
+  auto abandon = [&](const Error& e) { comm.Abort(e.status(), Concat(Where(), ": ", e.what())); };
+  int threads = 1;
+  try {
+    threads = ProductThreads(commParam(), comm);
+    if (param_.hasResidual) {
+      const Tensor& r = pack.inTensors[2];
+      if (p.dtype == ACL_FLOAT) {
+        residual = static_cast<const float*>(r.deviceData);
+      } else {
+        float* wide = At<float>(workspace, p.residualOffset);
+        ConvertToFloat32(p.dtype, r.deviceData, wide, static_cast<size_t>(n));
+        residual = wide;
+      }
+    }
+    matmul_->Bind(pack.inTensors[1].deviceData, workspace + p.matmulOffset, threads);
+  } catch (const Error& e) {
+    abandon(e);
+    throw;
+  }
+  // y rows = product rows (float32) + residual, rounded once to y's dtype.
+  auto finish = [&](float* rows, int64_t count, void* out) {
+    if (residual != nullptr) {
+      for (int64_t i = 0; i < count; ++i) {
+        const void* srcs[2] = {rows + i * n, residual};
+        ReduceArrays(ACL_FLOAT, ReduceOp::kSum, srcs, 2, rows + i * n, static_cast<size_t>(n));
+      }
+    }
+    ConvertFromFloat32(rows, p.outDtype, out, static_cast<size_t>(count * n));
+  };
+  auto begin = [&](int c) { return p.blockRows * c / p.chunks; };
+  auto rowsOf = [&](int c) { return begin(c + 1) - begin(c); };
+  auto run = [&](const void* xRows, int64_t rows, float* out) {
+    matmul_->Run(xRows, rows, out, threads);
+  };
+  const auto* xData = static_cast<const uint8_t*>(x.deviceData);
+  auto* yData = static_cast<uint8_t*>(y.deviceData);
+  std::vector<int64_t> counts(rankSize), displs(rankSize);
+
+  switch (param_.type) {
+    case LINEAR_ALL_REDUCE:
+      RunChunkPipeline(
+          p.chunks, /*communicateFirst=*/false,
+          [&](int c) { run(xData + begin(c) * xRow, rowsOf(c), acc + begin(c) * n); },
+          [&](int c) {
+            float* rows = acc + begin(c) * n;
+            comm.AllReduce(rows, rows, static_cast<size_t>(rowsOf(c) * n), ACL_FLOAT,
+                           ReduceOp::kSum);
+            finish(rows, rowsOf(c), yData + begin(c) * yRow);
+          },
+          abandon);
+      return;
+    case LINEAR_REDUCE_SCATTER: {
+      // Chunk c is rows [begin(c), begin(c + 1)) of every rank's block of the product.
+      float* scattered = p.scatteredBytes > 0 ? At<float>(workspace, p.scatteredOffset)
+                                              : static_cast<float*>(y.deviceData);
+      RunChunkPipeline(
+          p.chunks, /*communicateFirst=*/false,
+          [&](int c) {
+            for (int j = 0; j < rankSize; ++j) {
+              const int64_t row = j * p.blockRows + begin(c);
+              run(xData + row * xRow, rowsOf(c), acc + row * n);
+            }
+          },
+          [&](int c) {
+            for (int j = 0; j < rankSize; ++j) {
+              counts[j] = rowsOf(c) * n;
+              displs[j] = (j * p.blockRows + begin(c)) * n;
+            }
+            float* mine = scattered + begin(c) * n;
+            comm.ReduceScatterV(acc, counts.data(), displs.data(), mine,
+                                static_cast<size_t>(rowsOf(c) * n), ACL_FLOAT, ReduceOp::kSum);
+            finish(mine, rowsOf(c), yData + begin(c) * yRow);
+          },
+          abandon);
+      return;
+    }
+    case ALL_GATHER_LINEAR: {
+      // Chunk c is rows [begin(c), begin(c + 1)) of every rank's x, gathered, then multiplied.
+      auto* gathered = param_.keepIntermediate ? static_cast<uint8_t*>(pack.outTensors[1].deviceData)
+                                               : workspace + p.gatheredOffset;
+      RunChunkPipeline(
+          p.chunks, /*communicateFirst=*/true,
+          [&](int c) {
+            for (int j = 0; j < rankSize; ++j) {
+              const int64_t row = j * p.blockRows + begin(c);
+              run(gathered + row * xRow, rowsOf(c), acc + row * n);
+              finish(acc + row * n, rowsOf(c), yData + row * yRow);
+            }
+          },
+          [&](int c) {
+            for (int j = 0; j < rankSize; ++j) {
+              counts[j] = rowsOf(c) * p.k;
+              displs[j] = (j * p.blockRows + begin(c)) * p.k;
+            }
+            comm.AllGatherV(xData + begin(c) * xRow, static_cast<size_t>(rowsOf(c) * p.k),
+                            gathered, counts.data(), displs.data(), p.dtype);
+          },
+          abandon);
+      return;
+    }
+    default:  // PURE_LINEAR: no collective
+      RunChunkPipeline(
+          1, /*communicateFirst=*/false,
+          [&](int) {
+            run(xData, p.rows, acc);
+            finish(acc, p.rows, yData);
+          },
+          [](int) {}, [](const Error&) {});
+      return;
+  }
+}
+
+}  // namespace collops

@@ -1,0 +1,316 @@
+#include "ops/linear_parallel/linear_parallel_operation.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "collops/registry.h"
+
+namespace collops {
+namespace {
+
+const char* ParallelTypeName(int type) {
+  switch (type) {
+    case LINEAR_ALL_REDUCE:
+      return "LINEAR_ALL_REDUCE";
+    case LINEAR_REDUCE_SCATTER:
+      return "LINEAR_REDUCE_SCATTER";
+    case ALL_GATHER_LINEAR:
+      return "ALL_GATHER_LINEAR";
+    case PURE_LINEAR:
+      return "PURE_LINEAR";
+    case AG_LINEAR_RS:
+      return "AG_LINEAR_RS";
+    case ALLTOALLVC_AG_GMM:
+      return "ALLTOALLVC_AG_GMM";
+    case GMM_RS_ALLTOALLVC:
+      return "GMM_RS_ALLTOALLVC";
+  }
+  return "?";
+}
+
+const char* QuantTypeName(int quantType) {
+  switch (quantType) {
+    case LINEAR_QUANT_PER_TENSOR:
+      return "PER_TENSOR";
+    case LINEAR_QUANT_PER_CHANNEL:
+      return "PER_CHANNEL";
+    case LINEAR_QUANT_PER_GROUP:
+      return "PER_GROUP";
+    case LINEAR_QUANT_PER_TOKEN:
+      return "PER_TOKEN";
+  }
+  return "?";
+}
+
+bool IsFloat(DataType dtype) {
+  return dtype == ACL_FLOAT16 || dtype == ACL_BF16 || dtype == ACL_FLOAT;
+}
+
+/// ATB's backends "lcoc" (its fused compute-and-communicate kernels) and "mc2" name ways of
+/// running the same op on an NPU; on CPU they run on lccl and on the default (hccl: auto).
+std::string EngineBackend(const std::string& backend) {
+  if (backend == "lcoc") return "lccl";
+  if (backend == "mc2") return "hccl";
+  return backend;
+}
+
+CommParam EngineCommParam(const LinearParallelParam& param) {
+  CommParam comm = param;
+  comm.backend = EngineBackend(param.backend);
+  return comm;
+}
+
+Dims WithLast(Dims dims, int64_t last) {
+  dims.dims[dims.dimNum - 1] = last;
+  return dims;
+}
+
+/// The algorithm COLLOPS_ALGO_LINEARPARALLEL asks for: "serial", "overlap" or "auto".
+std::string RequestedAlgorithm() {
+  const char* value = std::getenv("COLLOPS_ALGO_LINEARPARALLEL");
+  if (value == nullptr || *value == '\0') return "auto";
+  const std::string algo = value;
+  if (algo != "serial" && algo != "overlap" && algo != "auto") {
+    Fail(ERROR_INVALID_PARAM, "COLLOPS_ALGO_LINEARPARALLEL = \"", algo,
+         "\" is not one of \"serial\", \"overlap\", \"auto\"");
+  }
+  return algo;
+}
+
+constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+void LinearParallelOperation::ValidateParam(const LinearParallelParam& param) {
+  ValidateCommParam(kName, EngineCommParam(param));
+  if (param.type < LINEAR_ALL_REDUCE || param.type > GMM_RS_ALLTOALLVC) {
+    Fail(ERROR_INVALID_PARAM, kName, ": type = ", param.type,
+         " is not one of 0 (LINEAR_ALL_REDUCE), 1 (LINEAR_REDUCE_SCATTER), 2 (ALL_GATHER_LINEAR), "
+         "3 (PURE_LINEAR)");
+  }
+  if (param.type > PURE_LINEAR) {
+    Fail(ERROR_INVALID_PARAM, kName, ": type = ", param.type, " (", ParallelTypeName(param.type),
+         ") is not supported; supported: 0 (LINEAR_ALL_REDUCE), 1 (LINEAR_REDUCE_SCATTER), "
+         "2 (ALL_GATHER_LINEAR), 3 (PURE_LINEAR)");
+  }
+  if (param.keepIntermediate && param.type != ALL_GATHER_LINEAR) {
+    Fail(ERROR_INVALID_PARAM, kName, ": keepIntermediate = true needs type = 2 (ALL_GATHER_LINEAR),",
+         " got type = ", param.type, " (", ParallelTypeName(param.type), ")");
+  }
+  if (param.quantType < LINEAR_QUANT_UNQUANT || param.quantType > LINEAR_QUANT_PER_TOKEN) {
+    Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType,
+         " is not one of -1 (UNQUANT), 0 (PER_TENSOR), 1 (PER_CHANNEL), 2 (PER_GROUP), "
+         "3 (PER_TOKEN)");
+  }
+  if (param.quantType != LINEAR_QUANT_UNQUANT) {
+    Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType, " (",
+         QuantTypeName(param.quantType),
+         ") is not supported: quantised inputs are not, only -1 (UNQUANT)");
+  }
+  if (param.quantGroupSize != 0) {
+    Fail(ERROR_INVALID_PARAM, kName, ": quantGroupSize = ", param.quantGroupSize,
+         " must be 0: it sizes PER_GROUP quantisation, which is not supported");
+  }
+  if (param.outDataType != ACL_DT_UNDEFINED && param.outDataType != ACL_FLOAT16 &&
+      param.outDataType != ACL_BF16 && param.outDataType != ACL_FLOAT) {
+    Fail(ERROR_INVALID_PARAM, kName, ": outDataType = ", param.outDataType,
+         " is not one of -1 (x's dtype), 1 (float16), 27 (bfloat16), 0 (float32)");
+  }
+  if (param.backend == "lcoc" && (param.rankSize & (param.rankSize - 1)) != 0) {
+    Fail(ERROR_INVALID_PARAM, kName, ": backend \"lcoc\" needs rankSize a power of 2, got ",
+         param.rankSize);
+  }
+  if (param.backend == "mc2") {
+    if (param.type != LINEAR_REDUCE_SCATTER) {
+      Fail(ERROR_INVALID_PARAM, kName, ": backend \"mc2\" runs type = 1 (LINEAR_REDUCE_SCATTER) ",
+           "only, got type = ", param.type);
+    }
+    if (param.commMode != COMM_MULTI_THREAD) {
+      Fail(ERROR_INVALID_PARAM, kName, ": backend \"mc2\" needs commMode = 1 (multi-thread), got ",
+           static_cast<int>(param.commMode));
+    }
+    if (param.hasResidual) {
+      Fail(ERROR_INVALID_PARAM, kName, ": backend \"mc2\" takes no residual (hasResidual = true)");
+    }
+  }
+}
+
+LinearParallelOperation::LinearParallelOperation(const LinearParallelParam& param)
+    : OperationBase(kName, EngineCommParam(param)), param_(param) {}
+
+LinearParallelOperation::~LinearParallelOperation() = default;
+
+std::string LinearParallelOperation::TypeName() const { return ParallelTypeName(param_.type); }
+
+std::vector<TensorSpec> LinearParallelOperation::InputSpecs() const {
+  std::vector<TensorSpec> specs = {{"x", DtypeSet::kReducible}, {"weight", DtypeSet::kReducible}};
+  if (param_.hasResidual) specs.push_back({"residual", DtypeSet::kReducible});
+  return specs;
+}
+
+std::vector<TensorSpec> LinearParallelOperation::OutputSpecs() const {
+  std::vector<TensorSpec> specs = {{"y", DtypeSet::kReducible}};
+  if (param_.keepIntermediate) specs.push_back({"intermediate", DtypeSet::kReducible});
+  return specs;
+}
+
+void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
+                                             std::vector<TensorDesc>& out) const {
+  const TensorDesc& x = in[0];
+  const TensorDesc& w = in[1];
+  if (!IsFloat(x.dtype)) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": x has dtype ", DataTypeName(x.dtype),
+         "; accepted: float16, bfloat16, float32");
+  }
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].dtype != x.dtype) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": ", i == 1 ? "weight" : "residual",
+           " has dtype ", DataTypeName(in[i].dtype), " but x has ", DataTypeName(x.dtype),
+           "; they must match");
+    }
+  }
+  if (x.shape.dimNum != 2 && x.shape.dimNum != 3) {
+    Fail(ERROR_INVALID_TENSOR_DIM_NUM, Where(), ": x has shape ", DimsToString(x.shape),
+         "; it must be [m, k] or [b, m, k]");
+  }
+  if (w.shape.dimNum != 2) {
+    Fail(ERROR_INVALID_TENSOR_DIM_NUM, Where(), ": weight has shape ", DimsToString(w.shape),
+         "; it must be ", param_.transWeight ? "[n, k] (transWeight = true)" : "[k, n]");
+  }
+  const int64_t k = x.shape.dims[x.shape.dimNum - 1];
+  const int64_t wk = param_.transWeight ? w.shape.dims[1] : w.shape.dims[0];
+  const int64_t n = param_.transWeight ? w.shape.dims[0] : w.shape.dims[1];
+  if (wk != k) {
+    Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": weight has shape ", DimsToString(w.shape),
+         " but x ", DimsToString(x.shape), " has k = ", k, "; with transWeight = ",
+         param_.transWeight ? "true the weight must be [n, k]" : "false the weight must be [k, n]");
+  }
+  if (param_.hasResidual) {
+    const TensorDesc& r = in[2];
+    if (r.shape.dimNum != 1) {
+      Fail(ERROR_INVALID_TENSOR_DIM_NUM, Where(), ": residual has shape ", DimsToString(r.shape),
+           "; it must be [n] = [", n, "]");
+    }
+    if (r.shape.dims[0] != n) {
+      Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": residual has shape ", DimsToString(r.shape),
+           " but the weight gives n = ", n);
+    }
+  }
+  const int64_t rankSize = commParam().rankSize;
+  TensorDesc y = x;
+  y.shape = WithLast(x.shape, n);
+  if (param_.outDataType != ACL_DT_UNDEFINED) y.dtype = static_cast<DataType>(param_.outDataType);
+  if (param_.type == LINEAR_REDUCE_SCATTER) {
+    if (x.shape.dims[0] % rankSize != 0) {
+      Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": x has shape ", DimsToString(x.shape),
+           " whose dim0 = ", x.shape.dims[0], " is not divisible by rankSize = ", rankSize,
+           " (LINEAR_REDUCE_SCATTER gives each rank dim0 / rankSize of it)");
+    }
+    y.shape.dims[0] = x.shape.dims[0] / rankSize;
+  }
+  out = {y};
+  if (param_.type == ALL_GATHER_LINEAR) {
+    int64_t gathered = 0;
+    if (__builtin_mul_overflow(x.shape.dims[0], rankSize, &gathered)) {
+      Fail(ERROR_INVALID_TENSOR_SIZE, Where(), ": x dim0 = ", x.shape.dims[0], " times rankSize = ",
+           rankSize, " overflows");
+    }
+    out[0].shape.dims[0] = gathered;
+    if (param_.keepIntermediate) {
+      TensorDesc intermediate = x;
+      intermediate.shape.dims[0] = gathered;
+      out.push_back(intermediate);
+    }
+  }
+}
+
+void LinearParallelOperation::CheckNoOverlap(const VariantPack& pack) const {
+  const std::vector<TensorSpec> ins = InputSpecs(), outs = OutputSpecs();
+  for (size_t o = 0; o < pack.outTensors.size(); ++o) {
+    const Tensor& y = pack.outTensors[o];
+    const auto yBegin = reinterpret_cast<uintptr_t>(y.deviceData);
+    for (size_t i = 0; i < pack.inTensors.size(); ++i) {
+      const Tensor& t = pack.inTensors[i];
+      const auto tBegin = reinterpret_cast<uintptr_t>(t.deviceData);
+      if (y.dataSize > 0 && t.dataSize > 0 && yBegin < tBegin + t.dataSize &&
+          tBegin < yBegin + y.dataSize) {
+        Fail(ERROR_INVALID_PARAM, Where(), ": ", outs[o].name, " overlaps ", ins[i].name,
+             "; the product reads the inputs while the output is written, so give ",
+             outs[o].name, " its own buffer");
+      }
+    }
+  }
+}
+
+int LinearParallelOperation::ChunkCount(int64_t blockRows) const {
+  const std::string algo = RequestedAlgorithm();
+  if (param_.type == PURE_LINEAR || algo == "serial" || blockRows < 2) return 1;
+  if (algo == "overlap") return static_cast<int>(std::min<int64_t>(4, blockRows));
+  return 1;
+}
+
+void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
+  CheckNoOverlap(pack);
+  const TensorDesc& x = pack.inTensors[0].desc;
+  const TensorDesc& y = pack.outTensors[0].desc;
+  Plan p;
+  p.dtype = x.dtype;
+  p.outDtype = y.dtype;
+  p.k = x.shape.dims[x.shape.dimNum - 1];
+  p.n = y.shape.dims[y.shape.dimNum - 1];
+  p.rows = NumElements(WithLast(x.shape, 1));
+  const int64_t rankSize = commParam().rankSize;
+  p.blockRows = param_.type == LINEAR_REDUCE_SCATTER ? p.rows / rankSize : p.rows;
+  p.chunks = ChunkCount(p.blockRows);
+  // The product rows as they land in float32: all of them for LINEAR_ALL_REDUCE, PURE_LINEAR and
+  // LINEAR_REDUCE_SCATTER (before the scatter), R blocks for ALL_GATHER_LINEAR.
+  const int64_t productRows = param_.type == ALL_GATHER_LINEAR ? p.rows * rankSize : p.rows;
+  const uint64_t productBytes = static_cast<uint64_t>(productRows) * p.n * sizeof(float);
+  const bool intoY = p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER;
+  uint64_t offset = 0;
+  auto reserve = [&](uint64_t bytes, uint64_t* at, uint64_t* size) {
+    *at = offset;
+    *size = bytes;
+    offset += AlignUp(bytes);
+  };
+  reserve(intoY ? 0 : productBytes, &p.accOffset, &p.accBytes);
+  if (param_.type == LINEAR_REDUCE_SCATTER && p.outDtype != ACL_FLOAT) {
+    reserve(static_cast<uint64_t>(p.blockRows) * p.n * sizeof(float), &p.scatteredOffset,
+            &p.scatteredBytes);
+  }
+  if (param_.type == ALL_GATHER_LINEAR && !param_.keepIntermediate) {
+    reserve(static_cast<uint64_t>(p.rows) * rankSize * p.k * DataTypeSize(p.dtype),
+            &p.gatheredOffset, &p.gatheredBytes);
+  }
+  if (param_.hasResidual && p.dtype != ACL_FLOAT) {
+    reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
+  }
+  if (!Matmul::Available()) Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
+  if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
+    matmul_.reset();
+    matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
+  }
+  reserve(matmul_->ScratchBytes(p.blockRows), &p.matmulOffset, &p.matmulBytes);
+  p.workspaceBytes = offset;
+  plan_ = p;
+}
+
+uint64_t LinearParallelOperation::WorkspaceSizeImpl(const VariantPack&) const {
+  return plan_.workspaceBytes;
+}
+
+CallSignature LinearParallelOperation::SignatureImpl(const VariantPack& pack) const {
+  CallSignature s;
+  if (param_.type == PURE_LINEAR) return s;  // no collective: nothing to agree on
+  // The chunking decides the collectives each rank makes, so it is part of the name every rank
+  // must agree on: "<chunks>x<rows of a block>" (the record keeps 47 characters of it).
+  s.opName = Concat("LinearParallel/", TypeName(), " ", plan_.chunks, "x", plan_.blockRows);
+  s.dtype = pack.inTensors[0].desc.dtype;
+  s.count = param_.type == ALL_GATHER_LINEAR ? plan_.rows * plan_.k : plan_.rows * plan_.n;
+  return s;
+}
+
+COLLOPS_REGISTER_OPERATION(LinearParallelOperation, LinearParallelParam);
+
+}  // namespace collops

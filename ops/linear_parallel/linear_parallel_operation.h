@@ -1,0 +1,78 @@
+// LinearParallelOperation: the linear layer of tensor parallelism, a matrix product fused with
+// its collective (ATB's LinearParallelOperation).
+//
+// Inputs: x [m, k] or [b, m, k] (M = m or b * m rows), weight [n, k] (transWeight) or [k, n],
+// residual [n] (hasResidual); float16, bfloat16 or float32, all of one dtype. Output y
+// (outDataType, default x's dtype), and for ALL_GATHER_LINEAR with keepIntermediate the gathered x.
+//   LINEAR_ALL_REDUCE      y [.., n]          = sum over ranks of x_r . W_r + residual
+//   LINEAR_REDUCE_SCATTER  y [dim0 / R, .., n] = this rank's dim0 block of that sum + residual
+//   ALL_GATHER_LINEAR      y [R * dim0, .., n] = (x_0; ..; x_{R-1}) . W + residual
+//   PURE_LINEAR            y [.., n]          = x . W + residual (no communication)
+// where W = weight^T for transWeight. The product (matmul.h, oneDNN) lands in float32; the sum
+// over ranks runs in float32; the residual is added in float32 and y is rounded once, so every
+// rank gets the same bits.
+//
+// Overlap: the rows are cut in chunks, and the product of chunk c + 1 runs on a helper thread
+// while the collective of chunk c moves data (chunk_pipeline.h); for ALL_GATHER_LINEAR the gather
+// of chunk c + 1 runs while chunk c is multiplied. Whether to cut, and in how many chunks, is
+// decided per call from the sizes (ChunkCount in the .cpp, docs/operations.md);
+// COLLOPS_ALGO_LINEARPARALLEL=serial|overlap|auto overrides it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collops/operation_base.h"
+#include "ops/linear_parallel/linear_parallel_param.h"
+#include "ops/linear_parallel/matmul.h"
+
+namespace collops {
+
+class LinearParallelOperation final : public OperationBase {
+ public:
+  static constexpr const char* kName = "LinearParallelOperation";
+  static void ValidateParam(const LinearParallelParam& param);
+  explicit LinearParallelOperation(const LinearParallelParam& param);
+  ~LinearParallelOperation() override;
+
+  /// This call's sizes and workspace layout, from PrepareImpl.
+  struct Plan {
+    DataType dtype = ACL_DT_UNDEFINED;     ///< of x, weight, residual
+    DataType outDtype = ACL_DT_UNDEFINED;  ///< of y
+    int64_t rows = 0;                      ///< rows of x (M)
+    int64_t k = 0;
+    int64_t n = 0;
+    int64_t blockRows = 0;  ///< rows of one rank's block: M / R (RS), M (AG), else M
+    int chunks = 1;         ///< row chunks of a block (1: no overlap)
+    int threads = 1;        ///< OpenMP threads of each product
+    uint64_t accOffset = 0, accBytes = 0;            ///< float32 products (0 bytes: into y)
+    uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< float32 RS result (0: into y)
+    uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)
+    uint64_t residualOffset = 0, residualBytes = 0;    ///< residual as float32 (0: as given)
+    uint64_t matmulOffset = 0, matmulBytes = 0;        ///< Matmul's widening scratch
+    uint64_t workspaceBytes = 0;
+  };
+
+ private:
+  std::vector<TensorSpec> InputSpecs() const override;
+  std::vector<TensorSpec> OutputSpecs() const override;
+  void InferShapeImpl(const std::vector<TensorDesc>& in,
+                      std::vector<TensorDesc>& out) const override;
+  void PrepareImpl(const VariantPack& pack) override;
+  uint64_t WorkspaceSizeImpl(const VariantPack& pack) const override;
+  CallSignature SignatureImpl(const VariantPack& pack) const override;
+  void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
+                   Communicator& comm) override;
+
+  /// Refuses an output that overlaps any input: the product reads the inputs while chunks of y
+  /// are written.
+  void CheckNoOverlap(const VariantPack& pack) const;
+  int ChunkCount(int64_t blockRows) const;
+  std::string TypeName() const;
+
+  LinearParallelParam param_;
+  Plan plan_;
+  std::unique_ptr<Matmul> matmul_;  ///< for plan_'s dtype, k, n (made again when they change)
+};
+
+}  // namespace collops

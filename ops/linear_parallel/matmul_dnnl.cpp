@@ -1,0 +1,203 @@
+// Matmul over oneDNN's matmul primitive (see matmul.h). Built when CMake finds libdnnl; this file
+// is compiled with OpenMP, the threading runtime of Debian's oneDNN, so that the thread count of
+// each product can be set on the thread that runs it.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <dnnl.hpp>
+#include <map>
+
+#include "collops/reduce.h"
+#include "collops/status.h"
+#include "ops/linear_parallel/matmul.h"
+
+namespace collops {
+namespace {
+
+using dnnl::memory;
+
+memory::data_type DnnlType(DataType dtype) {
+  switch (dtype) {
+    case ACL_FLOAT16:
+      return memory::data_type::f16;
+    case ACL_BF16:
+      return memory::data_type::bf16;
+    case ACL_FLOAT:
+      return memory::data_type::f32;
+    default:
+      Fail(ERROR_INVALID_TENSOR_DTYPE, "matmul: no product of ", DataTypeName(dtype),
+           " (float16, bfloat16, float32)");
+  }
+}
+
+dnnl::engine& CpuEngine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+[[noreturn]] void FailFromDnnl(const char* what, const dnnl::error& e) {
+  if (e.status == dnnl_out_of_memory) Fail(ERROR_OUT_OF_HOST_MEMORY, "oneDNN ", what, ": ", e.what());
+  Fail(ERROR_INTERNAL_ERROR, "oneDNN ", what, ": ", e.what());
+}
+
+/// Sets the calling thread's OpenMP thread count for one product and restores it after: in a
+/// torch process that setting is torch's intra-op thread count.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(std::max(1, threads));
+  }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+struct Matmul::Impl {
+  DataType dtype;
+  int64_t k;
+  int64_t n;
+  bool transWeight;
+  memory::data_type computeType;  // the inputs' type as oneDNN multiplies them
+  bool widens;
+  const void* weight = nullptr;  // the bound weight, in computeType
+  float* xWide = nullptr;        // widened rows of x (widens only)
+  struct Entry {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+  };
+  std::map<int64_t, Entry> byRows;  // one primitive per row count (a chunk and the last one)
+
+  memory::desc Src(int64_t rows) const { return memory::desc({rows, k}, computeType, {k, 1}); }
+  memory::desc Weights() const {
+    return transWeight ? memory::desc({k, n}, computeType, {1, k})
+                       : memory::desc({k, n}, computeType, {n, 1});
+  }
+  memory::desc Dst(int64_t rows) const {
+    return memory::desc({rows, n}, memory::data_type::f32, {n, 1});
+  }
+  dnnl::matmul::primitive_desc Describe(int64_t rows) const {
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(Src(rows), Weights(), Dst(rows)),
+                                        CpuEngine());
+  }
+  Entry& For(int64_t rows) {
+    auto it = byRows.find(rows);
+    if (it == byRows.end()) {
+      dnnl::matmul::primitive_desc pd = Describe(rows);
+      it = byRows.emplace(rows, Entry{pd, dnnl::matmul(pd)}).first;
+    }
+    return it->second;
+  }
+};
+
+bool Matmul::Available() { return true; }
+const char* Matmul::UnavailableReason() { return ""; }
+int Matmul::CallerThreads() { return omp_get_max_threads(); }
+
+Matmul::Matmul(DataType dtype, int64_t k, int64_t n, bool transWeight) : impl_(new Impl) {
+  Impl& m = *impl_;
+  m.dtype = dtype;
+  m.k = k;
+  m.n = n;
+  m.transWeight = transWeight;
+  m.computeType = DnnlType(dtype);
+  m.widens = false;
+  if (k == 0 || n == 0) return;  // nothing to multiply: Run writes zeros or nothing
+  try {
+    m.Describe(1);
+  } catch (const dnnl::error&) {
+    // No kernel for this input type on this CPU: multiply in float32 instead.
+    m.computeType = memory::data_type::f32;
+    m.widens = dtype != ACL_FLOAT;
+    try {
+      m.Describe(1);
+    } catch (const dnnl::error& e) {
+      FailFromDnnl("matmul", e);
+    }
+  }
+}
+
+Matmul::~Matmul() = default;
+
+bool Matmul::Widens() const { return impl_->widens; }
+
+uint64_t Matmul::ScratchBytes(int64_t maxRows) const {
+  if (!impl_->widens) return 0;
+  const uint64_t weight = static_cast<uint64_t>(impl_->k) * impl_->n * sizeof(float);
+  return AlignUp(weight) + static_cast<uint64_t>(maxRows) * impl_->k * sizeof(float);
+}
+
+void Matmul::Bind(const void* weight, uint8_t* scratch, int threads) {
+  Impl& m = *impl_;
+  if (!m.widens) {
+    m.weight = weight;
+    return;
+  }
+  auto* wide = reinterpret_cast<float*>(scratch);
+  const int64_t count = m.k * m.n;
+  const int64_t block = 1 << 16;
+  // Widening is exact; the blocks are independent, so the threads split them. An exception must
+  // not leave an OpenMP region, so the first one is carried out of it.
+  std::exception_ptr failure;
+#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+  for (int64_t begin = 0; begin < count; begin += block) {
+    try {
+      ConvertToFloat32(m.dtype,
+                       static_cast<const uint8_t*>(weight) + begin * DataTypeSize(m.dtype),
+                       wide + begin, static_cast<size_t>(std::min(block, count - begin)));
+    } catch (...) {
+#pragma omp critical(collops_matmul_bind)
+      if (failure == nullptr) failure = std::current_exception();
+    }
+  }
+  if (failure != nullptr) std::rethrow_exception(failure);
+  m.weight = wide;
+  m.xWide = reinterpret_cast<float*>(scratch + AlignUp(count * sizeof(float)));
+}
+
+void Matmul::Run(const void* x, int64_t rows, float* out, int threads) {
+  Impl& m = *impl_;
+  if (rows == 0 || m.n == 0) return;
+  if (m.k == 0) {
+    std::memset(out, 0, static_cast<size_t>(rows * m.n) * sizeof(float));
+    return;
+  }
+  const void* src = x;
+  if (m.widens) {
+    ConvertToFloat32(m.dtype, x, m.xWide, static_cast<size_t>(rows * m.k));
+    src = m.xWide;
+  }
+  try {
+    ScopedOmpThreads scoped(threads);
+    Impl::Entry& entry = m.For(rows);
+    dnnl::stream stream(CpuEngine());
+    memory srcMem(m.Src(rows), CpuEngine(), const_cast<void*>(src));
+    memory weightMem(m.Weights(), CpuEngine(), const_cast<void*>(m.weight));
+    memory dstMem(m.Dst(rows), CpuEngine(), out);
+    entry.primitive.execute(stream, {{DNNL_ARG_SRC, srcMem},
+                                     {DNNL_ARG_WEIGHTS, weightMem},
+                                     {DNNL_ARG_DST, dstMem}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    FailFromDnnl("matmul", e);
+  }
+}
+
+std::string Matmul::Implementation(int64_t rows) {
+  if (impl_->k == 0 || impl_->n == 0 || rows == 0) return "none (empty product)";
+  try {
+    return impl_->For(rows).pd.impl_info_str();
+  } catch (const dnnl::error& e) {
+    FailFromDnnl("matmul", e);
+  }
+}
+
+}  // namespace collops

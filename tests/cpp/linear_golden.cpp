@@ -1,0 +1,152 @@
+#include "linear_golden.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "op_harness.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+/// Values in [-1, 1) as `dtype` stores them, different per (seed, rank, what).
+std::vector<double> Uniform(DataType dtype, int64_t count, uint64_t seed, int rank, int what) {
+  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + what * 104729u);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<double> values(count);
+  for (auto& v : values) v = RoundTrip(dtype, dist(rng));
+  return values;
+}
+
+int64_t Rows(const std::vector<int64_t>& xShape) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < xShape.size(); ++i) rows *= xShape[i];
+  return rows;
+}
+
+/// rows x n product of x (rows x k) and the weight as stored ([n, k] or [k, n]), in double.
+std::vector<double> Product(const std::vector<double>& x, const std::vector<double>& w,
+                            int64_t rows, int64_t k, int64_t n, bool transWeight) {
+  std::vector<double> out(rows * n, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < n; ++c) {
+      double sum = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        sum += x[i * k + t] * (transWeight ? w[c * k + t] : w[t * n + c]);
+      }
+      out[i * n + c] = sum;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string LinearCase::Name() const {
+  static const char* kTypes[] = {"LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER",
+                                 "ALL_GATHER_LINEAR", "PURE_LINEAR"};
+  std::string shape = DimsToString(MakeDims(xShape));
+  return Concat(type >= 0 && type < 4 ? kTypes[type] : "?", " ", DataTypeName(dtype), " x ", shape,
+                " n ", n, transWeight ? " transWeight" : "", hasResidual ? " residual" : "",
+                keepIntermediate ? " keepIntermediate" : "",
+                outDataType >= 0 ? Concat(" out ", DataTypeName(static_cast<DataType>(outDataType)))
+                                 : "");
+}
+
+nlohmann::json LinearCase::Param() const {
+  return {{"type", type},
+          {"transWeight", transWeight},
+          {"hasResidual", hasResidual},
+          {"keepIntermediate", keepIntermediate},
+          {"outDataType", outDataType}};
+}
+
+void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int rank, int rankSize,
+                   Communicator* comm, const std::string& what) {
+  const std::string where = Concat(what, ": ", c.Name(), " rank ", rank, " of ", rankSize);
+  const int64_t k = c.xShape.back();
+  const int64_t rows = Rows(c.xShape);
+  const std::vector<int64_t> wShape =
+      c.transWeight ? std::vector<int64_t>{c.n, k} : std::vector<int64_t>{k, c.n};
+  std::vector<std::vector<double>> xs, ws;
+  for (int r = 0; r < rankSize; ++r) {
+    xs.push_back(Uniform(c.dtype, rows * k, c.seed, r, 1));
+    ws.push_back(Uniform(c.dtype, k * c.n, c.seed, r, 2));
+  }
+  const std::vector<double> residual = Uniform(c.dtype, c.n, c.seed, rank, 3);
+
+  // The golden of this rank, and the shape of y.
+  std::vector<double> golden;
+  std::vector<int64_t> yShape = c.xShape;
+  yShape.back() = c.n;
+  std::vector<double> gathered;
+  switch (c.type) {
+    case 0:
+    case 1: {
+      std::vector<double> sum(rows * c.n, 0.0);
+      for (int r = 0; r < rankSize; ++r) {
+        const auto p = Product(xs[r], ws[r], rows, k, c.n, c.transWeight);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+      }
+      if (c.type == 0) {
+        golden = sum;
+      } else {
+        const int64_t block = rows / rankSize * c.n;
+        golden.assign(sum.begin() + rank * block, sum.begin() + (rank + 1) * block);
+        yShape[0] /= rankSize;
+      }
+      break;
+    }
+    case 2:
+      for (int r = 0; r < rankSize; ++r) gathered.insert(gathered.end(), xs[r].begin(), xs[r].end());
+      golden = Product(gathered, ws[rank], rows * rankSize, k, c.n, c.transWeight);
+      yShape[0] *= rankSize;
+      break;
+    default:
+      golden = Product(xs[rank], ws[rank], rows, k, c.n, c.transWeight);
+  }
+  if (c.hasResidual) {
+    for (size_t i = 0; i < golden.size(); ++i) golden[i] += residual[i % c.n];
+  }
+
+  nlohmann::json param = c.Param();
+  for (const auto& [key, value] : commParams.items()) param[key] = value;
+  OperationPtr op = MakeOperation("LinearParallelOperation", param, comm);
+  std::vector<HostTensor> ins = {HostTensor::FromValues(c.dtype, c.xShape, xs[rank]),
+                                 HostTensor::FromValues(c.dtype, wShape, ws[rank])};
+  if (c.hasResidual) ins.push_back(HostTensor::FromValues(c.dtype, {c.n}, residual));
+  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+  ASSERT_EQ(outs.size(), c.keepIntermediate ? 2u : 1u) << where;
+  EXPECT_EQ(outs[0].shape(), yShape) << where;
+  EXPECT_EQ(outs[0].dtype(), c.outDataType >= 0 ? static_cast<DataType>(c.outDataType) : c.dtype)
+      << where;
+  const Status status = RunOperation(*op, Tensors(ins), Tensors(outs));
+  ASSERT_EQ(status, NO_ERROR) << where << ": " << StatusName(status) << ": " << LastErrorMessage();
+  ExpectClose(outs[0], golden, where);
+  if (c.keepIntermediate) ExpectExactly(outs[1], gathered, where + " (intermediate)");
+}
+
+std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize) {
+  std::vector<LinearCase> cases;
+  uint64_t seed = 40;
+  for (int type = 0; type < 4; ++type) {
+    for (bool trans : {true, false}) {
+      LinearCase c;
+      c.type = type;
+      c.dtype = dtype;
+      c.transWeight = trans;
+      c.hasResidual = !trans;
+      c.keepIntermediate = type == 2 && trans;
+      c.xShape = trans ? std::vector<int64_t>{2 * rankSize, 37}
+                       : std::vector<int64_t>{rankSize, 3, 24};
+      c.n = trans ? 21 : 16;
+      c.seed = ++seed;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+}  // namespace testing
+}  // namespace collops

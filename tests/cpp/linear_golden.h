@@ -1,0 +1,45 @@
+// Golden cases of LinearParallelOperation, shared by the thread-rank tests and the op suite (every
+// engine with real ranks): each rank builds every rank's inputs from the same seed and computes
+// its own golden in double, independently of the library (no BLAS, no float32 accumulation).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collops/collops.h"
+
+namespace collops {
+namespace testing {
+
+struct LinearCase {
+  int type = 0;  ///< LinearParallelType
+  bool transWeight = true;
+  bool hasResidual = false;
+  bool keepIntermediate = false;
+  DataType dtype = ACL_FLOAT;
+  int outDataType = -1;          ///< the param; -1 = x's dtype
+  std::vector<int64_t> xShape;   ///< [m, k] or [b, m, k], the same on every rank
+  int64_t n = 1;
+  uint64_t seed = 1;
+
+  /// "LINEAR_ALL_REDUCE bfloat16 x [4, 19] n 13 transWeight residual".
+  std::string Name() const;
+  /// The op's params beyond the communicator's.
+  nlohmann::json Param() const;
+};
+
+/// Runs `c` as rank `rank` of `rankSize` with `commParams` (rank, rankSize, backend, ...), on
+/// `comm` when not null, and checks y (and the intermediate) against the golden with ATB's
+/// per-dtype tolerance (the intermediate exactly). Failures name `what` and the case.
+void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int rank, int rankSize,
+                   Communicator* comm, const std::string& what);
+
+/// A short grid for engines that run every op (op_suite): the four types, both weight layouts,
+/// with and without residual, 2-D and 3-D x, for `dtype`.
+std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize);
+
+}  // namespace testing
+}  // namespace collops

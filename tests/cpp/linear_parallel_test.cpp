@@ -1,0 +1,346 @@
+// Golden and error tests of LinearParallelOperation on thread ranks: every type x dtype x R, both
+// weight layouts, with and without residual, 2-D and 3-D x, serial and overlapped (chunked), plus
+// one test per validation rule. Process ranks and the other engines run linear_golden's cases
+// through the op suite (process_ops_test.cpp, tests/mpi, hierarchical_comm_test.cpp).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <tuple>
+
+#include "linear_golden.h"
+#include "op_harness.h"
+#include "ops/linear_parallel/linear_parallel_param.h"
+#include "process_ranks.h"
+#include "thread_ranks.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// Sets COLLOPS_ALGO_LINEARPARALLEL for one scope (before any rank thread starts).
+class ScopedAlgorithm {
+ public:
+  explicit ScopedAlgorithm(const char* algo) { setenv("COLLOPS_ALGO_LINEARPARALLEL", algo, 1); }
+  ~ScopedAlgorithm() { unsetenv("COLLOPS_ALGO_LINEARPARALLEL"); }
+};
+
+nlohmann::json ThreadJob(int rank, int rankSize, const std::string& domain) {
+  return {{"rank", rank}, {"rankSize", rankSize}, {"commMode", 1}, {"commDomain", domain}};
+}
+
+const char* ShortTypeName(int type) {
+  static const char* kTypes[] = {"AllReduce", "ReduceScatter", "AllGather", "Pure"};
+  return kTypes[type];
+}
+
+class LinearParallelGolden
+    : public ::testing::TestWithParam<std::tuple<int, DataType, int, const char*>> {};
+
+TEST_P(LinearParallelGolden, MatchesFloat64Reference) {
+  const auto [rankSize, dtype, type, algo] = GetParam();
+  ScopedAlgorithm scoped(algo);
+  std::vector<LinearCase> cases;
+  uint64_t seed = 0;
+  for (bool trans : {true, false}) {
+    for (bool residual : {false, true}) {
+      for (bool threeDims : {false, true}) {
+        LinearCase c;
+        c.type = type;
+        c.dtype = dtype;
+        c.transWeight = trans;
+        c.hasResidual = residual;
+        c.keepIntermediate = type == ALL_GATHER_LINEAR && residual;
+        // Rows a multiple of R (LINEAR_REDUCE_SCATTER cuts dim0 by R); odd k and n.
+        c.xShape = threeDims ? std::vector<int64_t>{rankSize, 3, 19}
+                             : std::vector<int64_t>{5 * rankSize, 33};
+        c.n = threeDims ? 13 : 40;
+        c.seed = ++seed + 100 * type;
+        cases.push_back(c);
+      }
+    }
+  }
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize, [&](int rank) {
+    for (const LinearCase& c : cases) {
+      RunLinearCase(c, ThreadJob(rank, rankSize, domain), rank, rankSize, nullptr, algo);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LinearParallel, LinearParallelGolden,
+    ::testing::Combine(::testing::ValuesIn(GoldenRankSizes()),
+                       ::testing::Values(ACL_FLOAT16, ACL_BF16, ACL_FLOAT),
+                       ::testing::Values(LINEAR_ALL_REDUCE, LINEAR_REDUCE_SCATTER,
+                                         ALL_GATHER_LINEAR, PURE_LINEAR),
+                       ::testing::Values("serial", "overlap")),
+    [](const auto& info) {
+      return Concat("R", std::get<0>(info.param), "_", DtypeTestName(std::get<1>(info.param)), "_",
+                    ShortTypeName(std::get<2>(info.param)), "_", std::get<3>(info.param));
+    });
+
+TEST(LinearParallelGoldenEdges, EmptyRowsZeroKAndOutDataType) {
+  const std::string domain = UniqueDomain();
+  std::vector<LinearCase> cases;
+  for (int type = 0; type < 4; ++type) {
+    LinearCase empty;  // no rows at all
+    empty.type = type;
+    empty.xShape = {0, 8};
+    empty.n = 5;
+    cases.push_back(empty);
+    LinearCase zeroK;  // k = 0: y is the residual alone
+    zeroK.type = type;
+    zeroK.dtype = ACL_BF16;
+    zeroK.hasResidual = true;
+    zeroK.xShape = {4, 0};
+    zeroK.n = 6;
+    cases.push_back(zeroK);
+    for (int out : {ACL_FLOAT, ACL_FLOAT16, ACL_BF16}) {
+      LinearCase c;  // bfloat16 in, outDataType out (float32: the accumulator itself)
+      c.type = type;
+      c.dtype = out == ACL_BF16 ? ACL_FLOAT16 : ACL_BF16;
+      c.outDataType = out;
+      c.hasResidual = true;
+      c.xShape = {4, 70};
+      c.n = 9;
+      c.seed = 7 + out;
+      cases.push_back(c);
+    }
+  }
+  RunThreadRanks(2, [&](int rank) {
+    for (const LinearCase& c : cases) {
+      RunLinearCase(c, ThreadJob(rank, 2, domain), rank, 2, nullptr, "edges");
+    }
+  });
+}
+
+// Overlapped chunks between processes (the op suite runs the sizes' own choice): lccl and the
+// default backend, R = 2 and 3, every type and dtype.
+class LinearParallelProcessGolden
+    : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
+  const auto [rankSize, backend] = GetParam();
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_LINEARPARALLEL"] = "overlap";
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      rankSize,
+      [rankSize = rankSize, backend = backend](int rank) {
+        const nlohmann::json job = {{"rank", rank},
+                                    {"rankSize", rankSize},
+                                    {"backend", backend},
+                                    {"commDomain", "linear"}};
+        for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+          for (const LinearCase& c : LinearSuiteCases(dtype, rankSize)) {
+            RunLinearCase(c, job, rank, rankSize, nullptr, "overlap between processes");
+          }
+        }
+      },
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(std::string("lccl"),
+                                                              std::string("hccl"))),
+                         [](const auto& info) {
+                           return Concat("R", std::get<0>(info.param), "_",
+                                         std::get<1>(info.param));
+                         });
+
+// ---- errors: one per rule --------------------------------------------------------------------
+
+Status CreateWith(nlohmann::json extra) {
+  nlohmann::json param = {{"rank", 0}, {"rankSize", 2}};
+  for (const auto& [key, value] : extra.items()) param[key] = value;
+  Operation* op = nullptr;
+  const Status status = CreateOperation("LinearParallelOperation", param, &op);
+  if (op != nullptr) DestroyOperation(op);
+  return status;
+}
+
+TEST(LinearParallelErrors, RejectsUnknownType) {
+  EXPECT_EQ(CreateWith({{"type", 7}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("type = 7 is not one of"));
+  EXPECT_EQ(CreateWith({{"type", -1}}), ERROR_INVALID_PARAM);
+}
+
+TEST(LinearParallelErrors, RejectsUnsupportedAtbTypes) {
+  for (int type : {4, 5, 6}) {
+    EXPECT_EQ(CreateWith({{"type", type}}), ERROR_INVALID_PARAM) << type;
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("is not supported"));
+  }
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("GMM_RS_ALLTOALLVC"));
+}
+
+TEST(LinearParallelErrors, KeepIntermediateNeedsAllGatherLinear) {
+  EXPECT_EQ(CreateWith({{"type", 0}, {"keepIntermediate", true}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("keepIntermediate = true needs type = 2"));
+  EXPECT_EQ(CreateWith({{"type", 2}, {"keepIntermediate", true}}), NO_ERROR);
+}
+
+TEST(LinearParallelErrors, RejectsQuantisation) {
+  for (int quant : {0, 1, 2, 3}) {
+    EXPECT_EQ(CreateWith({{"quantType", quant}}), ERROR_INVALID_PARAM) << quant;
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("quantType"));
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("not supported"));
+  }
+  EXPECT_EQ(CreateWith({{"quantType", 4}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("quantType = 4 is not one of"));
+  EXPECT_EQ(CreateWith({{"quantGroupSize", 128}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("quantGroupSize = 128"));
+}
+
+TEST(LinearParallelErrors, RejectsOutDataTypeOtherThanFloats) {
+  EXPECT_EQ(CreateWith({{"outDataType", ACL_INT8}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("outDataType = 2"));
+  EXPECT_EQ(CreateWith({{"outDataType", ACL_BF16}}), NO_ERROR);
+}
+
+TEST(LinearParallelErrors, AtbBackendRules) {
+  EXPECT_EQ(CreateWith({{"backend", "lcoc"}, {"rankSize", 3}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("power of 2"));
+  EXPECT_EQ(CreateWith({{"backend", "lcoc"}, {"rankSize", 4}}), NO_ERROR);
+  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 0}, {"commMode", 1}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("type = 1 (LINEAR_REDUCE_SCATTER) only"));
+  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("commMode = 1"));
+  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}, {"commMode", 1}, {"hasResidual", true}}),
+            ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("no residual"));
+  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}, {"commMode", 1}}), NO_ERROR);
+  EXPECT_EQ(CreateWith({{"backend", "lccc"}}), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("backend = \"lccc\""));
+}
+
+TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape) {
+  TensorDesc d;
+  d.dtype = dtype;
+  d.shape = MakeDims(shape);
+  return d;
+}
+
+/// InferShape of a LinearParallelOperation with `extra` params on `ins`.
+Status Infer(nlohmann::json extra, const std::vector<TensorDesc>& ins) {
+  nlohmann::json param = {{"rank", 1}, {"rankSize", 2}};
+  for (const auto& [key, value] : extra.items()) param[key] = value;
+  OperationPtr op = MakeOperation("LinearParallelOperation", param);
+  std::vector<TensorDesc> out;
+  return op->InferShape(ins, out);
+}
+
+TEST(LinearParallelErrors, RejectsNonFloatAndMixedDtypes) {
+  EXPECT_EQ(Infer({}, {Desc(ACL_INT32, {2, 4}), Desc(ACL_INT32, {3, 4})}),
+            ERROR_INVALID_TENSOR_DTYPE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("x has dtype int32"));
+  EXPECT_EQ(Infer({}, {Desc(ACL_BF16, {2, 4}), Desc(ACL_FLOAT16, {3, 4})}),
+            ERROR_INVALID_TENSOR_DTYPE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("weight has dtype float16 but x has bfloat16"));
+  EXPECT_EQ(Infer({{"hasResidual", true}},
+                  {Desc(ACL_BF16, {2, 4}), Desc(ACL_BF16, {3, 4}), Desc(ACL_FLOAT, {3})}),
+            ERROR_INVALID_TENSOR_DTYPE);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("residual has dtype float32"));
+}
+
+TEST(LinearParallelErrors, RejectsWrongDimCounts) {
+  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {4}), Desc(ACL_FLOAT, {3, 4})}),
+            ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("[m, k] or [b, m, k]"));
+  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {1, 2, 2, 4}), Desc(ACL_FLOAT, {3, 4})}),
+            ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {1, 3, 4})}),
+            ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("weight has shape [1, 3, 4]"));
+  EXPECT_EQ(Infer({{"hasResidual", true}},
+                  {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {1, 3})}),
+            ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("residual has shape [1, 3]"));
+}
+
+TEST(LinearParallelErrors, RejectsWeightOfOtherK) {
+  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {4, 3})}),
+            ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("k = 4; with transWeight = true"));
+  EXPECT_EQ(Infer({{"transWeight", false}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4})}),
+            ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("must be [k, n]"));
+  EXPECT_EQ(Infer({{"transWeight", false}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {4, 3})}),
+            NO_ERROR);
+}
+
+TEST(LinearParallelErrors, RejectsResidualOfOtherN) {
+  EXPECT_EQ(Infer({{"hasResidual", true}},
+                  {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {4})}),
+            ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("the weight gives n = 3"));
+}
+
+TEST(LinearParallelErrors, ReduceScatterNeedsDim0DivisibleByRankSize) {
+  EXPECT_EQ(Infer({{"type", 1}}, {Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {5, 4})}),
+            ERROR_INVALID_TENSOR_DIM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("dim0 = 3 is not divisible by rankSize = 2"));
+}
+
+TEST(LinearParallelErrors, ResidualInputCountFollowsHasResidual) {
+  EXPECT_EQ(Infer({{"hasResidual", true}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4})}),
+            ERROR_INVALID_IN_TENSOR_NUM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("x, weight, residual"));
+}
+
+TEST(LinearParallelErrors, RejectsOutputOverlappingAnInput) {
+  OperationPtr op = MakeOperation("LinearParallelOperation",
+                                  {{"rank", 0}, {"rankSize", 1}, {"commMode", 1},
+                                   {"commDomain", UniqueDomain()}, {"transWeight", false}});
+  std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {2, 4}), HostTensor(ACL_FLOAT, {4, 4})};
+  // y [2, 4] inside the weight's memory.
+  const std::vector<Tensor> outs = {View(ins[1], 4, {2, 4})};
+  EXPECT_EQ(RunOperation(*op, Tensors(ins), outs), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("y overlaps weight"));
+}
+
+TEST(LinearParallelErrors, RejectsUnknownAlgorithm) {
+  ScopedAlgorithm scoped("pipelined");
+  OperationPtr op = MakeOperation(
+      "LinearParallelOperation",
+      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
+  std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {2, 4}), HostTensor(ACL_FLOAT, {3, 4})};
+  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+  EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("COLLOPS_ALGO_LINEARPARALLEL = \"pipelined\""));
+}
+
+TEST(LinearParallelErrors, RanksWithDifferentRowsGetRankMismatch) {
+  // 2 x 6 and 3 x 4 outputs hold 12 elements each: the rows themselves must agree.
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    OperationPtr op = MakeOperation("LinearParallelOperation", ThreadJob(rank, 2, domain));
+    const int64_t rows = rank == 0 ? 2 : 3, n = rank == 0 ? 6 : 4;
+    std::vector<HostTensor> ins = {HostTensor(ACL_BF16, {rows, 8}), HostTensor(ACL_BF16, {n, 8})};
+    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+    EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH);
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("LINEAR_ALL_REDUCE 1x2"));
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("LINEAR_ALL_REDUCE 1x3"));
+  });
+}
+
+TEST(LinearParallelErrors, RanksWithDifferentTypesGetRankMismatch) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    nlohmann::json param = ThreadJob(rank, 2, domain);
+    param["type"] = rank == 0 ? LINEAR_ALL_REDUCE : LINEAR_REDUCE_SCATTER;
+    OperationPtr op = MakeOperation("LinearParallelOperation", param);
+    std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {4, 8}), HostTensor(ACL_FLOAT, {2, 8})};
+    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+    EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH);
+    EXPECT_THAT(LastErrorMessage(), HasSubstr("LINEAR_REDUCE_SCATTER"));
+  });
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops
