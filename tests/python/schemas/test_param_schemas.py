@@ -65,7 +65,11 @@ def _validators(cls):
         stripped[name] = schema
     registry = Registry().with_resources(
         (name, DRAFT202012.create_resource(s)) for name, s in stripped.items())
-    return {s["title"]: cls(s, registry=registry) for name, s in stripped.items() if name != COMMON}
+    # Each op's schema is entered by its name, as a file is, so that it is a resource of the
+    # dynamic scope: common.schema.json's "$dynamicRef": "#backend" then finds the op's own
+    # "backend" anchor where it has one (linear_parallel.schema.json adds ATB's "lcoc", "mc2").
+    return {s["title"]: cls({"$ref": name}, registry=registry)
+            for name, s in stripped.items() if name != COMMON}
 
 
 STRICT = _validators(StrictValidator)
