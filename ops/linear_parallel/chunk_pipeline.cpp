@@ -95,9 +95,8 @@ void RunChunkPipeline(int chunks, bool communicateFirst, const std::function<voi
         std::unique_lock<std::mutex> lock(p.mutex);
         // Before communicating chunk c: its product is ready, or (communicateFirst) the product
         // of an earlier chunk failed, after which nothing more is sent.
-        p.changed.wait(lock, [&] {
-          return p.computeError != nullptr || communicateFirst || p.computed > c;
-        });
+        p.changed.wait(
+            lock, [&] { return p.computeError != nullptr || communicateFirst || p.computed > c; });
         if (p.computeError != nullptr) break;
       }
       communicate(c);

@@ -44,7 +44,8 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
   const size_t xRow = static_cast<size_t>(p.k) * DataTypeSize(p.dtype);
   const size_t yRow = static_cast<size_t>(p.n) * DataTypeSize(p.outDtype);
   const int64_t n = p.n;
-  float* acc = p.accBytes > 0 ? At<float>(workspace, p.accOffset) : static_cast<float*>(y.deviceData);
+  float* acc =
+      p.accBytes > 0 ? At<float>(workspace, p.accOffset) : static_cast<float*>(y.deviceData);
   const float* residual = nullptr;
   // A failure of this rank's own work after the signature check leaves its peers in collectives
   // it will not join: break the communicator for them, as a lost peer would.
@@ -126,8 +127,9 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
     }
     case ALL_GATHER_LINEAR: {
       // Chunk c is rows [begin(c), begin(c + 1)) of every rank's x, gathered, then multiplied.
-      auto* gathered = param_.keepIntermediate ? static_cast<uint8_t*>(pack.outTensors[1].deviceData)
-                                               : workspace + p.gatheredOffset;
+      auto* gathered = param_.keepIntermediate
+                           ? static_cast<uint8_t*>(pack.outTensors[1].deviceData)
+                           : workspace + p.gatheredOffset;
       RunChunkPipeline(
           p.chunks, /*communicateFirst=*/true,
           [&](int c) {
@@ -142,8 +144,8 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
               counts[j] = rowsOf(c) * p.k;
               displs[j] = (j * p.blockRows + begin(c)) * p.k;
             }
-            comm.AllGatherV(xData + begin(c) * xRow, static_cast<size_t>(rowsOf(c) * p.k),
-                            gathered, counts.data(), displs.data(), p.dtype);
+            comm.AllGatherV(xData + begin(c) * xRow, static_cast<size_t>(rowsOf(c) * p.k), gathered,
+                            counts.data(), displs.data(), p.dtype);
           },
           abandon);
       return;

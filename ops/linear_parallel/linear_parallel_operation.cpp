@@ -95,7 +95,8 @@ void LinearParallelOperation::ValidateParam(const LinearParallelParam& param) {
          "2 (ALL_GATHER_LINEAR), 3 (PURE_LINEAR)");
   }
   if (param.keepIntermediate && param.type != ALL_GATHER_LINEAR) {
-    Fail(ERROR_INVALID_PARAM, kName, ": keepIntermediate = true needs type = 2 (ALL_GATHER_LINEAR),",
+    Fail(ERROR_INVALID_PARAM, kName,
+         ": keepIntermediate = true needs type = 2 (ALL_GATHER_LINEAR),",
          " got type = ", param.type, " (", ParallelTypeName(param.type), ")");
   }
   if (param.quantType < LINEAR_QUANT_UNQUANT || param.quantType > LINEAR_QUANT_PER_TOKEN) {
@@ -165,9 +166,8 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   }
   for (size_t i = 1; i < in.size(); ++i) {
     if (in[i].dtype != x.dtype) {
-      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": ", i == 1 ? "weight" : "residual",
-           " has dtype ", DataTypeName(in[i].dtype), " but x has ", DataTypeName(x.dtype),
-           "; they must match");
+      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": ", i == 1 ? "weight" : "residual", " has dtype ",
+           DataTypeName(in[i].dtype), " but x has ", DataTypeName(x.dtype), "; they must match");
     }
   }
   if (x.shape.dimNum != 2 && x.shape.dimNum != 3) {
@@ -182,8 +182,8 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   const int64_t wk = param_.transWeight ? w.shape.dims[1] : w.shape.dims[0];
   const int64_t n = param_.transWeight ? w.shape.dims[0] : w.shape.dims[1];
   if (wk != k) {
-    Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": weight has shape ", DimsToString(w.shape),
-         " but x ", DimsToString(x.shape), " has k = ", k, "; with transWeight = ",
+    Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": weight has shape ", DimsToString(w.shape), " but x ",
+         DimsToString(x.shape), " has k = ", k, "; with transWeight = ",
          param_.transWeight ? "true the weight must be [n, k]" : "false the weight must be [k, n]");
   }
   if (param_.hasResidual) {
@@ -213,8 +213,8 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
   if (param_.type == ALL_GATHER_LINEAR) {
     int64_t gathered = 0;
     if (__builtin_mul_overflow(x.shape.dims[0], rankSize, &gathered)) {
-      Fail(ERROR_INVALID_TENSOR_SIZE, Where(), ": x dim0 = ", x.shape.dims[0], " times rankSize = ",
-           rankSize, " overflows");
+      Fail(ERROR_INVALID_TENSOR_SIZE, Where(), ": x dim0 = ", x.shape.dims[0],
+           " times rankSize = ", rankSize, " overflows");
     }
     out[0].shape.dims[0] = gathered;
     if (param_.keepIntermediate) {
@@ -236,8 +236,8 @@ void LinearParallelOperation::CheckNoOverlap(const VariantPack& pack) const {
       if (y.dataSize > 0 && t.dataSize > 0 && yBegin < tBegin + t.dataSize &&
           tBegin < yBegin + y.dataSize) {
         Fail(ERROR_INVALID_PARAM, Where(), ": ", outs[o].name, " overlaps ", ins[i].name,
-             "; the product reads the inputs while the output is written, so give ",
-             outs[o].name, " its own buffer");
+             "; the product reads the inputs while the output is written, so give ", outs[o].name,
+             " its own buffer");
       }
     }
   }
@@ -286,7 +286,8 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   if (param_.hasResidual && p.dtype != ACL_FLOAT) {
     reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
   }
-  if (!Matmul::Available()) Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
+  if (!Matmul::Available())
+    Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
   if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
     matmul_.reset();
     matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);

@@ -42,10 +42,10 @@ class LinearParallelOperation final : public OperationBase {
     int64_t rows = 0;                      ///< rows of x (M)
     int64_t k = 0;
     int64_t n = 0;
-    int64_t blockRows = 0;  ///< rows of one rank's block: M / R (RS), M (AG), else M
-    int chunks = 1;         ///< row chunks of a block (1: no overlap)
-    int threads = 1;        ///< OpenMP threads of each product
-    uint64_t accOffset = 0, accBytes = 0;            ///< float32 products (0 bytes: into y)
+    int64_t blockRows = 0;                 ///< rows of one rank's block: M / R (RS), M (AG), else M
+    int chunks = 1;                        ///< row chunks of a block (1: no overlap)
+    int threads = 1;                       ///< OpenMP threads of each product
+    uint64_t accOffset = 0, accBytes = 0;  ///< float32 products (0 bytes: into y)
     uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< float32 RS result (0: into y)
     uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)
     uint64_t residualOffset = 0, residualBytes = 0;    ///< residual as float32 (0: as given)

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <dnnl.hpp>
+#include <exception>
 #include <map>
 
 #include "collops/reduce.h"
@@ -38,7 +38,8 @@ dnnl::engine& CpuEngine() {
 }
 
 [[noreturn]] void FailFromDnnl(const char* what, const dnnl::error& e) {
-  if (e.status == dnnl_out_of_memory) Fail(ERROR_OUT_OF_HOST_MEMORY, "oneDNN ", what, ": ", e.what());
+  if (e.status == dnnl_out_of_memory)
+    Fail(ERROR_OUT_OF_HOST_MEMORY, "oneDNN ", what, ": ", e.what());
   Fail(ERROR_INTERNAL_ERROR, "oneDNN ", what, ": ", e.what());
 }
 
@@ -150,8 +151,7 @@ void Matmul::Bind(const void* weight, uint8_t* scratch, int threads) {
 #pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
   for (int64_t begin = 0; begin < count; begin += block) {
     try {
-      ConvertToFloat32(m.dtype,
-                       static_cast<const uint8_t*>(weight) + begin * DataTypeSize(m.dtype),
+      ConvertToFloat32(m.dtype, static_cast<const uint8_t*>(weight) + begin * DataTypeSize(m.dtype),
                        wide + begin, static_cast<size_t>(std::min(block, count - begin)));
     } catch (...) {
 #pragma omp critical(collops_matmul_bind)
@@ -182,9 +182,8 @@ void Matmul::Run(const void* x, int64_t rows, float* out, int threads) {
     memory srcMem(m.Src(rows), CpuEngine(), const_cast<void*>(src));
     memory weightMem(m.Weights(), CpuEngine(), const_cast<void*>(m.weight));
     memory dstMem(m.Dst(rows), CpuEngine(), out);
-    entry.primitive.execute(stream, {{DNNL_ARG_SRC, srcMem},
-                                     {DNNL_ARG_WEIGHTS, weightMem},
-                                     {DNNL_ARG_DST, dstMem}});
+    entry.primitive.execute(
+        stream, {{DNNL_ARG_SRC, srcMem}, {DNNL_ARG_WEIGHTS, weightMem}, {DNNL_ARG_DST, dstMem}});
     stream.wait();
   } catch (const dnnl::error& e) {
     FailFromDnnl("matmul", e);

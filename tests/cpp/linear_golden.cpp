@@ -44,14 +44,14 @@ std::vector<double> Product(const std::vector<double>& x, const std::vector<doub
 }  // namespace
 
 std::string LinearCase::Name() const {
-  static const char* kTypes[] = {"LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER",
-                                 "ALL_GATHER_LINEAR", "PURE_LINEAR"};
+  static const char* kTypes[] = {"LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER", "ALL_GATHER_LINEAR",
+                                 "PURE_LINEAR"};
   std::string shape = DimsToString(MakeDims(xShape));
-  return Concat(type >= 0 && type < 4 ? kTypes[type] : "?", " ", DataTypeName(dtype), " x ", shape,
-                " n ", n, transWeight ? " transWeight" : "", hasResidual ? " residual" : "",
-                keepIntermediate ? " keepIntermediate" : "",
-                outDataType >= 0 ? Concat(" out ", DataTypeName(static_cast<DataType>(outDataType)))
-                                 : "");
+  return Concat(
+      type >= 0 && type < 4 ? kTypes[type] : "?", " ", DataTypeName(dtype), " x ", shape, " n ", n,
+      transWeight ? " transWeight" : "", hasResidual ? " residual" : "",
+      keepIntermediate ? " keepIntermediate" : "",
+      outDataType >= 0 ? Concat(" out ", DataTypeName(static_cast<DataType>(outDataType))) : "");
 }
 
 nlohmann::json LinearCase::Param() const {
@@ -99,7 +99,8 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
       break;
     }
     case 2:
-      for (int r = 0; r < rankSize; ++r) gathered.insert(gathered.end(), xs[r].begin(), xs[r].end());
+      for (int r = 0; r < rankSize; ++r)
+        gathered.insert(gathered.end(), xs[r].begin(), xs[r].end());
       golden = Product(gathered, ws[rank], rows * rankSize, k, c.n, c.transWeight);
       yShape[0] *= rankSize;
       break;
@@ -138,8 +139,8 @@ std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize) {
       c.transWeight = trans;
       c.hasResidual = !trans;
       c.keepIntermediate = type == 2 && trans;
-      c.xShape = trans ? std::vector<int64_t>{2 * rankSize, 37}
-                       : std::vector<int64_t>{rankSize, 3, 24};
+      c.xShape =
+          trans ? std::vector<int64_t>{2 * rankSize, 37} : std::vector<int64_t>{rankSize, 3, 24};
       c.n = trans ? 21 : 16;
       c.seed = ++seed;
       cases.push_back(c);

@@ -20,8 +20,8 @@ struct LinearCase {
   bool hasResidual = false;
   bool keepIntermediate = false;
   DataType dtype = ACL_FLOAT;
-  int outDataType = -1;          ///< the param; -1 = x's dtype
-  std::vector<int64_t> xShape;   ///< [m, k] or [b, m, k], the same on every rank
+  int outDataType = -1;         ///< the param; -1 = x's dtype
+  std::vector<int64_t> xShape;  ///< [m, k] or [b, m, k], the same on every rank
   int64_t n = 1;
   uint64_t seed = 1;
 

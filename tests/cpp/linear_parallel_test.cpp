@@ -119,8 +119,8 @@ TEST(LinearParallelGoldenEdges, EmptyRowsZeroKAndOutDataType) {
 
 // Overlapped chunks between processes (the op suite runs the sizes' own choice): lccl and the
 // default backend, R = 2 and 3, every type and dtype.
-class LinearParallelProcessGolden
-    : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+class LinearParallelProcessGolden : public ::testing::TestWithParam<std::tuple<int, std::string>> {
+};
 
 TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
   const auto [rankSize, backend] = GetParam();
@@ -131,10 +131,8 @@ TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
   RunProcessRanks(
       rankSize,
       [rankSize = rankSize, backend = backend](int rank) {
-        const nlohmann::json job = {{"rank", rank},
-                                    {"rankSize", rankSize},
-                                    {"backend", backend},
-                                    {"commDomain", "linear"}};
+        const nlohmann::json job = {
+            {"rank", rank}, {"rankSize", rankSize}, {"backend", backend}, {"commDomain", "linear"}};
         for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
           for (const LinearCase& c : LinearSuiteCases(dtype, rankSize)) {
             RunLinearCase(c, job, rank, rankSize, nullptr, "overlap between processes");
@@ -293,9 +291,11 @@ TEST(LinearParallelErrors, ResidualInputCountFollowsHasResidual) {
 }
 
 TEST(LinearParallelErrors, RejectsOutputOverlappingAnInput) {
-  OperationPtr op = MakeOperation("LinearParallelOperation",
-                                  {{"rank", 0}, {"rankSize", 1}, {"commMode", 1},
-                                   {"commDomain", UniqueDomain()}, {"transWeight", false}});
+  OperationPtr op = MakeOperation("LinearParallelOperation", {{"rank", 0},
+                                                              {"rankSize", 1},
+                                                              {"commMode", 1},
+                                                              {"commDomain", UniqueDomain()},
+                                                              {"transWeight", false}});
   std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {2, 4}), HostTensor(ACL_FLOAT, {4, 4})};
   // y [2, 4] inside the weight's memory.
   const std::vector<Tensor> outs = {View(ins[1], 4, {2, 4})};

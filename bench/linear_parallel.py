@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""LinearParallelOperation (LINEAR_ALL_REDUCE) against the same work through torch, in one run.
+
+For R spawned ranks (one host, processes) and each dtype and m (x [m, k], weight [n, k]), every
+round times each path once, in turn, so load on the machine hits all paths alike:
+  op            LinearParallelOperation via OperationTorch.execute_out, the op's own choice
+  op_serial     the same with COLLOPS_ALGO_LINEARPARALLEL=serial (no chunks)
+  op_overlap    the same with COLLOPS_ALGO_LINEARPARALLEL=overlap (chunked products overlap)
+  mm_collops    torch.matmul(x, w.t()) then dist.all_reduce on a "collops" group
+  mm_gloo       torch.matmul(x, w.t()) then dist.all_reduce on a gloo group
+  product       the op's product alone: PURE_LINEAR (no collective), y in x's dtype
+  mm            torch.matmul(x, w.t()) alone (torch's CPU matmul: oneDNN for bfloat16, MKL for
+                float32)
+Reported per path: the median over rounds of the max over ranks, in ms; then the ratios the
+issue asks for (op vs mm_collops and mm_gloo; overlap vs serial). Each rank computes with the
+threads collops gives it (CPUs / R, as OperationTorch does for lccl ranks). The product's
+ratio to oneDNN called directly is bench/linear_blas.cpp's.
+
+    python3 bench/linear_parallel.py                          # R=2, bf16 and f32, m 16,256,2048
+    python3 bench/linear_parallel.py --dtypes bfloat16 --ms 256 --rounds 5
+"""
+import argparse
+import json
+import os
+import queue
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+PATHS = ("op", "op_serial", "op_overlap", "mm_collops", "mm_gloo", "product", "mm")
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def _op(rank, world, **extra):
+    op = torch.classes.OperationTorch.OperationTorch("LinearParallelOperation")
+    param = {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": "linear-bench",
+             **extra}
+    result = json.loads(op.set_param(json.dumps(param)))
+    assert result["result"] == 0, result
+    return op
+
+
+def _paths(rank, world, dtype, m, k, n, gloo):
+    gen = torch.Generator().manual_seed(rank)
+    x = (torch.rand(m, k, generator=gen) - 0.5).to(dtype)
+    w = (torch.rand(n, k, generator=gen) - 0.5).to(dtype)
+    y = torch.empty(m, n, dtype=dtype)
+    p = torch.empty(m, n, dtype=dtype)
+    linear = _op(rank, world)
+    pure = _op(rank, world, type=3)
+
+    def run_op(algo):
+        def call():
+            os.environ["COLLOPS_ALGO_LINEARPARALLEL"] = algo
+            linear.execute_out([x, w], [y])
+        return call
+
+    def mm_then(group):
+        def call():
+            torch.matmul(x, w.t(), out=p)
+            dist.all_reduce(p, group=group)
+        return call
+
+    return {
+        "op": run_op("auto"),
+        "op_serial": run_op("serial"),
+        "op_overlap": run_op("overlap"),
+        "mm_collops": mm_then(None),
+        "mm_gloo": mm_then(gloo),
+        "product": lambda: pure.execute_out([x, w], [y]),
+        "mm": lambda: torch.matmul(x, w.t(), out=p),
+    }
+
+
+def _rank(rank, world, store, args, results):
+    import collops  # noqa: F401  (OperationTorch, the "collops" backend)
+
+    dist.init_process_group("collops", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    # Both peers compute with the threads OperationTorch gives an lccl rank.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    rows = []
+    for dtype_name in args.dtypes:
+        for m in args.ms:
+            calls = _paths(rank, world, DTYPES[dtype_name], m, args.k, args.n, gloo)
+            for call in calls.values():  # warm-up: primitives, communicators, pages
+                call()
+            times = {path: [] for path in PATHS}
+            for _ in range(args.rounds):
+                for path in PATHS:
+                    dist.barrier()
+                    start = time.perf_counter()
+                    calls[path]()
+                    times[path].append((time.perf_counter() - start) * 1e3)
+            rows.append((dtype_name, m, times))
+    os.environ["COLLOPS_ALGO_LINEARPARALLEL"] = "auto"
+    results.put((rank, rows))
+    dist.destroy_process_group()
+
+
+def _result(results, procs):
+    while True:
+        try:
+            return results.get(timeout=1)
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                sys.exit(f"linear_parallel: a rank died (exit codes {[p.exitcode for p in procs]})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-r", "--ranks", type=int, default=2)
+    parser.add_argument("--dtypes", default="bfloat16,float32", type=lambda s: s.split(","))
+    parser.add_argument("--ms", default="16,256,2048",
+                        type=lambda s: [int(v) for v in s.split(",")])
+    parser.add_argument("-k", type=int, default=4096)
+    parser.add_argument("-n", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    bad = [d for d in args.dtypes if d not in DTYPES]
+    if bad or args.ranks < 1 or args.rounds < 1 or min(args.ms) < 1:
+        parser.error(f"bad --dtypes {bad}" if bad else "ranks, rounds and m must be >= 1")
+    os.environ.setdefault("COLLOPS_JOB_ID", f"linear-bench-{os.getpid()}")
+    store = os.path.join(tempfile.gettempdir(), f"collops-linear-bench-{os.getpid()}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, args.ranks, store, args, results))
+             for r in range(args.ranks)]
+    for p in procs:
+        p.start()
+    try:
+        per_rank = [_result(results, procs) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=120)
+        if os.path.exists(store):
+            os.remove(store)
+    if any(p.exitcode != 0 for p in procs):
+        sys.exit("linear_parallel: a rank failed: " + str([p.exitcode for p in procs]))
+    rows = per_rank[0][1]
+    print(f"# LINEAR_ALL_REDUCE, R={args.ranks}, k={args.k}, n={args.n}; ms per call, median "
+          f"over {args.rounds} rounds of the max over ranks")
+    print("| dtype | m | " + " | ".join(PATHS) +
+          " | mm_collops ÷ op | mm_gloo ÷ op | serial ÷ overlap | op_serial ÷ product |")
+    print("|---|---|" + "---|" * (len(PATHS) + 4))
+    for i, (dtype_name, m, _) in enumerate(rows):
+        t = {path: statistics.median(max(r[1][i][2][path][j] for r in per_rank)
+                                     for j in range(args.rounds)) for path in PATHS}
+        cells = " | ".join(f"{t[p]:.2f}" for p in PATHS)
+        print(f"| {dtype_name} | {m} | {cells} | {t['mm_collops'] / t['op']:.2f}× | "
+              f"{t['mm_gloo'] / t['op']:.2f}× | {t['op_serial'] / t['op_overlap']:.2f}× | "
+              f"{t['op_serial'] / t['product']:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
