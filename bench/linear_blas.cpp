@@ -63,8 +63,8 @@ std::vector<std::string> Split(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                   : comma - start));
+    parts.push_back(
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -137,13 +137,13 @@ std::function<void()> DirectMatmul(DataType in, DataType out, int64_t m, int64_t
 /// LinearParallelOperation PURE_LINEAR on one thread rank, y of `out`.
 std::function<void()> OpMatmul(DataType in, DataType out, int64_t m, int64_t k, int64_t n, void* x,
                                void* w, void* y) {
-  auto op = std::make_shared<collops::OperationPtr>(collops::MakeOperation(
-      "LinearParallelOperation", {{"rank", 0},
-                                  {"rankSize", 1},
-                                  {"commMode", 1},
-                                  {"commDomain", "linear-blas"},
-                                  {"type", 3},
-                                  {"outDataType", static_cast<int>(out)}}));
+  auto op = std::make_shared<collops::OperationPtr>(
+      collops::MakeOperation("LinearParallelOperation", {{"rank", 0},
+                                                         {"rankSize", 1},
+                                                         {"commMode", 1},
+                                                         {"commDomain", "linear-blas"},
+                                                         {"type", 3},
+                                                         {"outDataType", static_cast<int>(out)}}));
   auto tensor = [](DataType d, std::vector<int64_t> shape, void* data) {
     collops::Tensor t;
     t.desc.dtype = d;
@@ -172,8 +172,8 @@ std::function<void()> OpMatmul(DataType in, DataType out, int64_t m, int64_t k, 
 
 #if defined(COLLOPS_BENCH_OPENBLAS)
 /// OpenBLAS: widen x and w to float32 (nothing for float32), then cblas_sgemm into y32.
-std::function<void()> OpenBlasMatmul(DataType in, int64_t m, int64_t k, int64_t n, void* x,
-                                     void* w, float* y32) {
+std::function<void()> OpenBlasMatmul(DataType in, int64_t m, int64_t k, int64_t n, void* x, void* w,
+                                     float* y32) {
   auto wide = std::make_shared<std::vector<float>>(in == collops::ACL_FLOAT ? 0 : (m + n) * k);
   return [=] {
     const float* xf = static_cast<const float*>(x);
@@ -184,8 +184,7 @@ std::function<void()> OpenBlasMatmul(DataType in, int64_t m, int64_t k, int64_t 
       xf = wide->data();
       wf = wide->data() + m * k;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, xf, k, wf, k, 0.0f, y32,
-                n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, xf, k, wf, k, 0.0f, y32, n);
   };
 }
 #endif
@@ -206,8 +205,9 @@ int main(int argc, char** argv) {
 #endif
   std::printf("# k=%lld n=%lld, %d OpenMP thread(s); ms per call, median of %d rounds\n",
               static_cast<long long>(o.k), static_cast<long long>(o.n), o.threads, o.rounds);
-  std::printf("| dtype | m | onednn | onednn_out | op_f32 | op | openblas | op ÷ onednn | "
-              "op_f32 ÷ onednn | openblas ÷ onednn |\n");
+  std::printf(
+      "| dtype | m | onednn | onednn_out | op_f32 | op | openblas | op ÷ onednn | "
+      "op_f32 ÷ onednn | openblas ÷ onednn |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(1);
   for (const auto& name : o.dtypes) {
@@ -220,8 +220,8 @@ int main(int argc, char** argv) {
       std::vector<float> y32(m * o.n);
       std::vector<uint8_t> y(m * o.n * elem);
       std::map<std::string, std::function<void()>> calls = {
-          {"onednn", DirectMatmul(dtype, collops::ACL_FLOAT, m, o.k, o.n, x.data(), w.data(),
-                                  y32.data())},
+          {"onednn",
+           DirectMatmul(dtype, collops::ACL_FLOAT, m, o.k, o.n, x.data(), w.data(), y32.data())},
           {"onednn_out", DirectMatmul(dtype, dtype, m, o.k, o.n, x.data(), w.data(), y.data())},
           {"op_f32",
            OpMatmul(dtype, collops::ACL_FLOAT, m, o.k, o.n, x.data(), w.data(), y32.data())},
@@ -240,17 +240,16 @@ int main(int argc, char** argv) {
           if (round >= 0) times[path].push_back(took.count());
         }
       }
-      auto cell = [&](const char* path) {
-        return times.count(path) ? Median(times[path]) : -1.0;
-      };
+      auto cell = [&](const char* path) { return times.count(path) ? Median(times[path]) : -1.0; };
       const double base = cell("onednn");
       std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f× | %.2f× | %.2f× |\n",
-                  name.c_str(), static_cast<long long>(m), base, cell("onednn_out"),
-                  cell("op_f32"), cell("op"), cell("openblas"), cell("op") / base,
-                  cell("op_f32") / base, cell("openblas") / base);
+                  name.c_str(), static_cast<long long>(m), base, cell("onednn_out"), cell("op_f32"),
+                  cell("op"), cell("openblas"), cell("op") / base, cell("op_f32") / base,
+                  cell("openblas") / base);
     }
   }
-  std::printf("# -1.00: not measured (oneDNN has no kernel for that dtype on this CPU, and the "
-              "op widens to f32; or built without OpenBLAS)\n");
+  std::printf(
+      "# -1.00: not measured (oneDNN has no kernel for that dtype on this CPU, and the "
+      "op widens to f32; or built without OpenBLAS)\n");
   return 0;
 }

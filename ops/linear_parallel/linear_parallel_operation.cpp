@@ -80,6 +80,9 @@ std::string RequestedAlgorithm() {
 
 constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
 
+/// Chunks of an overlapped call (fewer when a block has fewer rows).
+constexpr int64_t kOverlapChunks = 4;
+
 }  // namespace
 
 void LinearParallelOperation::ValidateParam(const LinearParallelParam& param) {
@@ -246,7 +249,11 @@ void LinearParallelOperation::CheckNoOverlap(const VariantPack& pack) const {
 int LinearParallelOperation::ChunkCount(int64_t blockRows) const {
   const std::string algo = RequestedAlgorithm();
   if (param_.type == PURE_LINEAR || algo == "serial" || blockRows < 2) return 1;
-  if (algo == "overlap") return static_cast<int>(std::min<int64_t>(4, blockRows));
+  if (algo == "overlap") return static_cast<int>(std::min<int64_t>(kOverlapChunks, blockRows));
+  // auto: serial at every size measured (R = 2 on 2 CPUs, m = 16 to 2048 rows, k = n = 4096;
+  // docs/performance.md). The product dominates there, and a helper thread computing beside the
+  // collective only takes CPU time from the product: overlap lost at 16 and 256 rows and did not
+  // gain at 2048.
   return 1;
 }
 

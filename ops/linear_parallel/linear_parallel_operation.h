@@ -14,9 +14,9 @@
 //
 // Overlap: the rows are cut in chunks, and the product of chunk c + 1 runs on a helper thread
 // while the collective of chunk c moves data (chunk_pipeline.h); for ALL_GATHER_LINEAR the gather
-// of chunk c + 1 runs while chunk c is multiplied. Whether to cut, and in how many chunks, is
-// decided per call from the sizes (ChunkCount in the .cpp, docs/operations.md);
-// COLLOPS_ALGO_LINEARPARALLEL=serial|overlap|auto overrides it.
+// of chunk c + 1 runs while chunk c is multiplied. ChunkCount (the .cpp) decides; auto is serial
+// at every size measured so far (docs/performance.md), and COLLOPS_ALGO_LINEARPARALLEL=overlap
+// cuts 4 chunks.
 #pragma once
 
 #include <memory>
