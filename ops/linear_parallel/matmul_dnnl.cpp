@@ -8,6 +8,7 @@
 #include <dnnl.hpp>
 #include <exception>
 #include <map>
+#include <mutex>
 
 #include "collops/reduce.h"
 #include "collops/status.h"
@@ -43,12 +44,25 @@ dnnl::engine& CpuEngine() {
   Fail(ERROR_INTERNAL_ERROR, "oneDNN ", what, ": ", e.what());
 }
 
+/// The threads a product may use. ThreadSanitizer cannot see libgomp's own synchronisation (the
+/// library is not instrumented), so in a ThreadSanitizer build every OpenMP team would look like a
+/// race: products there run on the calling thread alone.
+int UsableThreads(int requested) {
+#if defined(__SANITIZE_THREAD__)
+  (void)requested;
+  return 1;
+#else
+  return std::max(1, requested);
+#endif
+}
+
 /// Sets the calling thread's OpenMP thread count for one product and restores it after: in a
 /// torch process that setting is torch's intra-op thread count.
 class ScopedOmpThreads {
  public:
   explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    if (threads != saved_) omp_set_num_threads(std::max(1, threads));
+    const int usable = UsableThreads(threads);
+    if (usable != saved_) omp_set_num_threads(usable);
   }
   ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
   ScopedOmpThreads(const ScopedOmpThreads&) = delete;
@@ -59,6 +73,16 @@ class ScopedOmpThreads {
 };
 
 constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/// Held while primitives are described and created. oneDNN allows that from many threads at
+/// once, but its caches initialise lazily inside the library, where ThreadSanitizer sees the
+/// lock's memory written by one thread and read by another without the order between them; one
+/// lock of our own gives it that order. It costs nothing that matters: a primitive is made once
+/// per row count and operation.
+std::mutex& CreationMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
 
 }  // namespace
 
@@ -92,6 +116,7 @@ struct Matmul::Impl {
   Entry& For(int64_t rows) {
     auto it = byRows.find(rows);
     if (it == byRows.end()) {
+      std::lock_guard<std::mutex> lock(CreationMutex());
       dnnl::matmul::primitive_desc pd = Describe(rows);
       it = byRows.emplace(rows, Entry{pd, dnnl::matmul(pd)}).first;
     }
@@ -112,6 +137,7 @@ Matmul::Matmul(DataType dtype, int64_t k, int64_t n, bool transWeight) : impl_(n
   m.computeType = DnnlType(dtype);
   m.widens = false;
   if (k == 0 || n == 0) return;  // nothing to multiply: Run writes zeros or nothing
+  std::lock_guard<std::mutex> lock(CreationMutex());
   try {
     m.Describe(1);
   } catch (const dnnl::error&) {
@@ -148,7 +174,7 @@ void Matmul::Bind(const void* weight, uint8_t* scratch, int threads) {
   // Widening is exact; the blocks are independent, so the threads split them. An exception must
   // not leave an OpenMP region, so the first one is carried out of it.
   std::exception_ptr failure;
-#pragma omp parallel for num_threads(std::max(1, threads)) schedule(static)
+#pragma omp parallel for num_threads(UsableThreads(threads)) schedule(static)
   for (int64_t begin = 0; begin < count; begin += block) {
     try {
       ConvertToFloat32(m.dtype, static_cast<const uint8_t*>(weight) + begin * DataTypeSize(m.dtype),
