@@ -22,17 +22,15 @@ ratio to oneDNN called directly is bench/linear_blas.cpp's.
 import argparse
 import json
 import os
-import queue
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import spawned_ranks  # noqa: E402  (bench/, beside this script)
 
 PATHS = ("op", "op_serial", "op_overlap", "mm_collops", "mm_gloo", "product", "mm")
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
@@ -106,15 +104,6 @@ def _rank(rank, world, store, args, results):
     dist.destroy_process_group()
 
 
-def _result(results, procs):
-    while True:
-        try:
-            return results.get(timeout=1)
-        except queue.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
-                sys.exit(f"linear_parallel: a rank died (exit codes {[p.exitcode for p in procs]})")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--ranks", type=int, default=2)
@@ -128,23 +117,7 @@ def main():
     bad = [d for d in args.dtypes if d not in DTYPES]
     if bad or args.ranks < 1 or args.rounds < 1 or min(args.ms) < 1:
         parser.error(f"bad --dtypes {bad}" if bad else "ranks, rounds and m must be >= 1")
-    os.environ.setdefault("COLLOPS_JOB_ID", f"linear-bench-{os.getpid()}")
-    store = os.path.join(tempfile.gettempdir(), f"collops-linear-bench-{os.getpid()}")
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, args.ranks, store, args, results))
-             for r in range(args.ranks)]
-    for p in procs:
-        p.start()
-    try:
-        per_rank = [_result(results, procs) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=120)
-        if os.path.exists(store):
-            os.remove(store)
-    if any(p.exitcode != 0 for p in procs):
-        sys.exit("linear_parallel: a rank failed: " + str([p.exitcode for p in procs]))
+    per_rank = spawned_ranks.run(_rank, args.ranks, args, "linear-bench", join_seconds=120)
     rows = per_rank[0][1]
     print(f"# LINEAR_ALL_REDUCE, R={args.ranks}, k={args.k}, n={args.n}; ms per call, median "
           f"over {args.rounds} rounds of the max over ranks")
