@@ -181,13 +181,20 @@ HostLayout ParseRankTable(const std::string& text, const std::string& path, int 
           "\" is outside [0, rankSize = ", rankSize, ")");
     }
   }
+  // Every rank_id is distinct and below rankSize: the table is complete exactly when it lists
+  // rankSize of them. Checked before anything is sized by rankSize, which nothing else bounds (a
+  // rankSize of 2^31 - 1 with two listed ranks would have allocated 8 GiB to say one is missing).
+  if (listed != rankSize) {
+    long long missing = 0;
+    for (const auto& entry : serverOfRankId) {
+      if (entry.first != missing) break;
+      ++missing;
+    }
+    Bad(path, "rank_id ", missing, " is missing (ranks 0..", rankSize - 1,
+        " must each appear once; the table lists ", listed, ")");
+  }
   std::vector<int> serverOfRank(rankSize, -1);
   for (const auto& [rank, server] : serverOfRankId) serverOfRank[rank] = server;
-  for (int r = 0; r < rankSize; ++r) {
-    if (serverOfRank[r] < 0) {
-      Bad(path, "rank_id ", r, " is missing (ranks 0..", rankSize - 1, " must each appear once)");
-    }
-  }
   return NormalizeLayout(serverOfRank, serverIds);
 }
 

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 
@@ -246,8 +249,46 @@ TEST(RankTable, RankIdOutOfRange) {
 }
 
 TEST(RankTable, RankIdMissing) {
-  EXPECT_THAT(Rejection("rank_id_missing.json", 4),
-              HasSubstr("rank_id 2 is missing (ranks 0..3 must each appear once)"));
+  EXPECT_THAT(
+      Rejection("rank_id_missing.json", 4),
+      HasSubstr("rank_id 2 is missing (ranks 0..3 must each appear once; the table lists 3)"));
+}
+
+// A rankSize far beyond what the table lists (a typo, or a hostile value) is refused by comparing
+// it with the table's entries, before anything is allocated for it: under an address-space limit
+// of 256 MiB more than the process uses, the loader allocated 1 GiB (2^28 ranks) or 8 GiB
+// (2^31 - 1) and failed with bad_alloc instead.
+TEST(RankTableSize, AHugeRankSizeIsRefusedBeforeAnythingIsSizedByIt) {
+  for (const int rankSize : {1 << 28, 2147483647}) {
+    const pid_t child = fork();
+    if (child == 0) {
+      std::ifstream status("/proc/self/status");
+      std::string line;
+      rlim_t used = 0;
+      while (std::getline(status, line)) {
+        if (line.rfind("VmSize:", 0) == 0) used = std::stoull(line.substr(7)) * 1024;
+      }
+      const rlim_t room = used + (rlim_t{256} << 20);
+      const rlimit limit{room, room};
+      if (used == 0 || setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+      int code = 1;
+      try {
+        LoadRankTable(Fixture("rank_id_missing.json"), rankSize);
+      } catch (const Error& e) {
+        const bool named = std::string(e.what()).find("rank_id 2 is missing") != std::string::npos;
+        code = e.status() == ERROR_INVALID_PARAM && named ? 0 : 2;
+      } catch (const std::bad_alloc&) {
+        code = 4;
+      }
+      _exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "rankSize " << rankSize << ": killed by a signal";
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "rankSize " << rankSize
+        << ": 1 = accepted, 2 = another error, 3 = no limit set, 4 = out of memory first";
+  }
 }
 
 }  // namespace
