@@ -4,8 +4,9 @@
 # wheel); a looser pin would pull a multi-GB CUDA build.
 set -euo pipefail
 
+# clang and its compiler runtime (libFuzzer, ASan, UBSan): the fuzz harnesses (tests/fuzz/).
 APT_PACKAGES=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev
-              openmpi-bin libopenmpi-dev iproute2)
+              openmpi-bin libopenmpi-dev iproute2 clang libclang-rt-14-dev)
 PIP_PACKAGES=("torch==2.13.0" "pybind11>=2.10" "clang-format==23.1.5" "jsonschema>=4.18"
               "pytest>=7" "numpy" "matplotlib")
 

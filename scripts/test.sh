@@ -3,7 +3,8 @@
 #   1. formatting (clang-format, .clang-format at the root),
 #   2. release build with the torch binding: ctest (C++ gtest) and pytest,
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
-#   4. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md).
+#   4. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md),
+#   5. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): each runs 10 s from its seeds.
 # Exits non-zero as soon as a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,5 +48,8 @@ COLLOPS_BUILD_TARGETS="collops_tests collops_json_demo" scripts/build.sh build-t
   >build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 step "ctest (TSan, thread-mode tests)"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j2 --output-on-failure --timeout 600 -L '^thread$')
+
+step "libFuzzer harnesses (clang build, then 10 s each)"
+scripts/fuzz.sh 10
 
 step "done: every stage passed"

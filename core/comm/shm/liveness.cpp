@@ -1,5 +1,6 @@
 // The Transport's failure handling: refusing calls after a failure or in a child of fork(),
 // noticing dead peers and published aborts, and publishing this rank's own failure.
+#include "core/comm/shm/peer_checks.h"
 #include "core/comm/shm/process_rendezvous.h"
 #include "core/comm/shm/transport.h"
 
@@ -48,8 +49,7 @@ void Transport::ThrowIfAborted() {
   const uint64_t word = segment_.Header().abort.load(std::memory_order_acquire);
   if (word != 0) {
     const AbortRecord abort = UnpackAbort(word);
-    if (abort.reporter < 0 || abort.reporter >= size_ || abort.culprit < -1 ||
-        abort.culprit >= size_) {
+    if (!AbortNamesRanks(abort, size_)) {
       // Every rank writes itself as the reporter and a rank (or -1) as the culprit: anything
       // else was written over, and names no rank to look up.
       Break(ERROR_COMM_FAIL, -1,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/comm/shm/algorithm_table.h"
+#include "core/comm/shm/peer_checks.h"
 #include "core/comm/shm/process_copy.h"
 
 namespace collops {
@@ -140,7 +141,7 @@ void PointToPointChannels::ReceiveStaged(Transfer& t) {
   const uint64_t offset = t.theirs->stagingOffset[t.slot];
   const uint64_t chunkBytes = t.theirs->chunkBytes[t.slot];
   const uint64_t half = t_.HalfBytes();
-  if (chunkBytes == 0 || offset > half || chunkBytes > (half - offset) / 2) {
+  if (!StagedRegionFits(offset, chunkBytes, half)) {
     t_.Break(ERROR_COMM_FAIL, peer,
              Concat(t_.Where(), "rank ", peer, " (", t_.PidOf(peer), ") announced message ",
                     t.message, " in two chunks of ", chunkBytes, " bytes at offset ", offset,

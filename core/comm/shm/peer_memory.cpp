@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/comm/shm/peer_checks.h"
 #include "core/comm/shm/transport.h"
 
 namespace collops {
@@ -32,7 +33,7 @@ void LetSameUserPeersReadThisProcess() {
 
 uint8_t* Transport::PeerHeap(int owner, int64_t offset, uint64_t bytes) {
   const uint64_t heapBytes = segment_.HasHeaps() ? segment_.HeapBytes() : 0;
-  if (offset < 0 || static_cast<uint64_t>(offset) > heapBytes || bytes > heapBytes - offset) {
+  if (!HeapRangeFits(offset, bytes, heapBytes)) {
     Break(ERROR_COMM_FAIL, owner,
           Concat(Where(), "rank ", owner, " published heap range [", offset, ", +", bytes,
                  ") outside its ", heapBytes, "-byte heap (memory corruption?)"));

@@ -4,6 +4,10 @@
 // build computes bit-identical results (see reduce_kernels.inc), so the choice affects speed only.
 #include "collops/reduce.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -85,10 +89,12 @@ bool ParseIsa(const char* name, Isa* isa) {
 
 bool CpuSupportsIsa(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
-  // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0).
+  // __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0). F16C from
+  // CPUID itself: clang before 15 knows no "f16c" feature string (the fuzz build uses clang).
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   switch (isa) {
     case Isa::kGeneric:
       return true;
