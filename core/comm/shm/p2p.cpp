@@ -114,6 +114,9 @@ void PointToPointChannels::Run(const std::vector<PointToPoint>& ops) {
       }
     });
   }
+  // A peer that gave up meanwhile (its timeout) may have freed or reused the buffer this group
+  // read from or wrote into: as a Round(), the group fails instead of reporting success.
+  t_.ThrowIfAborted();
   if (!mismatch.empty()) Fail(ERROR_RANK_MISMATCH, mismatch);
 }
 

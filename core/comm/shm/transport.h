@@ -108,10 +108,14 @@ class Transport {
   /// Synchronisation rounds this rank has completed.
   uint64_t Rounds() const { return round_; }
   /// Post() then WaitAll(): one synchronisation round; the first of a call that CarryAgreement()
-  /// preceded also checks the records.
+  /// preceded also checks the records. A rank that gave up on the transport publishes its abort
+  /// record before it returns and frees the buffers the round was to keep in place, so a round
+  /// that sees one fails: a late rank (stopped, swapped out) never completes a call with data its
+  /// peers stopped guarding, even when they had posted the round before they gave up.
   void Round() {
     Post();
     WaitAll();
+    ThrowIfAborted();
     if (agreementPending_) CheckCarriedAgreement();
   }
   /// The half of this rank's slot it fills for the round it is about to post.
@@ -205,6 +209,8 @@ class Transport {
 
   /// Throws (and breaks the transport) when `peer` died or any rank published an abort.
   void CheckPeer(int peer);
+  /// Throws (and breaks the transport) when any rank published an abort.
+  void ThrowIfAborted();
   /// In a send or receive with `peer`: throws ERROR_RANK_MISMATCH (and breaks the transport)
   /// when the peer sleeps in a collective waiting for this rank's round.
   void CheckCallOrder(int peer);
@@ -253,8 +259,6 @@ class Transport {
     checkPeers();
     if (idleHook_) idleHook_();
   }
-  /// Throws (and breaks the transport) when any rank published an abort.
-  void ThrowIfAborted();
   bool PeerDead(int peer) const;
   /// Break without the throw: records the failure and tells the peers (the abort record names
   /// `culprit`, this rank reporting).
