@@ -72,12 +72,12 @@ struct Plan {
 
 /// What a rank reports to the parent (in memory shared across the fork).
 struct Report {
-  std::atomic<int> done{0};    ///< 1 once the rank has filled in its outcome
-  int status = 0;              ///< the Error's status; NO_ERROR after a clean run
-  int wrongOutputs = 0;        ///< gtest failures of the schedule's checks
-  double faultAt = 0;          ///< the victim: seconds since the trial began, when it struck
-  char message[768] = {};      ///< the Error's message
-  char scribbled[96] = {};     ///< the victim of a scribble: which field, which value
+  std::atomic<int> done{0};  ///< 1 once the rank has filled in its outcome
+  int status = 0;            ///< the Error's status; NO_ERROR after a clean run
+  int wrongOutputs = 0;      ///< gtest failures of the schedule's checks
+  double faultAt = 0;        ///< the victim: seconds since the trial began, when it struck
+  char message[768] = {};    ///< the Error's message
+  char scribbled[96] = {};   ///< the victim of a scribble: which field, which value
 };
 
 double Since(std::chrono::steady_clock::time_point start) {
@@ -263,9 +263,15 @@ enum class Outcome {
   kLate,        ///< ended with a clear error, but past its bound: a finding
 };
 const char* OutcomeName(Outcome o) {
-  static const char* const names[] = {"clean",       "ERROR_PEER_LOST", "ERROR_TIMEOUT",
-                                      "ERROR_COMM_FAIL", "ERROR_RANK_MISMATCH", "other error",
-                                      "wrong output", "crash",         "hang",
+  static const char* const names[] = {"clean",
+                                      "ERROR_PEER_LOST",
+                                      "ERROR_TIMEOUT",
+                                      "ERROR_COMM_FAIL",
+                                      "ERROR_RANK_MISMATCH",
+                                      "other error",
+                                      "wrong output",
+                                      "crash",
+                                      "hang",
                                       "late"};
   return names[static_cast<int>(o)];
 }
@@ -314,8 +320,7 @@ class Tally {
     for (const auto& [name, n] : faults_) out << " " << name << " " << n;
     out << "; rank outcomes:";
     for (const auto& [name, n] : outcomes_) out << " " << name << " " << n;
-    out << "; survivors' errors naming the faulted rank: " << named_ << " of "
-        << named_ + unnamed_;
+    out << "; survivors' errors naming the faulted rank: " << named_ << " of " << named_ + unnamed_;
     return out.str();
   }
 
@@ -335,9 +340,8 @@ bool NamesRank(const std::string& message, int rank) {
 /// Runs one trial; records its faults and outcomes in `tally` and a gtest failure for each
 /// finding.
 void RunTrial(const Plan& plan, Tally& tally, std::set<pid_t>& pids) {
-  auto* reports = static_cast<Report*>(mmap(nullptr, sizeof(Report) * kRanks,
-                                            PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                                            -1, 0));
+  auto* reports = static_cast<Report*>(mmap(
+      nullptr, sizeof(Report) * kRanks, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(reports, MAP_FAILED);
   for (int r = 0; r < kRanks; ++r) new (&reports[r]) Report;
   const std::string jobId = NewJobId();
@@ -401,9 +405,16 @@ void RunTrial(const Plan& plan, Tally& tally, std::set<pid_t>& pids) {
              reports[plan.victim].scribbled[0] ? Concat(", ", reports[plan.victim].scribbled)
                                                : std::string(),
              ")");
+  // COLLOPS_TEST_FAULT_TRACE=1: every trial's fault and every rank's end, on stderr.
+  static const bool trace = std::getenv("COLLOPS_TEST_FAULT_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "trial: %s, fault at %.3f s\n", what.c_str(), faultAt);
   for (int r = 0; r < kRanks; ++r) {
     const Report& report = reports[r];
     const int status = waitStatus[r];
+    if (trace) {
+      std::fprintf(stderr, "  rank %d: ended at %.3f s, %s: %s\n", r, endedAt[r],
+                   StatusName(report.status), report.message);
+    }
     const bool killedVictim = plan.fault == Fault::kKill && r == plan.victim &&
                               WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     if (killedVictim) continue;
@@ -446,9 +457,8 @@ void RunTrial(const Plan& plan, Tally& tally, std::set<pid_t>& pids) {
       EXPECT_TRUE(named) << what << ": rank " << r << "'s error does not name rank " << plan.victim
                          << ": " << report.message;
     }
-    EXPECT_TRUE(allowed) << what << ": rank " << r << " ended " << OutcomeName(outcome)
-                         << " at " << endedAt[r] << " s (fault at " << faultAt
-                         << " s): " << report.message;
+    EXPECT_TRUE(allowed) << what << ": rank " << r << " ended " << OutcomeName(outcome) << " at "
+                         << endedAt[r] << " s (fault at " << faultAt << " s): " << report.message;
   }
   munmap(reports, sizeof(Report) * kRanks);
 }
@@ -458,6 +468,13 @@ TEST(ProcessFaultInjection, SurvivorsEndWithAClearErrorAndLeaveNothingBehind) {
   const char* seedText = std::getenv("COLLOPS_TEST_FAULT_SEED");
   const int trials = trialsText != nullptr ? std::atoi(trialsText) : 6;
   const uint64_t seed = seedText != nullptr ? std::strtoull(seedText, nullptr, 10) : 0;
+  // COLLOPS_TEST_FAULT_KIND=kill|stop|scribble: that kind only; COLLOPS_TEST_FAULT_ONLY=N: trial
+  // N alone (the same plan as in the full run of the seed), to reproduce a finding.
+  const std::string kind =
+      std::getenv("COLLOPS_TEST_FAULT_KIND") ? std::getenv("COLLOPS_TEST_FAULT_KIND") : "";
+  const int only = std::getenv("COLLOPS_TEST_FAULT_ONLY")
+                       ? std::atoi(std::getenv("COLLOPS_TEST_FAULT_ONLY"))
+                       : -1;
   const std::set<std::string> shmBefore = CollopsEntries("/dev/shm");
   const std::set<std::string> tmpBefore = CollopsEntries("/tmp");
   std::mt19937_64 draw(seed * 7919 + 17);
@@ -467,7 +484,10 @@ TEST(ProcessFaultInjection, SurvivorsEndWithAClearErrorAndLeaveNothingBehind) {
   for (int t = 0; t < trials; ++t) {
     Plan plan;
     // Every kind in turn, the rest drawn.
-    plan.fault = static_cast<Fault>(t % 3);
+    plan.fault = kind == "kill"       ? Fault::kKill
+                 : kind == "stop"     ? Fault::kStop
+                 : kind == "scribble" ? Fault::kScribble
+                                      : static_cast<Fault>(t % 3);
     plan.victim = static_cast<int>(draw() % kRanks);
     // -1: while the communicator is created; kSteps: before the final barrier. A scribble needs
     // the segment, so never during creation.
@@ -475,6 +495,7 @@ TEST(ProcessFaultInjection, SurvivorsEndWithAClearErrorAndLeaveNothingBehind) {
     plan.step = first + static_cast<int>(draw() % (kSteps + 1 - first));
     plan.delayMicros = static_cast<int>(draw() % 3000);
     plan.seed = seed * 100000 + static_cast<uint64_t>(t) + 1;
+    if (only >= 0 && t != only) continue;
     RunTrial(plan, tally, pids);
     if (::testing::Test::HasFatalFailure()) break;
   }
@@ -519,8 +540,7 @@ TEST(ProcessFaultInjection, ARoundWhosePeerGaveUpMeanwhileFails) {
         if (rank == 0) {
           const uint64_t round = comm->Rounds() + 1;
           AwaitSegment([&] { return segment.Rank(1).posted.load() >= round; });
-          segment.Header().abort.store(
-              shm::PackAbort({1, 0, static_cast<int32_t>(ERROR_TIMEOUT)}));
+          segment.Header().abort.store(shm::PackAbort({1, 0, static_cast<int32_t>(ERROR_TIMEOUT)}));
           segment.Rank(0).posted.store(round, std::memory_order_release);
           segment.Rank(0).word.Notify();
           std::this_thread::sleep_for(std::chrono::seconds(1));  // alive while rank 1 looks
@@ -551,8 +571,7 @@ TEST(ProcessFaultInjection, AReceiveWhoseSenderGaveUpMeanwhileFails) {
           side.stagingOffset[1] = 0;
           side.chunkBytes[1] = 4096;
           side.address[1] = 0;
-          segment.Header().abort.store(
-              shm::PackAbort({1, 0, static_cast<int32_t>(ERROR_TIMEOUT)}));
+          segment.Header().abort.store(shm::PackAbort({1, 0, static_cast<int32_t>(ERROR_TIMEOUT)}));
           side.chunks.store(1, std::memory_order_release);
           side.messages.store(1, std::memory_order_release);
           segment.Rank(1).bell.Notify();
