@@ -4,7 +4,7 @@
 #   2. release build with the torch binding: ctest (C++ gtest) and pytest,
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
 #   4. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md),
-#   5. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): each runs 10 s from its seeds.
+#   5. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): 10 s each, side by side.
 # Exits non-zero as soon as a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ COLLOPS_BUILD_TARGETS="collops_tests collops_json_demo" scripts/build.sh build-t
 step "ctest (TSan, thread-mode tests)"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j2 --output-on-failure --timeout 600 -L '^thread$')
 
-step "libFuzzer harnesses (clang build, then 10 s each)"
+step "libFuzzer harnesses (clang build, then 10 s side by side)"
 scripts/fuzz.sh 10
 
 step "done: every stage passed"
