@@ -176,6 +176,21 @@ std::shared_ptr<Communicator> MakeForcedComm(int rank, int size, const char* kno
   return nullptr;
 }
 
+/// Uneven counts[r] = ((r * a + b) % 4) * scale (some 0), each range `gap` elements after the one
+/// before; returns where the last ends.
+int64_t UnevenRanges(int size, size_t scale, int a, int b, int64_t gap,
+                     std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
+  counts.assign(size, 0);
+  displs.assign(size, 0);
+  int64_t end = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = static_cast<int64_t>(((r * a + b) % 4) * scale);
+    displs[r] = end + gap;
+    end = displs[r] + counts[r];
+  }
+  return end;
+}
+
 class ProcessComm : public ::testing::TestWithParam<int> {};
 
 TEST_P(ProcessComm, AllReduceEveryAlgorithmOpDtypeAndSize) {
@@ -256,13 +271,8 @@ TEST_P(ProcessComm, AllGatherBytesAndAllGatherV) {
           for (DataType dtype : kDtypes) {
             for (size_t scale : {size_t{1}, size_t{7001}}) {
               // Uneven counts including 0, gaps between the received ranges.
-              std::vector<int64_t> counts(size), displs(size);
-              int64_t end = 0;
-              for (int r = 0; r < size; ++r) {
-                counts[r] = static_cast<int64_t>(((r * 5 + 3) % 4) * scale);
-                displs[r] = end + 2;
-                end = displs[r] + counts[r];
-              }
+              std::vector<int64_t> counts, displs;
+              const int64_t end = UnevenRanges(size, scale, 5, 3, 2, counts, displs);
               Buffer in(dtype, counts[rank]), out(dtype, end + 1);
               std::vector<double> want(end + 1, -1);
               for (size_t i = 0; i < out.Count(); ++i) out.Set(i, -1);
@@ -291,13 +301,8 @@ TEST_P(ProcessComm, ReduceScatterV) {
           for (DataType dtype : kDtypes) {
             for (ReduceOp op : kOps) {
               for (size_t scale : {size_t{1}, size_t{9001}}) {
-                std::vector<int64_t> counts(size), displs(size);
-                int64_t end = 0;
-                for (int r = 0; r < size; ++r) {
-                  counts[r] = static_cast<int64_t>(((r * 3 + 2) % 4) * scale);
-                  displs[r] = end + 1;
-                  end = displs[r] + counts[r];
-                }
+                std::vector<int64_t> counts, displs;
+                const int64_t end = UnevenRanges(size, scale, 3, 2, 1, counts, displs);
                 Buffer in(dtype, end), out(dtype, counts[rank]);
                 for (int64_t i = 0; i < end; ++i) in.Set(i, Value(rank, i, 4, op));
                 std::vector<double> want(counts[rank]);

@@ -272,6 +272,14 @@ ProcessRanksOptions SmallSlots(bool crossMemory = false) {
   return options;
 }
 
+/// Heaps of 64 MiB per rank, default slots, and the environment variable `name` = `value`.
+ProcessRanksOptions HeapsAnd(const std::string& name, const std::string& value) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
+  options.env[name] = value;
+  return options;
+}
+
 class ProcessHeapCollectives : public ::testing::TestWithParam<int> {};
 
 /// Every placement with and without process_vm_readv for the pieces of ordinary memory (4 KiB and
@@ -449,9 +457,7 @@ TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
   };
   const Case cases[] = {{{all, all}, 2}, {{all, 0}, 1},         {{0, all}, 1},
                         {{0, 0}, 1},     {{all, all & ~1u}, 2}, {{1u, all}, 2}};
-  ProcessRanksOptions options;
-  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
-  options.env["COLLOPS_ALGO_ALLREDUCE"] = "oneshot";
+  const ProcessRanksOptions options = HeapsAnd("COLLOPS_ALGO_ALLREDUCE", "oneshot");
   RunProcessRanks(
       size,
       [&](int rank) {
@@ -481,21 +487,17 @@ TEST_P(ProcessHeapCollectives, LargeOneShotAllReduceReadsHeapInputsInPlace) {
 /// rounds); with some buffers elsewhere it reads the shared inputs in place (two).
 TEST_P(ProcessHeapCollectives, AutomaticAllReduceContinuesInTheHeaps) {
   const int size = GetParam();
-  const unsigned all = (1u << size) - 1;
-  ProcessRanksOptions options;
-  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
-  options.env["COLLOPS_SHM_CMA_BYTES"] = "0";
-  RunProcessRanks(
-      size,
-      [&](int rank) {
-        auto comm = MakeProcessComm(rank, size, "heap-allreduce-auto");
-        const int64_t count = 16384;  // 64 KiB of float
-        EXPECT_EQ(CheckedAllReduce(*comm, count, false, true, true), 3u) << "rank " << rank;
-        EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
-        EXPECT_EQ(CheckedAllReduce(*comm, count, false, (all & ~1u) >> rank & 1, true), 2u)
-            << "rank " << rank;
-      },
-      options);
+  const unsigned others = ((1u << size) - 1) & ~1u;  // every rank's input but rank 0's shared
+  const auto check = [size, others](int rank) {
+    auto comm = MakeProcessComm(rank, size, "heap-allreduce-auto");
+    const int64_t count = 16384;  // 64 KiB of float
+    EXPECT_EQ(CheckedAllReduce(*comm, count, false, true, true), 3u) << "rank " << rank;
+    EXPECT_EQ(CheckedAllReduce(*comm, count, true, true), 3u) << "rank " << rank;
+    EXPECT_EQ(CheckedAllReduce(*comm, count, false, (others >> rank) & 1, true), 2u)
+        << "rank " << rank;
+  };
+  // Default slots, so that 64 KiB fits one round; no process_vm_readv, so that cma is not picked.
+  RunProcessRanks(size, check, HeapsAnd("COLLOPS_SHM_CMA_BYTES", "0"));
 }
 
 /// Expects call() to fail on this rank because COLLOPS_ALGO_<...> = `knob` forced an algorithm
@@ -521,9 +523,7 @@ void ExpectForcedFails(shm::ProcessCommunicator& comm, const std::string& knob,
 /// rank whose buffers are not in its heap, and the next call works; without heaps every call fails.
 TEST_P(ProcessHeapCollectives, ForcedHeapAllReduceNeedsEveryBufferInTheHeaps) {
   const int size = GetParam();
-  ProcessRanksOptions options;
-  options.env["COLLOPS_SHM_HEAP_BYTES"] = "64M";
-  options.env["COLLOPS_ALGO_ALLREDUCE"] = "heap";
+  ProcessRanksOptions options = HeapsAnd("COLLOPS_ALGO_ALLREDUCE", "heap");
   RunProcessRanks(
       size,
       [&](int rank) {
