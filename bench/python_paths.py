@@ -518,7 +518,7 @@ def fmt(row, path, mode):
 
 
 def budgets(row, mode):
-    """The issue's targets for this row: {path: µs it may take} (None where unmeasured)."""
+    """The targets for this row: {path: µs it may take} (None where unmeasured)."""
     e, floor = us_of(row, "engine", mode), us_of(row, "noop", mode)
     out = {}
     if e is not None:

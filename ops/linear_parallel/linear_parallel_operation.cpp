@@ -250,10 +250,9 @@ int LinearParallelOperation::ChunkCount(int64_t blockRows) const {
   const std::string algo = RequestedAlgorithm();
   if (param_.type == PURE_LINEAR || algo == "serial" || blockRows < 2) return 1;
   if (algo == "overlap") return static_cast<int>(std::min<int64_t>(kOverlapChunks, blockRows));
-  // auto: serial at every size measured (R = 2 on 2 CPUs, m = 16 to 2048 rows, k = n = 4096;
-  // docs/performance.md). The product dominates there, and a helper thread computing beside the
-  // collective only takes CPU time from the product: overlap lost at 16 and 256 rows and did not
-  // gain at 2048.
+  // auto: serial. Where the product dominates, a helper thread computing beside the collective
+  // only takes CPU time from the product; docs/performance.md has the sizes where overlap lost or
+  // did not gain.
   return 1;
 }
 

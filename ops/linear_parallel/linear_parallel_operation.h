@@ -15,7 +15,7 @@
 // Overlap: the rows are cut in chunks, and the product of chunk c + 1 runs on a helper thread
 // while the collective of chunk c moves data (chunk_pipeline.h); for ALL_GATHER_LINEAR the gather
 // of chunk c + 1 runs while chunk c is multiplied. ChunkCount (the .cpp) decides; auto is serial
-// at every size measured so far (docs/performance.md), and COLLOPS_ALGO_LINEARPARALLEL=overlap
+// (docs/performance.md has the sizes that decided it), and COLLOPS_ALGO_LINEARPARALLEL=overlap
 // cuts 4 chunks.
 #pragma once
 

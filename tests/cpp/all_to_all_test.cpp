@@ -157,7 +157,8 @@ TEST(AllToAllErrors, WorkspaceIsXBytesForTransposeOnly) {
   });
 }
 
-// A workspace on x or y was used as given: every status NO_ERROR, thousands of wrong elements.
+// A workspace on x or y would be overwritten while it is read: the call must be refused, not
+// return NO_ERROR with wrong elements.
 TEST(AllToAllErrors, WorkspaceOverlappingXOrYIsInvalidParam) {
   Operation* raw = nullptr;
   ASSERT_EQ(CreateOperation(ParamFor(0, 1, UniqueDomain(), true), &raw), NO_ERROR);

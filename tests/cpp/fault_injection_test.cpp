@@ -506,13 +506,13 @@ TEST(ProcessFaultInjection, SurvivorsEndWithAClearErrorAndLeaveNothingBehind) {
   EXPECT_EQ(SysvOf(pids), 0) << "SysV shared memory left by a rank";
 }
 
-// Found by the trials above: a rank stopped in the middle of a call (SIGSTOP, or a host that
-// swapped it out) resumed after its peers had timed out, passed the rest of its rounds (the peers
-// had posted them before giving up) and returned its outputs as a success, though they were read
-// from heap buffers the peers had freed on their way out. A peer that gives up publishes its
-// abort record first, so every round and every group of sends and receives checks it last. Rank
-// 0 below plays such a peer by writing the segment itself: the abort record, then the round (or
-// the message) rank 1 waits for.
+// A rank stopped in the middle of a call (SIGSTOP, as the trials above send, or a host that swaps
+// it out) may resume after its peers have timed out and find the rest of its rounds posted (the
+// peers posted them before giving up); it must not return, as a success, outputs read from heap
+// buffers the peers freed on their way out. A peer that gives up publishes its abort record
+// first, so every round and every group of sends and receives checks it last. Rank 0 below plays
+// such a peer by writing the segment itself: the abort record, then the round (or the message)
+// rank 1 waits for.
 
 /// Waits (up to 30 s) until `ready()`.
 template <class Ready>

@@ -279,7 +279,8 @@ TEST(OperationBaseErrors, MalformedJsonTextIsInvalidParam) {
   EXPECT_THAT(LastErrorMessage(), HasSubstr("not valid JSON"));
 }
 
-// The JSON parser stops at a NUL byte: `{"rankSize":1}\0junk` was accepted as valid params.
+// The JSON parser stops at a NUL byte, so `{"rankSize":1}\0junk` must be refused as a whole
+// rather than read as its valid prefix.
 TEST(OperationBaseErrors, JsonTextWithANulByteIsInvalidParam) {
   Operation* op = nullptr;
   const std::string text("{\"rank\": 0, \"rankSize\": 1}\0junk", 31);

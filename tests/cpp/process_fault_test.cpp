@@ -799,8 +799,8 @@ void UnsetJobKeyEnv() {
 }
 
 // Two mpirun (or srun) jobs on one host, neither with COLLOPS_JOB_ID: the launcher's job names
-// keep them apart. With the fixed "default" key the second job's ranks found their rank names
-// taken ("already held by pid ...").
+// keep them apart; one key shared by both would leave the second job's ranks finding their rank
+// names taken ("already held by pid ...").
 TEST(ProcessFault, JobsOfTwoMpirunsWithTheSameDomainNeverCrossTalk) {
   TwoJobsShareOneDomain([](const std::string& base, int job) {
     UnsetJobKeyEnv();
@@ -817,8 +817,8 @@ TEST(ProcessFault, JobsOfTwoSlurmStepsWithTheSameDomainNeverCrossTalk) {
 }
 
 // Two programs of one user, each starting its ranks itself (a process group each, as a shell
-// starts two jobs), neither with a job key in its environment: with one fixed default key the
-// second program's ranks found the first one's names taken, or joined it.
+// starts two jobs), neither with a job key in its environment: a default key shared by both
+// would let the second program's ranks find the first one's names taken, or join it.
 TEST(ProcessJobKey, TwoProgramsWithoutAJobKeyNeverMeet) {
   std::atomic<int>* created = SharedArray<std::atomic<int>>(1);
   new (created) std::atomic<int>(0);

@@ -128,7 +128,7 @@ TEST(RankTable, FifoIsRefusedAtOnce) {
   EXPECT_THAT(load.get(), HasSubstr("it is a FIFO, not a regular file"));
 }
 
-// /dev/zero was read until memory ran out, and the error did not name the file.
+// A device such as /dev/zero would be read until memory ran out: refused, naming the file.
 TEST(RankTable, DeviceIsRefused) {
   EXPECT_THAT(LoadRejection("/dev/zero"),
               HasSubstr("it is a character device, not a regular file"));

@@ -369,8 +369,8 @@ TEST(ReduceScatterVErrors, ExecuteRejectsCountsReboundAwayFromParams) {
   EXPECT_THAT(LastErrorMessage(), HasSubstr("sendCounts tensor holds [1]"));
 }
 
-// In place, out is this rank's piece of x; a block that a peer reads overlapping that piece was
-// accepted, and the peer read this rank's result instead of x (27 of 100 runs wrong, NO_ERROR).
+// In place, out is this rank's piece of x; a block that a peer reads overlapping that piece, if
+// accepted, would let the peer read this rank's result instead of x (wrong data, NO_ERROR).
 // Both ranks send the same 4 elements of x to both ranks, so both in-place calls are refused
 // (in Setup, before any communication); out of place the same counts are legal.
 TEST(ReduceScatterVErrors, InPlaceOutOnABlockAPeerReadsIsInvalidParam) {

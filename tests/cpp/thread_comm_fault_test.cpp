@@ -98,7 +98,7 @@ TEST(ThreadCommFaults, TimeoutIsReadFromTheEnvironmentOnEveryCall) {
 }
 
 TEST(ThreadCommFaults, TimeoutsBeyondThirtyYearsCountAsThirtyYears) {
-  // Unclamped, 1e10 s overflowed the clock's int64 nanoseconds into a deadline in the past.
+  // Unclamped, 1e10 s would overflow the clock's int64 nanoseconds into a deadline in the past.
   for (const char* huge : {"1e10", "1e300", "inf"}) {
     ScopedEnv env("COLLOPS_TIMEOUT", huge);
     EXPECT_EQ(CommTimeoutSeconds(), kMaxCommTimeoutSeconds) << huge;
@@ -107,8 +107,8 @@ TEST(ThreadCommFaults, TimeoutsBeyondThirtyYearsCountAsThirtyYears) {
 }
 
 TEST(ThreadCommFaults, TimeoutsThatAreNotPositiveNumbersMean300) {
-  // "2abc" and "2 s" once read as 2; now only a positive number, alone, counts (with a warning on
-  // stderr, once per process, for the rest).
+  // Only a positive number, alone, counts: "2abc" and "2 s" are not read as 2 (the rest get a
+  // warning on stderr, once per process).
   for (const char* bad : {"abc", "0", "-5", "nan", "2abc", "2 s"}) {
     ScopedEnv env("COLLOPS_TIMEOUT", bad);
     EXPECT_EQ(CommTimeoutSeconds(), 300.0) << bad;

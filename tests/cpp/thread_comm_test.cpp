@@ -405,7 +405,7 @@ TEST(ThreadCommWait, IdleHookRunsWhileAWaitSleeps) {
   });
 }
 
-// Ranks > cores: 7 ranks on this VM's 2 cores must not collapse. A waiter that only spun would
+// Ranks > cores: 7 ranks on a machine of 2 cores must not collapse. A waiter that only spun would
 // hold its core for a whole time slice (milliseconds) per sync while the rank it waits for is
 // queued behind it; spinning briefly and then sleeping on a futex keeps a sync well under that.
 TEST_P(ThreadCommGolden, ManySmallCollectivesStayFast) {

@@ -214,9 +214,9 @@ void HierarchicalCommunicator::AllReduce(const void* in, void* out, size_t count
 // Each of the host's L ranks owns one block of the vector: the host reduces each block onto its
 // owner, the owners of one block (a rail, one per host) reduce it across the hosts, and the host
 // gathers the blocks. Every host link then carries L streams of 1/L of the vector instead of the
-// leader's one stream of all of it, and no rank broadcasts the whole result. 2 hosts x 2 ranks,
-// OpenMPI between hosts, 64 MiB: the leaders' scheme spent ~10% of its CPU in the broadcast and
-// two rail streams move the same bytes in ~25% less time than one (docs/performance.md).
+// leader's one stream of all of it, and no rank broadcasts the whole result: parallel streams
+// move the same bytes sooner, and the leaders spend no CPU on a broadcast (docs/performance.md
+// has the measurements).
 void HierarchicalCommunicator::AllReduceOnRails(const void* in, void* out, size_t count,
                                                 DataType dtype, ReduceOp op) {
   const int n = static_cast<int>(ranksOn_[host_].size()), me = localOf_[rank_];

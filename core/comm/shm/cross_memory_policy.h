@@ -22,7 +22,8 @@ namespace shm {
 
 /// How many times as long the kernel takes to copy 1 MiB of ordinary memory by process_vm_readv
 /// (this process reading itself: the same page pinning and copy as reading a peer) as CopyBytes
-/// takes; the best of 5 of each, interleaved, about 1 ms in all. Infinite when the call is refused.
+/// takes; the best of 5 of each, interleaved (ten copies of 1 MiB in all, cheap beside a
+/// rendezvous). Infinite when the call is refused.
 double KernelCopyCostRatio();
 
 struct CrossMemoryPolicy {

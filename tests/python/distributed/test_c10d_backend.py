@@ -359,8 +359,8 @@ def test_c10d_backend_refuses_an_output_dtype_other_than_the_inputs():
 
 def _scatter_list_lengths(ctx):
     out = torch.zeros(2)
-    # (torch itself refuses an empty list.) Longer lists were ignored; shorter ones, on more
-    # ranks, read counts past the end of the packed list.
+    # (torch itself refuses an empty list.) A longer list must not be ignored, nor a shorter one,
+    # on more ranks, read counts past the end of the packed list.
     for wrong in (2, 3):
         with pytest.raises(RuntimeError, match=rf"scatter needs 1 tensors in scatter_list on the "
                                                rf"root, got {wrong}"):

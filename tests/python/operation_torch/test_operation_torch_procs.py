@@ -67,8 +67,8 @@ def test_seeds_script_passes_all_7_dtypes():
 # ---- the harness itself: no rank can fail silently ----------------------------------------------
 
 def _infer_shape_failure_on_rank_1(ctx):
-    # execute() infers its outputs' shapes before the op's Setup; rank 1's failure there was
-    # never told, and rank 0 waited COLLOPS_TIMEOUT (300 s) for a call rank 1 would not make.
+    # execute() infers its outputs' shapes before the op's Setup; rank 1's failure there must
+    # reach rank 0, which would otherwise wait COLLOPS_TIMEOUT for a call rank 1 will not make.
     import torch
     op = torch.classes.OperationTorch.OperationTorch("ReduceScatterOperation")
     op.set_param(ctx.param())

@@ -32,7 +32,7 @@ def test_npu_shim_accepts_cpu_devices_with_an_index():
 
 def _one_rank_mistakes(ctx):
     group = F.group_name()
-    # 0-dim tensors have no rows to gather or scatter (was: IndexError: tuple index out of range).
+    # 0-dim tensors have no rows to gather or scatter: a clear error, not an IndexError.
     for call in (lambda: torch.ops.collops.all_gather(torch.tensor(1.0), group),
                  lambda: torch.ops.collops.reduce_scatter(torch.tensor(1.0), "sum", group),
                  lambda: torch.ops.collops.all_gather_v(torch.tensor(1.0), [1], group)):
