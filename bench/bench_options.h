@@ -31,31 +31,19 @@ enum class Mode { kProcess, kThread, kMpirun };
 /// the mean per call of the timed run, as a tight loop of calls sees it).
 enum class Timing { kBarrier, kSpin, kLoop };
 
+/// --timing's spelling, in Timing's order.
 inline const char* TimingName(Timing t) {
-  switch (t) {
-    case Timing::kBarrier:
-      return "barrier";
-    case Timing::kSpin:
-      return "spin";
-    case Timing::kLoop:
-      return "loop";
-  }
-  return "barrier";
+  static const char* const kNames[] = {"barrier", "spin", "loop"};
+  return kNames[static_cast<int>(t)];
 }
 
 /// Which benchmark reads the command line: each accepts only the options that apply to it.
 enum class Tool { kBench, kMpiBench, kMemLimit };
 
+/// The program's name, in Tool's order.
 inline const char* ToolName(Tool tool) {
-  switch (tool) {
-    case Tool::kBench:
-      return "collops-bench";
-    case Tool::kMpiBench:
-      return "collops-mpi-bench";
-    case Tool::kMemLimit:
-      return "collops-memlimit";
-  }
-  return "collops-bench";
+  static const char* const kNames[] = {"collops-bench", "collops-mpi-bench", "collops-memlimit"};
+  return kNames[static_cast<int>(tool)];
 }
 
 /// Command line shared by the benchmarks (nccl-tests spelling).
