@@ -127,6 +127,11 @@ class CollopsBackend final : public c10d::Backend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
 
+  /// torch.ops.collops.all_reduce's kernel on this group (functional_ops.cpp): the reduction of
+  /// `in` written to `out`, a contiguous tensor of in's shape and dtype, out of place (no copy of
+  /// `in` first), and no Work. collops_backend_reduce.cpp.
+  void AllReduceInto(const at::Tensor& in, at::Tensor& out, const c10d::ReduceOp& op);
+
  private:
   // ---- collops_backend.cpp: the group's communicator and the per-call wrapper ----------------
 
@@ -136,9 +141,11 @@ class CollopsBackend final : public c10d::Backend {
   CommParam LcclParam(const std::string& domain, int rank, int size) const;
   std::shared_ptr<Communicator> CreateHierarchical();
 
-  // Every collective's path: flushes queued sends and receives, runs `body`, turns
-  // collops::Error into a torch error that names the status, and wraps the outputs in a
-  // CompletedWork.
+  // Every collective's path: flushes queued sends and receives, runs `body`, and turns
+  // collops::Error into a torch error that names the status.
+  template <class Body>
+  void RunCollective(Body body);
+  // RunCollective, then the outputs wrapped in a CompletedWork.
   template <class Body>
   c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs, Body body);
   std::string Describe(const Error& e) const;
@@ -174,10 +181,9 @@ class CollopsBackend final : public c10d::Backend {
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
 };
 
-// Run's definition, for the three files that define collectives.
+// The definitions of RunCollective and Run, for the files that define collectives.
 template <class Body>
-c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
-                                                   std::vector<at::Tensor> outputs, Body body) {
+void CollopsBackend::RunCollective(Body body) {
   ++collectivesIssued_;
   p2p_->Flush();  // queued sends and receives come first, as the program issued them
   try {
@@ -185,6 +191,12 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
   } catch (const Error& e) {
     TORCH_CHECK(false, Describe(e));
   }
+}
+
+template <class Body>
+c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
+                                                   std::vector<at::Tensor> outputs, Body body) {
+  RunCollective(std::move(body));
   return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
 }
 

@@ -183,6 +183,29 @@ void CollopsBackend::AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, 
   });
 }
 
+void CollopsBackend::AllReduceInto(const at::Tensor& in, at::Tensor& out,
+                                   const c10d::ReduceOp& op) {
+  CheckCpu(in, "all_reduce");
+  CheckCpu(out, "all_reduce");
+  TORCH_CHECK(
+      out.is_contiguous() && out.sizes() == in.sizes() && out.scalar_type() == in.scalar_type(),
+      "collops backend: all_reduce into a tensor of another shape, dtype or layout");
+  RunCollective([&] {
+    // Straight from `in` to `out` where the reduction needs no widening or reinterpretation;
+    // every other case is the in-place reduction of a copy.
+    if (!IsBitwise(op) && !in.is_complex() && in.scalar_type() != at::kBool && in.is_contiguous()) {
+      const Reduction r = ReductionOf(in, op, "all_reduce");
+      if (!AvgInFloat32(op, r)) {
+        Comm().AllReduce(in.data_ptr(), out.data_ptr(), in.numel(), r.dtype, r.op);
+        FinishAvg(op, out, getSize());
+        return;
+      }
+    }
+    out.copy_(in);
+    AllReduceOne(out, op, "all_reduce");
+  });
+}
+
 // BAND/BOR/BXOR of integer and bool tensors, which gloo computes (a bool BOR is a cheap "any
 // rank"): every rank gathers every rank's tensor and folds them in rank order. R times the
 // memory of a reduction, but these carry flags and masks, not activations.

@@ -12,6 +12,8 @@
 
 #include "collops/context.h"
 #include "collops_backend.h"
+#include "functional_ops.h"
+#include "python_kernels.h"
 
 // The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
 // torch._C._distributed_c10d.Backend type torch registered.
@@ -91,6 +93,22 @@ PYBIND11_MODULE(_c10d, m) {
       "empty_shared_bytes", &collops::EmptySharedBytes, pybind11::arg("backend"),
       pybind11::arg("bytes"),
       "A DLPack capsule of `bytes` uint8 that the group's lccl communicator moves with one copy.");
+  m.def("functional_ops", &collops::FunctionalOpNames,
+        "The torch.ops.collops ops whose eager and autograd kernels are C++.");
+  m.def(
+      "set_python_kernel",
+      [](const std::string& name, const std::string& kind, pybind11::object fn) {
+        TORCH_CHECK(kind == "eager" || kind == "autograd",
+                    "set_python_kernel: kind is \"eager\" or \"autograd\", not ", kind);
+        collops::SetPythonKernel(
+            name,
+            kind == "eager" ? collops::PythonKernel::kEager : collops::PythonKernel::kAutograd,
+            std::move(fn));
+      },
+      pybind11::arg("name"), pybind11::arg("kind"), pybind11::arg("fn"),
+      "Registers the Python kernel the C++ kernel of torch.ops.collops.<name> hands calls to: "
+      "\"eager\" fn(*args) for tensors off a collops group's CPU backend, \"autograd\" "
+      "fn(keyset, *args) for calls that record gradients.");
   // Without the GIL: freeing a communicator may wait for threads of it that need the GIL.
   m.def(
       "release_communicators",

@@ -32,15 +32,17 @@ def native(library_path):
 
 
 def register(library_path):
-    """Registers "collops" with torch.distributed (once per process; later calls do nothing)."""
+    """Imports the `_c10d` module and registers "collops" with torch.distributed (once per
+    process; later calls do nothing)."""
+    module = native(library_path)
     if not dist.is_available() or hasattr(dist.Backend, BACKEND_NAME.upper()):
         return
-    dist.Backend.register_backend(BACKEND_NAME, native(library_path).create_backend,
-                                  devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, module.create_backend, devices=["cpu"])
 
 
 def factory():
-    """The module whose ``create_backend`` makes a collops backend (after :func:`register`)."""
+    """The `_c10d` module (after :func:`register`): ``create_backend`` makes a collops backend,
+    ``set_python_kernel`` and ``functional_ops`` serve torch.ops.collops (ops.py)."""
     return _factory
 
 
@@ -53,6 +55,12 @@ def default_or(group):
         raise RuntimeError("Default process group has not been initialized, please make sure to "
                            "call init_process_group.")
     return dist.group.WORLD
+
+
+def default_group_name():
+    """The default group's name, for torch.ops.collops calls given group_name "" (the C++
+    kernels resolve every other name themselves)."""
+    return default_or(None).group_name
 
 
 def _collops_backend(group):

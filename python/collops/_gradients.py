@@ -117,7 +117,18 @@ _FORMULAS = {
 }
 
 
-def register(namespace, lib):
+def register(namespace, lib, native=(), set_kernel=None):
+    """The formulas of every op. For the ops in `native`, whose C++ autograd kernel records a
+    gradient only for calls that need one, the same kernel torch.library.register_autograd would
+    register goes to `set_kernel(name, kernel)` instead (registered itself, it would be the
+    Python on the path of every call)."""
+    from torch._library import autograd as library_autograd
     for name, (backward, setup_context) in _FORMULAS.items():
-        torch.library.register_autograd(f"{namespace}::{name}", backward,
-                                        setup_context=setup_context, lib=lib)
+        qualname = f"{namespace}::{name}"
+        if name in native:
+            op = torch._library.utils.lookup_op(qualname)
+            info = library_autograd.Info(backward, setup_context)
+            set_kernel(name, library_autograd.make_autograd_impl(op, info))
+        else:
+            torch.library.register_autograd(qualname, backward, setup_context=setup_context,
+                                            lib=lib)

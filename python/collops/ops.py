@@ -5,15 +5,20 @@ registered as an *ordered effect* (``torch.library._register_effectful_op``): th
 threads an effect token through every collops collective, so none is ever dropped as dead code
 or reordered against another -- ranks must issue collectives in the same order.
 
-``group_name`` names a torch ProcessGroup (``group.group_name``); any backend works. The eager
-kernels run the group's own c10d collectives, which on a "collops" group are collops itself.
-Uneven ops on other backends (gloo, nccl) are built from even ones by padding to the largest
-chunk, since those backends require equal sizes. Reduce ops: "sum", "avg", "prod"/"product",
-"max", "min". Sizes and splits are counts of rows (dim 0).
+``group_name`` names a torch ProcessGroup (``group.group_name``; "" the default group); any
+backend works. The eager kernels and the autograd dispatch are C++
+(torch_bindings/functional_ops.cpp): they check every call's arguments, run calls on a "collops"
+group's CPU tensors on its communicator directly, and hand the rest to the Python kernels below,
+which run the group's own c10d collectives. Uneven ops on other backends (gloo, nccl) are built
+from even ones there by padding to the largest chunk, since those backends require equal sizes.
+Reduce ops: "sum", "avg", "prod"/"product", "max", "min". Sizes and splits are counts of rows
+(dim 0).
 """
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _resolve_process_group
+
+from . import _c10d_backend
 
 __all__ = ["SCHEMAS", "REDUCE_OPS", "resolve_group", "is_collops_group"]
 
@@ -56,13 +61,6 @@ def _reduce_op(op):
         return REDUCE_OPS[op.lower()]
     except KeyError:
         raise ValueError(f"collops: unknown reduce op {op!r}; use one of {sorted(REDUCE_OPS)}")
-
-
-def _check_sizes(sizes, world, what):
-    if len(sizes) != world:
-        raise ValueError(f"collops.{what}: {len(sizes)} sizes for a group of {world} ranks")
-    if any(s < 0 for s in sizes):
-        raise ValueError(f"collops.{what}: negative size in {list(sizes)}")
 
 
 def _rows(x, what):
@@ -110,18 +108,16 @@ def _all_reduce(x, op, group_name):
 
 def _all_gather(x, group_name):
     pg = resolve_group(group_name)
-    out = x.new_empty((dist.get_world_size(pg) * _rows(x, "all_gather"), *x.shape[1:]))
+    out = x.new_empty((dist.get_world_size(pg) * x.shape[0], *x.shape[1:]))
     _gather_into(out, x.contiguous(), pg)
     return out
 
 
+# The kernels below get only calls the C++ kernels checked (functional_ops.cpp), and none on a
+# collops group's CPU tensors, which those run themselves.
 def _all_gather_v(x, sizes, group_name):
     pg = resolve_group(group_name)
-    world, rank = dist.get_world_size(pg), dist.get_rank(pg)
-    _check_sizes(sizes, world, "all_gather_v")
-    if sizes[rank] != _rows(x, "all_gather_v"):
-        raise ValueError(f"collops.all_gather_v: sizes[{rank}] = {sizes[rank]} but this rank's "
-                         f"input has {x.shape[0]} rows")
+    world = dist.get_world_size(pg)
     out = x.new_empty((sum(sizes), *x.shape[1:]))
     if is_collops_group(pg):
         _eager("all_gather")(list(out.split(list(sizes))), x.contiguous(), group=pg)
@@ -134,22 +130,14 @@ def _all_gather_v(x, sizes, group_name):
 
 def _reduce_scatter(x, op, group_name):
     pg = resolve_group(group_name)
-    world = dist.get_world_size(pg)
-    if _rows(x, "reduce_scatter") % world:
-        raise ValueError(f"collops.reduce_scatter: {x.shape[0]} rows do not split over {world} "
-                         "ranks; use reduce_scatter_v")
-    out = x.new_empty((x.shape[0] // world, *x.shape[1:]))
+    out = x.new_empty((x.shape[0] // dist.get_world_size(pg), *x.shape[1:]))
     _reduce_scatter_into(out, x.contiguous(), op, pg)
     return out
 
 
 def _reduce_scatter_v(x, sizes, op, group_name):
     pg = resolve_group(group_name)
-    world, rank = dist.get_world_size(pg), dist.get_rank(pg)
-    _check_sizes(sizes, world, "reduce_scatter_v")
-    if sum(sizes) != _rows(x, "reduce_scatter_v"):
-        raise ValueError(f"collops.reduce_scatter_v: sizes sum to {sum(sizes)} but the input "
-                         f"has {x.shape[0]} rows")
+    rank = dist.get_rank(pg)
     out = x.new_empty((sizes[rank], *x.shape[1:]))
     if is_collops_group(pg):
         _eager("reduce_scatter")(out, list(x.split(list(sizes))), op=_reduce_op(op), group=pg)
@@ -170,9 +158,6 @@ def _all_to_all(x, group_name):
 
 def _all_to_all_v(x, output_split_sizes, input_split_sizes, group_name):
     pg = resolve_group(group_name)
-    world = dist.get_world_size(pg)
-    _check_sizes(output_split_sizes, world, "all_to_all_v")
-    _check_sizes(input_split_sizes, world, "all_to_all_v")
     out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
     _eager("all_to_all_single")(out, x.contiguous(), list(output_split_sizes),
                            list(input_split_sizes), group=pg)
@@ -214,13 +199,21 @@ _KERNELS = {
 }
 
 
+#: The ops whose eager and autograd kernels are C++ (the library's): their Python kernels above are
+#: handed only the calls the C++ kernels do not run.
+NATIVE = frozenset(_c10d_backend.factory().functional_ops())
+
+
 def _register():
     lib = torch.library.Library(_NS, "FRAGMENT")
     for name, schema in SCHEMAS.items():
         lib.define(schema)
-        # CompositeExplicitAutograd: one kernel for every device; the group's backend decides
-        # what it supports.
-        lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
+        if name in NATIVE:
+            _c10d_backend.factory().set_python_kernel(name, "eager", _KERNELS[name])
+        else:
+            # CompositeExplicitAutograd: one kernel for every device; the group's backend decides
+            # what it supports.
+            lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
         torch.library.register_fake(f"{_NS}::{name}", _FAKES[name], lib=lib)
         torch.library._register_effectful_op(f"{_NS}::{name}", torch.library.EffectType.ORDERED,
                                              lib=lib)
@@ -232,4 +225,6 @@ _LIB = _register()
 # After the ops exist: the formulas call them (and take _world and _rank from here).
 from . import _gradients  # noqa: E402
 
-_gradients.register(_NS, _LIB)
+_gradients.register(
+    _NS, _LIB, NATIVE,
+    lambda name, kernel: _c10d_backend.factory().set_python_kernel(name, "autograd", kernel))

@@ -1,0 +1,165 @@
+"""Eager torch.ops.collops.* through their C++ kernels (torch_bindings/functional_ops.cpp): on a
+"collops" group's CPU tensors they run without Python, every argument rule raises the ValueError
+the ops document, results equal the same op over gloo (the independent golden) for every dtype
+and layout the kernels treat apart, and a call that records gradients still gets them."""
+import pytest
+import torch
+import torch.distributed as dist
+
+from c10d_ranks import run_group_job
+
+WORLD = 2
+
+
+def _native():
+    from collops import _c10d_backend
+    return _c10d_backend.factory()
+
+
+class _Replaced:
+    """Within the block, the Python kernel `kind` of every op raises (and counts its calls)."""
+
+    def __init__(self, kind):
+        self.kind, self.calls = kind, []
+
+    def __enter__(self):
+        from collops import ops, _gradients  # noqa: F401
+        native = _native()
+
+        def refuse(*args):
+            self.calls.append(args)
+            raise RuntimeError(f"the Python {self.kind} kernel was called")
+
+        for name in ops.NATIVE:
+            native.set_python_kernel(name, self.kind, refuse)
+        return self
+
+    def __exit__(self, *exc):
+        # Registering collops again registers every Python kernel again.
+        from collops import ops
+        native = _native()
+        if self.kind == "eager":
+            for name in ops.NATIVE:
+                native.set_python_kernel(name, "eager", ops._KERNELS[name])
+        else:
+            from collops import _gradients
+            _gradients.register(ops._NS, ops._LIB, ops.NATIVE,
+                                lambda n, k: native.set_python_kernel(n, "autograd", k))
+        return False
+
+
+def _calls(rank, g, golden=False):
+    """(name, call) of every op with inputs that differ per rank; each call returns a tensor.
+    `golden`: as gloo computes it (gloo has no AVG: its sum, divided)."""
+    ops = torch.ops.collops
+
+    def avg(t):
+        if golden:
+            return (ops.all_reduce(t.float(), "sum", g) / WORLD).to(t.dtype)
+        return ops.all_reduce(t, "AVG" if t.dtype == torch.float32 else "avg", g)
+
+    x = torch.arange(12.0).view(4, 3) * (rank + 1) + rank
+    sizes = [1, 3]
+    splits = ([1, 3], [1, 3]) if rank == 0 else ([3, 1], [3, 1])
+    return [
+        ("all_reduce", lambda: ops.all_reduce(x, "sum", g)),
+        ("all_reduce_avg", lambda: avg(x)),
+        ("all_reduce_max", lambda: ops.all_reduce(x, "max", g)),
+        ("all_reduce_product", lambda: ops.all_reduce(x, "product", g)),
+        ("all_reduce_strided", lambda: ops.all_reduce(x.t(), "sum", g)),
+        ("all_reduce_bf16_avg", lambda: avg(x.bfloat16())),
+        ("all_reduce_int", lambda: ops.all_reduce(x.int(), "min", g)),
+        ("all_reduce_bool", lambda: ops.all_reduce(x > 6, "sum", g)),
+        ("all_reduce_complex", lambda: ops.all_reduce(torch.complex(x, -x), "sum", g)),
+        ("all_gather", lambda: ops.all_gather(x, g)),
+        ("all_gather_strided", lambda: ops.all_gather(x.t(), g)),
+        ("all_gather_v", lambda: ops.all_gather_v(x[:sizes[rank]], sizes, g)),
+        ("reduce_scatter", lambda: ops.reduce_scatter(x, "sum", g)),
+        ("reduce_scatter_v", lambda: ops.reduce_scatter_v(x, sizes, "max", g)),
+        ("all_to_all", lambda: ops.all_to_all(x, g)),
+        ("all_to_all_v", lambda: ops.all_to_all_v(x, splits[0], splits[1], g)),
+        ("broadcast", lambda: ops.broadcast(x, 1, g)),
+    ]
+
+
+def _same_as_gloo(ctx):
+    gloo = dist.new_group(backend="gloo")
+    mine = dict(_calls(ctx.rank, dist.group.WORLD.group_name))
+    with _Replaced("eager") as replaced:  # the collops group's calls never reach Python
+        got = {name: call() for name, call in mine.items()}
+        # The default group by "" is the collops group too.
+        assert torch.equal(torch.ops.collops.all_reduce(torch.ones(2), "sum", ""),
+                           torch.full((2,), 2.0))
+        assert not replaced.calls
+        # A gloo group's calls do reach the Python kernel.
+        with pytest.raises(RuntimeError, match="the Python eager kernel was called"):
+            torch.ops.collops.all_reduce(torch.ones(2), "sum", gloo.group_name)
+        assert len(replaced.calls) == 1
+    for name, call in _calls(ctx.rank, gloo.group_name, golden=True):
+        want = call()
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        assert got[name].is_contiguous(), name
+        torch.testing.assert_close(got[name], want, rtol=0, atol=0, msg=name)
+    return sorted(got)
+
+
+def test_eager_ops_on_a_collops_group_run_in_cpp_and_equal_gloo():
+    names = run_group_job(WORLD, _same_as_gloo)[0]
+    assert len(names) == 17
+
+
+def _no_python_autograd_without_gradients(ctx):
+    g = dist.group.WORLD.group_name
+    x = torch.ones(3, requires_grad=True)
+    with _Replaced("autograd") as replaced:
+        with torch.no_grad():
+            y = torch.ops.collops.all_reduce(x, "sum", g)
+        z = torch.ops.collops.all_gather(torch.ones(2), g)
+        assert not replaced.calls and not y.requires_grad and not z.requires_grad
+        with pytest.raises(RuntimeError, match="the Python autograd kernel was called"):
+            torch.ops.collops.all_reduce(x, "sum", g)
+    # Restored: the gradient of a sum over the ranks is every rank's upstream gradient summed.
+    y = torch.ops.collops.all_reduce(x * (ctx.rank + 1), "sum", g)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0 * (ctx.rank + 1)))
+    return True
+
+
+def test_autograd_reaches_python_only_for_calls_that_record_gradients():
+    assert all(run_group_job(WORLD, _no_python_autograd_without_gradients))
+
+
+def _argument_rules(ctx):
+    ops = torch.ops.collops
+    g = dist.group.WORLD.group_name
+    x = torch.ones(4, 2)
+    cases = [
+        (lambda: ops.all_reduce(x, "mean", g),
+         r"collops: unknown reduce op 'mean'; use one of \['avg', 'max', 'min', 'prod', "
+         r"'product', 'sum'\]"),
+        (lambda: ops.all_gather(torch.tensor(1.0), g), r"collops.all_gather: needs a tensor of "
+         r"at least 1 dim"),
+        (lambda: ops.all_gather_v(x, [4], g), r"collops.all_gather_v: 1 sizes for a group of 2"),
+        (lambda: ops.all_gather_v(x, [4, -1], g), r"collops.all_gather_v: negative size in "
+         r"\[4, -1\]"),
+        (lambda: ops.all_gather_v(x, [3, 3], g), rf"collops.all_gather_v: sizes\[{ctx.rank}\] = "
+         r"3 but this rank's input has 4 rows"),
+        (lambda: ops.reduce_scatter(torch.ones(3), "sum", g), r"collops.reduce_scatter: 3 rows "
+         r"do not split over 2 ranks; use reduce_scatter_v"),
+        (lambda: ops.reduce_scatter_v(x, [1, 2], "sum", g), r"collops.reduce_scatter_v: sizes "
+         r"sum to 3 but the input has 4 rows"),
+        (lambda: ops.reduce_scatter_v(x, [1, 3], "nope", g), r"unknown reduce op 'nope'"),
+        (lambda: ops.all_to_all_v(x, [2, 2, 0], [2, 2], g), r"collops.all_to_all_v: 3 sizes"),
+        (lambda: ops.all_to_all_v(x, [2, 2], [5, -1], g), r"collops.all_to_all_v: negative "
+         r"size in \[5, -1\]"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # Refused on this rank before any data moved: the group still works, in step.
+    assert torch.equal(ops.all_reduce(torch.ones(2), "sum", g), torch.full((2,), 2.0))
+    return len(cases)
+
+
+def test_every_argument_rule_raises_its_value_error_before_data_moves():
+    assert run_group_job(WORLD, _argument_rules) == [10, 10]

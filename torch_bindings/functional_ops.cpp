@@ -1,0 +1,276 @@
+// The C++ kernels of torch.ops.collops.* (python/collops/ops.py defines the ops, their fake
+// kernels and their ordered effect).
+//
+// Eager (CompositeExplicitAutograd, every device): each call's arguments are checked here, with
+// the ValueErrors the ops document. A call whose tensor is on the CPU and whose group serves the
+// CPU with the "collops" backend then runs here, on the group's communicator: no Python and no
+// Work on its path. Any other call (gloo, nccl, CUDA tensors, torch's debug wrapper around a
+// collops group) goes on to the op's Python kernel in ops.py, which builds it from
+// torch.distributed.
+//
+// Autograd: a call that records no gradient (grad mode off, or x not requiring grad) goes
+// straight on to the eager kernel. One that does goes to the autograd kernel _gradients.py makes
+// with torch.library's own machinery; registered through torch.library.register_autograd, that
+// Python kernel would be on the path of every call, gradients or not.
+#include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
+#include <pybind11/pybind11.h>
+#include <torch/library.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "collops/status.h"
+#include "collops_backend.h"
+#include "functional_ops.h"
+#include "python_kernels.h"
+
+namespace collops {
+namespace {
+
+enum class Op {
+  kAllReduce,
+  kAllGather,
+  kAllGatherV,
+  kReduceScatter,
+  kReduceScatterV,
+  kAllToAll,
+  kAllToAllV,
+  kBroadcast,
+};
+
+// The ops with kernels here, by their names in ops.py's SCHEMAS.
+const char* const kNames[] = {"all_reduce",       "all_gather", "all_gather_v", "reduce_scatter",
+                              "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"};
+
+// A reduce-op name as the ops take it (any case), as torch's ReduceOp.
+c10d::ReduceOp ReduceOpOf(const std::string& name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower == "sum") return c10d::ReduceOp::SUM;
+  if (lower == "avg") return c10d::ReduceOp::AVG;
+  if (lower == "prod" || lower == "product") return c10d::ReduceOp::PRODUCT;
+  if (lower == "max") return c10d::ReduceOp::MAX;
+  if (lower == "min") return c10d::ReduceOp::MIN;
+  TORCH_CHECK_VALUE(false, "collops: unknown reduce op '", name,
+                    "'; use one of ['avg', 'max', 'min', 'prod', 'product', 'sum']");
+}
+
+// A SymInt[] argument of an eager call (concrete there).
+std::vector<int64_t> Sizes(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const c10::IValue& e : v.toListRef()) {
+    out.push_back(e.isSymInt() ? e.toSymInt().guard_int(__FILE__, __LINE__) : e.toInt());
+  }
+  return out;
+}
+
+std::string ListText(const std::vector<int64_t>& v) {
+  std::string text = "[";
+  for (size_t i = 0; i < v.size(); ++i) text += (i ? ", " : "") + std::to_string(v[i]);
+  return text + "]";
+}
+
+void CheckSizes(const std::vector<int64_t>& sizes, int64_t world, const char* what) {
+  TORCH_CHECK_VALUE(static_cast<int64_t>(sizes.size()) == world, "collops.", what, ": ",
+                    sizes.size(), " sizes for a group of ", world, " ranks");
+  TORCH_CHECK_VALUE(std::all_of(sizes.begin(), sizes.end(), [](int64_t s) { return s >= 0; }),
+                    "collops.", what, ": negative size in ", ListText(sizes));
+}
+
+int64_t Rows(const at::Tensor& x, const char* what) {
+  TORCH_CHECK_VALUE(x.dim() > 0, "collops.", what,
+                    ": needs a tensor of at least 1 dim (its rows are what moves), got a 0-dim "
+                    "tensor");
+  return x.size(0);
+}
+
+int64_t Sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), 0LL); }
+
+// x's shape with `rows` rows.
+std::vector<int64_t> WithRows(const at::Tensor& x, int64_t rows) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[0] = rows;
+  return shape;
+}
+
+// The group `name` names ("" = the default group, which only Python knows).
+c10::intrusive_ptr<c10d::ProcessGroup> GroupNamed(std::string name) {
+  if (name.empty()) {
+    pybind11::gil_scoped_acquire gil;
+    name = pybind11::module_::import("collops._c10d_backend")
+               .attr("default_group_name")()
+               .cast<std::string>();
+  }
+  return c10d::resolve_process_group(name);
+}
+
+// The collops backend serving `group`'s CPU tensors, or null (another backend, or torch's debug
+// wrapper around one).
+CollopsBackend* CollopsOf(const c10d::ProcessGroup& group) {
+  auto& pg = const_cast<c10d::ProcessGroup&>(group);
+  try {
+    return dynamic_cast<CollopsBackend*>(pg.getBackend(c10::DeviceType::CPU).get());
+  } catch (const c10::Error&) {
+    return nullptr;  // no backend for CPU tensors
+  }
+}
+
+// One call's arguments, checked, and its output if this kernel runs it.
+template <Op kOp>
+std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* collops,
+                              c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& x = args[0].toTensor();
+  const int64_t world = group.getSize();
+  const int64_t rank = group.getRank();
+  switch (kOp) {
+    case Op::kAllReduce: {
+      const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+      collops->AllReduceInto(x, out, op);
+      return out;
+    }
+    case Op::kAllGather: {
+      const int64_t rows = Rows(x, "all_gather");
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty(WithRows(x, world * rows), x.options());
+      at::Tensor in = x.contiguous();
+      collops->_allgather_base(out, in, c10d::AllgatherOptions());
+      return out;
+    }
+    case Op::kAllGatherV: {
+      const std::vector<int64_t> sizes = Sizes(args[1]);
+      CheckSizes(sizes, world, "all_gather_v");
+      const int64_t rows = Rows(x, "all_gather_v");
+      TORCH_CHECK_VALUE(sizes[rank] == rows, "collops.all_gather_v: sizes[", rank,
+                        "] = ", sizes[rank], " but this rank's input has ", rows, " rows");
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty(WithRows(x, Sum(sizes)), x.options());
+      std::vector<std::vector<at::Tensor>> outs{out.split_with_sizes(sizes)};
+      std::vector<at::Tensor> ins{x.contiguous()};
+      collops->allgather(outs, ins, c10d::AllgatherOptions());
+      return out;
+    }
+    case Op::kReduceScatter: {
+      const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
+      const int64_t rows = Rows(x, "reduce_scatter");
+      TORCH_CHECK_VALUE(rows % world == 0, "collops.reduce_scatter: ", rows,
+                        " rows do not split over ", world, " ranks; use reduce_scatter_v");
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty(WithRows(x, rows / world), x.options());
+      at::Tensor in = x.contiguous();
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = op;
+      collops->_reduce_scatter_base(out, in, opts);
+      return out;
+    }
+    case Op::kReduceScatterV: {
+      const std::vector<int64_t> sizes = Sizes(args[1]);
+      const c10d::ReduceOp op = ReduceOpOf(args[2].toStringRef());
+      CheckSizes(sizes, world, "reduce_scatter_v");
+      const int64_t rows = Rows(x, "reduce_scatter_v");
+      TORCH_CHECK_VALUE(Sum(sizes) == rows, "collops.reduce_scatter_v: sizes sum to ", Sum(sizes),
+                        " but the input has ", rows, " rows");
+      if (!collops) return std::nullopt;
+      std::vector<at::Tensor> outs{at::empty(WithRows(x, sizes[rank]), x.options())};
+      std::vector<std::vector<at::Tensor>> ins{x.split_with_sizes(sizes)};
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = op;
+      collops->reduce_scatter(outs, ins, opts);
+      return outs[0];
+    }
+    case Op::kAllToAll: {
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+      at::Tensor in = x.contiguous();
+      std::vector<int64_t> none;
+      collops->alltoall_base(out, in, none, none, c10d::AllToAllOptions());
+      return out;
+    }
+    case Op::kAllToAllV: {
+      std::vector<int64_t> outSplits = Sizes(args[1]);
+      std::vector<int64_t> inSplits = Sizes(args[2]);
+      CheckSizes(outSplits, world, "all_to_all_v");
+      CheckSizes(inSplits, world, "all_to_all_v");
+      if (!collops) return std::nullopt;
+      at::Tensor out = at::empty(WithRows(x, Sum(outSplits)), x.options());
+      at::Tensor in = x.contiguous();
+      collops->alltoall_base(out, in, outSplits, inSplits, c10d::AllToAllOptions());
+      return out;
+    }
+    case Op::kBroadcast: {
+      if (!collops) return std::nullopt;
+      std::vector<at::Tensor> ts{x.clone(at::MemoryFormat::Contiguous)};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = args[1].toInt();
+      collops->broadcast(ts, opts);
+      return ts[0];
+    }
+  }
+  return std::nullopt;
+}
+
+template <Op kOp>
+void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const auto args = torch::jit::last(*stack, n);
+  const at::Tensor& x = args[0].toTensor();
+  const c10::intrusive_ptr<c10d::ProcessGroup> group = GroupNamed(args[n - 1].toStringRef());
+  CollopsBackend* collops =
+      x.device().is_cpu() && x.layout() == at::kStrided ? CollopsOf(*group) : nullptr;
+  std::optional<at::Tensor> out = Run<kOp>(*group, collops, args);
+  if (!out) {
+    CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);
+    return;
+  }
+  torch::jit::drop(*stack, n);
+  stack->push_back(std::move(*out));
+}
+
+void Autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const at::Tensor& x = torch::jit::peek(*stack, 0, n).toTensor();
+  if (c10::GradMode::is_enabled() && x.requires_grad()) {
+    CallPythonKernel(op, PythonKernel::kAutograd, keys, stack);
+    return;
+  }
+  at::AutoDispatchBelowAutograd below;
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
+}  // namespace
+
+std::vector<std::string> FunctionalOpNames() { return {std::begin(kNames), std::end(kNames)}; }
+
+}  // namespace collops
+
+TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
+  using collops::Op;
+  using torch::CppFunction;
+  m.impl("all_reduce", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduce>>());
+  m.impl("all_gather", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGather>>());
+  m.impl("all_gather_v", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGatherV>>());
+  m.impl("reduce_scatter",
+         CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kReduceScatter>>());
+  m.impl("reduce_scatter_v",
+         CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kReduceScatterV>>());
+  m.impl("all_to_all", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllToAll>>());
+  m.impl("all_to_all_v", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllToAllV>>());
+  m.impl("broadcast", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kBroadcast>>());
+}
+
+TORCH_LIBRARY_IMPL(collops, Autograd, m) {
+  for (const char* name : collops::kNames) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collops::Autograd>());
+  }
+}
