@@ -142,6 +142,8 @@ std::vector<Field> ControlFields(const shm::Segment& segment, int ranks) {
     add(at + "probeAddress", &c.probeAddress, 8);
     add(at + "probeReached", &c.probeReached, 4);
     add(at + "waitingRound", &c.waitingRound, 8);
+    add(at + "waitingFor", &c.waitingFor, 4);
+    add(at + "awakeAt", &c.awakeAt, 8);
     add(at + "word", &c.word, 4);
     add(at + "bell", &c.bell, 4);
     block = 2;
@@ -586,6 +588,36 @@ TEST(ProcessFaultInjection, AReceiveWhoseSenderGaveUpMeanwhileFails) {
         EXPECT_NE(message.find("gave up waiting for this rank"), std::string::npos) << message;
       },
       LatePeerOptions());
+}
+
+// Found by the trials above: with one rank stopped, a survivor waiting in a receive from a second
+// survivor (itself waiting for the stopped rank) timed out first and blamed the survivor, and
+// every other rank then named that live rank as the one that stopped responding. A rank that
+// sleeps in a wait publishes for whom, and a timeout names the rank at the end of that chain.
+TEST(ProcessFaultInjection, ATimeoutNamesTheRankAtTheEndOfTheWaits) {
+  constexpr size_t kCount = 4;
+  ProcessRanksOptions options = LatePeerOptions();
+  options.env["COLLOPS_TIMEOUT"] = "3";
+  RunProcessRanks(
+      3,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, 3, "wait-chain");
+        if (rank == 2) {  // alive, but never makes its send
+          std::this_thread::sleep_for(std::chrono::seconds(8));
+          return;
+        }
+        // Rank 0 waits for rank 1 from the start, rank 1 for rank 2 from a second later: rank 0's
+        // wait times out first.
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::vector<float> buffer(kCount);
+        std::string message;
+        EXPECT_EQ(
+            CaughtStatus([&] { comm->Recv(buffer.data(), kCount, ACL_FLOAT, rank + 1); }, &message),
+            ERROR_TIMEOUT)
+            << message;
+        EXPECT_NE(message.find("rank 2 (pid "), std::string::npos) << message;
+      },
+      options);
 }
 
 }  // namespace

@@ -2,10 +2,18 @@
 // noticing dead peers and published aborts, and publishing this rank's own failure.
 #include "core/comm/shm/peer_checks.h"
 #include "core/comm/shm/process_rendezvous.h"
+#include "core/comm/shm/rank_list.h"
 #include "core/comm/shm/transport.h"
 
 namespace collops {
 namespace shm {
+namespace {
+
+/// A rank sleeping in a wait marks every slice (20 ms); one whose latest mark is older than this
+/// does not run its wait (it was stopped while sleeping in it) and ends a chain of waits.
+constexpr int64_t kAwakeNanos = 1'000'000'000;
+
+}  // namespace
 
 void Transport::RefuseForkedChild(const char* op) const {
   Fail(ERROR_COMM_FAIL, "lccl ", op, " (rank ", rank_, " of ", size_,
@@ -43,6 +51,41 @@ void Transport::CheckPeer(int peer) {
   if (PeerDead(peer)) {
     Break(ERROR_PEER_LOST, peer, Concat(Where(), "rank ", peer, " (", PidOf(peer), ") died"));
   }
+}
+
+int Transport::EndOfWaits(int peer) const {
+  const int64_t now = MonotonicNanos();
+  int at = peer;
+  // Values a peer wrote: a rank out of range ends the chain, and it has at most size_ links.
+  for (int links = 0; links < size_; ++links) {
+    const RankControl& control = segment_.Rank(at);
+    const int next = control.waitingFor.load(std::memory_order_acquire);
+    const int64_t awake = control.awakeAt.load(std::memory_order_relaxed);
+    if (next < 0 || next >= size_ || next == at || awake > now || awake <= now - kAwakeNanos) {
+      return at;
+    }
+    if (next == rank_) return peer;
+    at = next;
+  }
+  return peer;
+}
+
+void Transport::BreakOnTimeout(const std::vector<int>& late) {
+  std::vector<int> ends;
+  std::string through;
+  for (int j : late) {
+    const int end = EndOfWaits(j);
+    if (std::find(ends.begin(), ends.end(), end) == ends.end()) ends.push_back(end);
+    if (end != j && through.size() < 1024) {
+      through += Concat(through.empty() ? "; this rank waits for rank " : ", and for rank ", j,
+                        ", which waits for rank ", end);
+    }
+  }
+  const std::string missing =
+      ListRanks(ends, [this](int j) { return Concat(j, " (", PidOf(j), ")"); });
+  Break(ERROR_TIMEOUT, ends.empty() ? -1 : ends.front(),
+        Concat(Where(), "rank", ends.size() == 1 ? " " : "s ", missing, " did not arrive within ",
+               timeoutSeconds_, " s (", timeoutSource_, ")", through));
 }
 
 void Transport::ThrowIfAborted() {

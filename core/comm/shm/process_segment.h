@@ -65,6 +65,11 @@ struct alignas(kControlStride) RankControl {
   /// in a send or receive on a peer reads it to tell that the peer waits for it in a collective:
   /// a deadlock of calls issued in different orders (p2p.h).
   std::atomic<uint64_t> waitingRound{0};
+  /// While this rank sleeps in a wait: the rank it waits for (-1 otherwise), and the
+  /// MonotonicNanos() of its latest sleep slice. A rank that times out follows these from the
+  /// rank it waited for to the rank the others wait on (Transport::EndOfWaits).
+  std::atomic<int32_t> waitingFor{-1};
+  std::atomic<int64_t> awakeAt{0};
   WaitWord word;  ///< notified after every post
   /// Rung by a peer after each of its point-to-point posts toward this rank: a group of sends and
   /// receives (Exchange) waits on it for whichever of its channels moves first.
@@ -80,6 +85,21 @@ class WaitingInRound {
   ~WaitingInRound() { control_.waitingRound.store(0, std::memory_order_release); }
   WaitingInRound(const WaitingInRound&) = delete;
   WaitingInRound& operator=(const WaitingInRound&) = delete;
+
+ private:
+  RankControl& control_;
+};
+
+/// Marks `control` as sleeping in a wait for rank `peer` for its lifetime.
+class WaitingFor {
+ public:
+  WaitingFor(RankControl& control, int peer) : control_(control) {
+    control_.awakeAt.store(MonotonicNanos(), std::memory_order_relaxed);
+    control_.waitingFor.store(peer, std::memory_order_release);
+  }
+  ~WaitingFor() { control_.waitingFor.store(-1, std::memory_order_release); }
+  WaitingFor(const WaitingFor&) = delete;
+  WaitingFor& operator=(const WaitingFor&) = delete;
 
  private:
   RankControl& control_;

@@ -110,6 +110,7 @@ void Transport::WaitAll() {
     if (Spin(arrived, r)) continue;
     deadline_ = Deadline::After(timeoutSeconds_);
     const WaitingInRound mark(segment_.Rank(rank_), round);
+    const WaitingFor waiting(segment_.Rank(rank_), r);
     if (peer.word.Wait(arrived, deadline_, [&] { AfterSlice([&] { CheckPeer(r); }); })) continue;
     std::vector<int> late;
     for (int j = 0; j < size_; ++j) {
@@ -117,11 +118,7 @@ void Transport::WaitAll() {
         late.push_back(j);
       }
     }
-    const std::string missing =
-        ListRanks(late, [this](int j) { return Concat(j, " (", PidOf(j), ")"); });
-    Break(ERROR_TIMEOUT, late.empty() ? -1 : late.front(),
-          Concat(Where(), "rank", late.size() == 1 ? " " : "s ", missing, " did not arrive within ",
-                 timeoutSeconds_, " s (", timeoutSource_, ")"));
+    BreakOnTimeout(late);
   }
 }
 

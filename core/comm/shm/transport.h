@@ -23,7 +23,8 @@
 // (pidfd) and whether any rank has published an abort record; either ends the call with
 // ERROR_PEER_LOST naming the dead rank, marks the transport broken, and every later call throws
 // the same error at once. A wait that outlives COLLOPS_TIMEOUT fails with ERROR_TIMEOUT naming the
-// ranks that did not arrive.
+// ranks that did not arrive, or, when such a rank itself sleeps waiting for another, the rank at
+// the end of that chain (EndOfWaits).
 #pragma once
 
 #include <sys/types.h>
@@ -198,10 +199,9 @@ class Transport {
   void AwaitBell(Ready&& ready, int peer, CheckPeers&& checkPeers) {
     if (Spin(ready, peer)) return;
     deadline_ = Deadline::After(timeoutSeconds_);
+    const WaitingFor mark(segment_.Rank(rank_), peer);
     if (!segment_.Rank(rank_).bell.Wait(ready, deadline_, [&] { AfterSlice(checkPeers); })) {
-      Break(ERROR_TIMEOUT, peer,
-            Concat(Where(), "rank ", peer, " (", PidOf(peer), ") did not arrive within ",
-                   timeoutSeconds_, " s (", timeoutSource_, ")"));
+      BreakOnTimeout({peer});
     }
   }
 
@@ -214,6 +214,16 @@ class Transport {
   /// In a send or receive with `peer`: throws ERROR_RANK_MISMATCH (and breaks the transport)
   /// when the peer sleeps in a collective waiting for this rank's round.
   void CheckCallOrder(int peer);
+  /// The rank at the end of the waits that start at `peer`: while `peer` sleeps in a wait of its
+  /// own (RankControl::waitingFor, its latest slice recent), the rank it waits for, and so on; a
+  /// rank that waits for nobody (it runs elsewhere, or it stopped) ends the chain. When one rank
+  /// stopped, every survivor waits on it directly or through other survivors, and the survivor
+  /// whose wait times out first must name it, not the survivor it happened to wait for. A chain
+  /// that comes back to this rank or loops (calls made in different orders) gives `peer`.
+  int EndOfWaits(int peer) const;
+  /// Breaks with ERROR_TIMEOUT: this rank waited COLLOPS_TIMEOUT for the ranks `late`; names the
+  /// ranks at the end of their waits (EndOfWaits), and through whom this rank waits for them.
+  [[noreturn]] void BreakOnTimeout(const std::vector<int>& late);
   /// Records the failure, publishes it to the other ranks, throws it.
   [[noreturn]] void Break(Status status, int culprit, const std::string& message);
   /// Stops the transport after a failure outside it; the peers' waits end with `status`.
@@ -256,6 +266,7 @@ class Transport {
   /// What a wait does after each sleep slice: checkPeers(), then the idle hook.
   template <class CheckPeers>
   void AfterSlice(CheckPeers&& checkPeers) {
+    segment_.Rank(rank_).awakeAt.store(MonotonicNanos(), std::memory_order_relaxed);
     checkPeers();
     if (idleHook_) idleHook_();
   }
