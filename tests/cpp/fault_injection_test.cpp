@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -278,7 +279,9 @@ const char* OutcomeName(Outcome o) {
   return names[static_cast<int>(o)];
 }
 
-/// Entries of `dir` whose names say collops made them.
+/// Files in `dir` whose names say collops made them. Directories are not counted: what a rank
+/// could leave is a file (a segment, a socket, a lock), while the project's scripts make
+/// temporary directories named for it (mktemp -d) and may run meanwhile on a shared host.
 std::set<std::string> CollopsEntries(const char* dir) {
   std::set<std::string> names;
   if (FILE* list = popen(Concat("ls -A ", dir, " 2>/dev/null").c_str(), "r")) {
@@ -286,7 +289,11 @@ std::set<std::string> CollopsEntries(const char* dir) {
     while (std::fgets(line, sizeof line, list) != nullptr) {
       std::string name(line);
       if (!name.empty() && name.back() == '\n') name.pop_back();
-      if (name.find("collops") != std::string::npos || name.find("lccl") != std::string::npos) {
+      struct stat info{};
+      const bool directory =
+          lstat(Concat(dir, "/", name).c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+      if (!directory &&
+          (name.find("collops") != std::string::npos || name.find("lccl") != std::string::npos)) {
         names.insert(name);
       }
     }
