@@ -71,6 +71,10 @@ int Transport::EndOfWaits(int peer) const {
 }
 
 void Transport::BreakOnTimeout(const std::vector<int>& late) {
+  // The waits of the ranks waiting on one stopped rank began within a few ms of each other and
+  // end so too: a rank that timed out first published its abort record (naming the stopped
+  // rank) before it left its wait, so a rank whose chain ends at a rank that left reports that.
+  ThrowIfAborted();
   std::vector<int> ends;
   std::string through;
   for (int j : late) {
@@ -81,6 +85,7 @@ void Transport::BreakOnTimeout(const std::vector<int>& late) {
                         ", which waits for rank ", end);
     }
   }
+  ThrowIfAborted();
   const std::string missing =
       ListRanks(ends, [this](int j) { return Concat(j, " (", PidOf(j), ")"); });
   Break(ERROR_TIMEOUT, ends.empty() ? -1 : ends.front(),

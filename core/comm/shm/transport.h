@@ -223,6 +223,7 @@ class Transport {
   int EndOfWaits(int peer) const;
   /// Breaks with ERROR_TIMEOUT: this rank waited COLLOPS_TIMEOUT for the ranks `late`; names the
   /// ranks at the end of their waits (EndOfWaits), and through whom this rank waits for them.
+  /// When another rank timed out first, its abort record is the error (ThrowIfAborted).
   [[noreturn]] void BreakOnTimeout(const std::vector<int>& late);
   /// Records the failure, publishes it to the other ranks, throws it.
   [[noreturn]] void Break(Status status, int culprit, const std::string& message);
