@@ -597,10 +597,10 @@ TEST(ProcessFaultInjection, AReceiveWhoseSenderGaveUpMeanwhileFails) {
       LatePeerOptions());
 }
 
-// Found by the trials above: with one rank stopped, a survivor waiting in a receive from a second
-// survivor (itself waiting for the stopped rank) timed out first and blamed the survivor, and
-// every other rank then named that live rank as the one that stopped responding. A rank that
-// sleeps in a wait publishes for whom, and a timeout names the rank at the end of that chain.
+// With one rank stopped (as in the trials above), a survivor may wait in a receive from a second
+// survivor that itself waits for the stopped rank. Whichever times out first must name the
+// stopped rank, not the live survivor it happened to wait for: every other rank repeats its
+// culprit. A rank that sleeps in a wait publishes for whom, and a timeout follows that chain.
 TEST(ProcessFaultInjection, ATimeoutNamesTheRankAtTheEndOfTheWaits) {
   constexpr size_t kCount = 4;
   ProcessRanksOptions options = LatePeerOptions();
