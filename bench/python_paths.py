@@ -47,8 +47,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The package from this source tree (it finds the library in python/collops/lib/ or through
-# COLLOPS_BUILD_DIR), unless one is installed.
+# The package from this source tree (it finds the library through COLLOPS_BUILD_DIR), unless one
+# is installed.
 sys.path.append(os.path.join(ROOT, "python"))
 
 PATHS = ["engine", "execute", "execute_out", "ops", "dist", "noop", "gloo", "deepspeed",

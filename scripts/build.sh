@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
-cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+mkdir -p "$dir"
+cmake -S . -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
 # shellcheck disable=SC2086  # targets are a word list on purpose
 ninja -C "$dir" ${COLLOPS_BUILD_JOBS:+-j"$COLLOPS_BUILD_JOBS"} ${COLLOPS_BUILD_TARGETS:-}

@@ -8,7 +8,7 @@ set -euo pipefail
 APT_PACKAGES=(cmake ninja-build g++ make libgtest-dev libgmock-dev nlohmann-json3-dev libdnnl-dev
               openmpi-bin libopenmpi-dev iproute2 clang libclang-rt-14-dev)
 PIP_PACKAGES=("torch==2.13.0" "pybind11>=2.10" "clang-format==23.1.5" "jsonschema>=4.18"
-              "pytest>=7" "numpy" "matplotlib")
+              "pytest>=7" "numpy" "matplotlib" "scikit-build-core==1.1.2" "ruff==0.17.5")
 
 sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -31,6 +31,11 @@ python3 -c 'import jsonschema' 2>/dev/null || missing_pip+=("jsonschema>=4.18")
 python3 -c 'import pytest' 2>/dev/null || missing_pip+=("pytest>=7")
 python3 -c 'import numpy' 2>/dev/null || missing_pip+=("numpy")
 python3 -c 'import matplotlib' 2>/dev/null || missing_pip+=("matplotlib")  # bench/compare plots
+# The wheel's build backend (pyproject.toml) and the Python linter and formatter (scripts/format.sh),
+# pinned: a formatter's output changes between its versions.
+python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("scikit-build-core") != "1.1.2")' \
+  2>/dev/null || missing_pip+=("scikit-build-core==1.1.2")
+[ "$(ruff --version 2>/dev/null | awk '{print $2}')" = "0.17.5" ] || missing_pip+=("ruff==0.17.5")
 if [ ${#missing_pip[@]} -gt 0 ]; then
   echo "setup: installing ${missing_pip[*]} (pip)"
   python3 -m pip install -q --disable-pip-version-check --no-build-isolation "${missing_pip[@]}"

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Every test on a fresh machine: set up, then
-#   1. formatting (clang-format, .clang-format at the root),
-#   2. release build with the torch binding: ctest (C++ gtest) and pytest,
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
-#   4. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md),
-#   5. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): 10 s each, side by side.
+#   1. formatting (scripts/format.sh --check),
+#   2. release build with the torch binding: ctest (C++ gtest, the installed CMake package and
+#      examples/cmake_consumer) and pytest,
+#   3. the wheel, packaged from that same build tree (nothing compiled twice), installed into a
+#      fresh venv and used from outside the checkout; no step has written into the source tree,
+#   4. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
+#   5. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md),
+#   6. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): 10 s each, side by side.
 # Exits non-zero as soon as a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +21,9 @@ step "format check"
 scripts/format.sh --check
 
 step "release build"
-scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo >build.log 2>&1 || { tail -50 build.log; exit 1; }
+# Torch and tests ON whatever the tree had (scripts/demo.sh makes `build` without torch).
+scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLLOPS_WITH_TORCH=ON \
+  -DCOLLOPS_BUILD_TESTS=ON >build.log 2>&1 || { tail -50 build.log; exit 1; }
 step "ctest (release)"
 # Not ours: gcc's temporaries (ccXXXXXX.s) come and go with any build running beside the suite;
 # torch's compile cache and pytest's base temp directory are made once per machine and kept.
@@ -36,6 +41,19 @@ COLLOPS_BUILD_DIR="$PWD/build" python3 -m pytest tests/python -q
 # communicator creates may outlive its processes.
 snapshot >build/residue.after
 diff build/residue.before build/residue.after || { echo "test suites left residue (above)"; exit 1; }
+
+step "wheel (scikit-build-core, from the release tree)"
+# build-dir=build: the backend configures and builds the tree the tests ran on (pyproject.toml
+# sets the same build type), finds it up to date, and installs its runtime component.
+rm -rf build/dist
+python3 -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+  -C build-dir="$PWD/build" -w build/dist . >build/wheel.log 2>&1 || { tail -50 build/wheel.log; exit 1; }
+# Builds and tests write only into ignored build directories, never into the source tree.
+if [ -n "$(git status --porcelain)" ]; then
+  echo "the build or the tests wrote into the source tree:"; git status --porcelain; exit 1
+fi
+step "installed wheel, outside the checkout"
+tests/install/wheel_smoke.sh build/dist/collops-*.whl
 
 step "ASan+UBSan build"
 COLLOPS_BUILD_TARGETS="collops_tests collops_mpi_tests collops_mpi_plugin_tests collops_json_demo" scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \

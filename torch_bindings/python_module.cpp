@@ -11,6 +11,7 @@
 #include <string>
 
 #include "collops/context.h"
+#include "collops/version.h"
 #include "collops_backend.h"
 #include "functional_ops.h"
 #include "python_kernels.h"
@@ -117,4 +118,7 @@ PYBIND11_MODULE(_c10d, m) {
       },
       pybind11::arg("comm_domain"), pybind11::call_guard<pybind11::gil_scoped_release>(),
       "Drops the default context's communicators of comm_domain (None: all); returns how many.");
+  m.def(
+      "version", [] { return std::string(collops::Version()); },
+      "collops::Version() of the libcollops.so loaded: collops.__version__.");
 }

@@ -21,7 +21,8 @@ constexpr Plugin kPlugins[] = {
      "collops was built without MPI (COLLOPS_WITH_MPI=OFF, or OpenMPI was not found)"},
 };
 
-/// The directory libcollops.so was loaded from (the build tree, an install, python/collops/lib).
+/// The directory libcollops.so was loaded from (the build tree, an install's lib/, collops/lib/
+/// of an installed Python package).
 std::string LibraryDirectory() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&LoadBackendPlugin), &info) == 0 ||

@@ -11,8 +11,8 @@ Python test class -- over every collops operation::
 
 Where the library is looked for, first match wins:
   1. ``$COLLOPS_LIBRARY_DIR/libcollops_torch.so``
-  2. ``$COLLOPS_BUILD_DIR/torch_bindings/libcollops_torch.so`` (a CMake build tree)
-  3. ``collops/lib/libcollops_torch.so`` (where the CMake build copies it)
+  2. ``$COLLOPS_BUILD_DIR/torch_bindings/lib/libcollops_torch.so`` (a CMake build tree)
+  3. ``lib/libcollops_torch.so`` in the package (where ``pip install`` puts it)
 
 ATB scripts that ``import torch_npu``: see :mod:`collops.compat`.
 """
@@ -20,16 +20,15 @@ import os
 
 import torch  # first: libcollops_torch.so resolves its torch symbols against the loaded torch
 
-__all__ = ["BUILD_COMMAND", "library_path", "compat", "release_communicators"]
+__all__ = ["__version__", "library_path", "compat", "release_communicators"]
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LIB_NAME = "libcollops_torch.so"
 
-#: The commands that build the library and copy it into collops/lib/.
-BUILD_COMMAND = (
-    f"cmake -S {_REPO_ROOT} -B {_REPO_ROOT}/build-torch -G Ninja -DCOLLOPS_WITH_TORCH=ON && "
-    f"ninja -j2 -C {_REPO_ROOT}/build-torch collops_torch"
-)
+#: How to get the library when none is found: install the package, or build a tree and point
+#: COLLOPS_BUILD_DIR at it (README.md, "Install").
+_HOW_TO_GET_IT = (
+    "install the package (pip install --no-build-isolation <collops checkout>), or build it "
+    "(scripts/build.sh build in the checkout) and set COLLOPS_BUILD_DIR=<checkout>/build")
 
 
 def _candidates():
@@ -37,17 +36,20 @@ def _candidates():
     if os.environ.get("COLLOPS_LIBRARY_DIR"):
         yield os.path.join(os.environ["COLLOPS_LIBRARY_DIR"], _LIB_NAME), "COLLOPS_LIBRARY_DIR"
     if os.environ.get("COLLOPS_BUILD_DIR"):
-        yield (os.path.join(os.environ["COLLOPS_BUILD_DIR"], "torch_bindings", _LIB_NAME),
+        yield (os.path.join(os.environ["COLLOPS_BUILD_DIR"], "torch_bindings", "lib", _LIB_NAME),
                "COLLOPS_BUILD_DIR")
-    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", _LIB_NAME), "package"
+    # Every directory of the package: an editable install's holds the source tree and the
+    # install tree, whose lib/ has the library.
+    for package_dir in __path__:
+        yield os.path.join(package_dir, "lib", _LIB_NAME), "package"
 
 
 def library_path():
     """The path of the libcollops_torch.so that ``import collops`` loads.
 
-    Raises ImportError naming every place looked at and the command that builds the library.
-    An explicit COLLOPS_LIBRARY_DIR or COLLOPS_BUILD_DIR that lacks the library is an error
-    rather than a silent fall-through, so tests never run against a stale copy by accident.
+    Raises ImportError naming every place looked at and how to get the library. An explicit
+    COLLOPS_LIBRARY_DIR or COLLOPS_BUILD_DIR that lacks the library is an error rather than a
+    silent fall-through, so tests never run against another copy by accident.
     """
     tried = []
     for path, source in _candidates():
@@ -57,8 +59,8 @@ def library_path():
         if source != "package":
             break
     raise ImportError(
-        "collops: the PyTorch binding library is not built; looked for "
-        + ", ".join(tried) + f". Build it with:\n    {BUILD_COMMAND}")
+        "collops: the PyTorch binding library is not there; looked for "
+        + ", ".join(tried) + f". To get it: {_HOW_TO_GET_IT}")
 
 
 def _already_registered():
@@ -71,31 +73,37 @@ def _already_registered():
         return False
 
 
-#: The name ATB scripts load from $ATB_HOME_PATH/lib: an alias of libcollops_torch.so.
+#: The name ATB scripts load from $ATB_HOME_PATH/lib: the alias that the build and the install
+#: put beside libcollops_torch.so (torch_bindings/CMakeLists.txt), which loads that library.
 _ATB_LIB_NAME = "libatb_test_framework.so"
 
 
 def _mapped_binding():
-    """The path of the binding library this process has mapped already (under either name), or
-    None: the copy that registered OperationTorch, which every later use must share."""
+    """The path of the binding library this process has mapped already, or None: the copy that
+    registered OperationTorch, which every later use must share. The alias maps beside the
+    library it loads, so the library's own name is preferred; the ATB name counts only alone
+    (a copy of the library under that name)."""
+    mapped = {}
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
-            if len(fields) == 6 and os.path.basename(fields[5].strip()) in (_LIB_NAME,
-                                                                             _ATB_LIB_NAME):
-                return fields[5].strip()
-    return None
+            if len(fields) == 6:
+                path = fields[5].strip()
+                mapped.setdefault(os.path.basename(path), path)
+    return mapped.get(_LIB_NAME) or mapped.get(_ATB_LIB_NAME)
 
 
 def _check_atb_home(path):
-    """An ATB script loads $ATB_HOME_PATH/lib/libatb_test_framework.so itself. Were that another
-    file than `path`, the process would hold two copies, and the second registration of
-    OperationTorch aborts it (torch allows one TORCH_LIBRARY per namespace): refuse instead."""
+    """An ATB script loads $ATB_HOME_PATH/lib/libatb_test_framework.so itself. Were that a copy of
+    the library other than `path`, the process would hold two, and the second registration of
+    OperationTorch aborts it (torch allows one TORCH_LIBRARY per namespace): refuse instead. The
+    alias beside `path` (a link to it, or the build's alias library that loads it) is safe."""
     atb_home = os.environ.get("ATB_HOME_PATH")
     if not atb_home:
         return
     atb_lib = os.path.join(atb_home, "lib", _ATB_LIB_NAME)
-    if os.path.isfile(atb_lib) and not os.path.samefile(atb_lib, path):
+    if (os.path.isfile(atb_lib) and not os.path.samefile(atb_lib, path)
+            and not os.path.samefile(os.path.dirname(atb_lib), os.path.dirname(path))):
         raise ImportError(
             f"collops: ATB_HOME_PATH's {atb_lib} and the library collops loads, {path}, are "
             "different files; an ATB script would load both, and torch aborts on the second. "
@@ -120,10 +128,14 @@ _LIBRARY = _load()
 from . import compat  # noqa: E402  (needs the library loaded)
 
 # torch.distributed backend "collops", torch.ops.collops.* (graph-capturable collectives), and
-# the helpers over them (issue 5).
+# the helpers over them.
 from . import _c10d_backend  # noqa: E402
 
 _c10d_backend.register(_LIBRARY or library_path())
+
+#: The version of the loaded library (collops::Version(), the CMake project version), which the
+#: wheel's metadata carries too.
+__version__ = _c10d_backend.native(_LIBRARY or library_path()).version()
 
 
 def release_communicators(comm_domain=None):

@@ -3,8 +3,8 @@
 Puts tests/python/harness on sys.path (the tests import its modules by name), makes
 ``import collops`` work from the source tree (``<repo>/python`` on sys.path when collops is
 not pip-installed) and keeps collops' own waits short in tests. Which library is loaded is
-decided by collops itself: COLLOPS_LIBRARY_DIR, else COLLOPS_BUILD_DIR/torch_bindings, else
-python/collops/lib. Nothing here imports collops, so tests that do not need the binding still
+decided by collops itself: COLLOPS_LIBRARY_DIR, else COLLOPS_BUILD_DIR/torch_bindings/lib, else
+an installed package's lib/. Nothing here imports collops, so tests that do not need the binding still
 run when it is not built.
 """
 import os

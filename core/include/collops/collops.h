@@ -1,4 +1,5 @@
-// Umbrella header: the core API of collops. Op param structs are in "ops/ops.h".
+// Umbrella header: the core API of collops. Op param structs are in "ops/ops.h" (in the source
+// tree; an installed collops has it as <collops/ops/ops.h>).
 #pragma once
 
 #include "collops/backend.h"
@@ -10,3 +11,4 @@
 #include "collops/registry.h"
 #include "collops/status.h"
 #include "collops/tensor.h"
+#include "collops/version.h"

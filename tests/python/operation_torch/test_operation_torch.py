@@ -481,20 +481,21 @@ def test_all_reduce_in_place_works_and_a_shifted_output_raises():
 
 # ---- loading and the torch_npu shim (fresh interpreters) ----------------------------------------
 
-def run_python(code, package_lib=False, **env):
-    """Runs `code` in a fresh interpreter with the shim and the source tree on PYTHONPATH;
-    package_lib=True makes collops load python/collops/lib/ rather than a selected build."""
-    base = {k: v for k, v in os.environ.items()
-            if not (package_lib and k in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR"))}
-    full_env = dict(base, PYTHONPATH=SHIM_PYTHONPATH, **env)
+def run_python(code, **env):
+    """Runs `code` in a fresh interpreter with the shim and the source tree on PYTHONPATH (and
+    the library this process loaded selected as here: COLLOPS_BUILD_DIR or COLLOPS_LIBRARY_DIR)."""
+    full_env = dict(os.environ, PYTHONPATH=SHIM_PYTHONPATH, **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=120)
 
 
-def test_missing_library_gives_import_error_with_build_command():
+def test_missing_library_gives_import_error_saying_how_to_get_it():
     done = run_python("import collops", COLLOPS_LIBRARY_DIR="/nonexistent-collops")
     assert done.returncode != 0
-    assert "ImportError" in done.stderr and "ninja -j2" in done.stderr, done.stderr
+    assert "ImportError" in done.stderr, done.stderr
+    assert "/nonexistent-collops/libcollops_torch.so (COLLOPS_LIBRARY_DIR)" in done.stderr
+    assert "pip install --no-build-isolation" in done.stderr, done.stderr
+    assert "COLLOPS_BUILD_DIR=" in done.stderr, done.stderr
 
 
 def test_torch_npu_shim_runs_atb_idioms():
@@ -603,27 +604,30 @@ def test_install_torch_npu_does_not_shadow_a_real_one():
 
 
 def test_atb_home_path_library_name_loads_the_same_library():
-    # ATB scripts load $ATB_HOME_PATH/lib/libatb_test_framework.so themselves; the build makes
-    # that name an alias of libcollops_torch.so in python/collops/lib.
-    alias = os.path.join(REPO, "python", "collops", "lib", "libatb_test_framework.so")
-    assert os.path.exists(alias), f"{alias} missing: the CMake POST_BUILD step creates it"
+    # ATB scripts load $ATB_HOME_PATH/lib/libatb_test_framework.so themselves; the build puts
+    # that name beside libcollops_torch.so, as a library that loads it.
+    alias = os.path.join(os.path.dirname(collops.library_path()), "libatb_test_framework.so")
+    assert os.path.exists(alias), f"{alias} missing: torch_bindings/CMakeLists.txt builds it"
+    atb_home = os.path.dirname(os.path.dirname(alias))
     for prelude, epilogue in (("import torch\n", "import collops\n"),
                               ("import torch, collops\n", "")):
         done = run_python(
             prelude + f"torch.classes.load_library({alias!r})\n" + epilogue +
             "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
-            "print('ok')\n", package_lib=True)
+            "maps = open('/proc/self/maps').read().splitlines()\n"
+            "paths = {line.split()[-1] for line in maps if 'libcollops_torch' in line}\n"
+            "assert len(paths) == 1, paths\n"
+            "print('ok')\n", ATB_HOME_PATH=atb_home)
         assert done.returncode == 0 and done.stdout.strip() == "ok", prelude + done.stderr
 
 
 def test_atb_home_path_and_another_build_never_load_two_copies(tmp_path):
-    # ATB_HOME_PATH names one copy of the library and COLLOPS_BUILD_DIR another (a copy, as the
-    # build makes python/collops/lib): only one may load, since a second aborts the process
-    # ("Only a single TORCH_LIBRARY can be used to register the namespace OperationTorch").
+    # ATB_HOME_PATH names one copy of the library and COLLOPS_BUILD_DIR another (a copy, as an
+    # ATB install of another build would hold): only one may load, since a second aborts the
+    # process ("Only a single TORCH_LIBRARY can be used to register the namespace OperationTorch").
     lib = tmp_path / "lib"
     lib.mkdir()
-    package = os.path.join(REPO, "python", "collops", "lib", "libcollops_torch.so")
-    shutil.copy(package, lib / "libatb_test_framework.so")
+    shutil.copy(collops.library_path(), lib / "libatb_test_framework.so")
     atb = str(lib / "libatb_test_framework.so")
     build = os.environ.get("COLLOPS_BUILD_DIR", os.path.join(REPO, "build"))
     use = ("op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"

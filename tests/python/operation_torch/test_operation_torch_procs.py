@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import collops  # noqa: F401
+import collops
 import golden_harness as golden
 from rank_harness import RankFailure, run_process_ranks
 from repo_paths import PYTHON_DIR, REPO, SHIM_PYTHONPATH
@@ -204,10 +204,11 @@ def test_unchanged_atb_style_script_runs_with_the_shim(tmp_path):
     torch.multiprocessing.spawn, .npu(), torch.npu.synchronize()) runs as written."""
     script = tmp_path / "atb_all_reduce.py"
     script.write_text(ATB_STYLE_SCRIPT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("COLLOPS_LIBRARY_DIR", "COLLOPS_BUILD_DIR", "COLLOPS_JOB_ID")}
+    # ATB_HOME_PATH: the directory whose lib/ holds the library collops loads and its ATB alias
+    # (<build>/torch_bindings in a build tree, the package directory when installed).
+    env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
     env.update(PYTHONPATH=SHIM_PYTHONPATH,
-               ATB_HOME_PATH=os.path.join(REPO, "python", "collops"),
+               ATB_HOME_PATH=os.path.dirname(os.path.dirname(collops.library_path())),
                COLLOPS_JOB_ID=f"atb-style-{os.getpid()}-{time.time_ns()}")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                           timeout=300)
