@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main demo on a fresh machine: set up, build, then run the seeds' AllToAllVV2 example
+# The main demo on a fresh machine: set up, build, then run ATB's documented AllToAllVV2 example
 # (2 ranks, configured by examples/json/all_to_allvv2_seed.json) and print each rank's output.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -126,7 +126,7 @@ struct HostCountSlot {
   bool scalar;  // one count (sendCount, recvCount) rather than one per rank
 };
 
-// The input layouts of DESIGN.md section 4, for the ops whose counts live in host tensors.
+// The input layouts of the ops whose counts live in host tensors (docs/operations.md).
 const std::vector<HostCountSlot>& HostCountSlots(const std::string& opName) {
   static const std::map<std::string, std::vector<HostCountSlot>> kSlots = {
       {"AllToAllVV2Operation",

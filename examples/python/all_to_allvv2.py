@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""The AllToAllVV2 test script of the ATB documentation (seed 001), completed and run on CPU.
+"""The AllToAllVV2 test script of ATB's documentation, completed and run on CPU.
 
 Two processes (multiprocessing, spawn) are the two ranks of a multi-process job
-(commMode 0, backend "hccl" as the seed writes it, which collops resolves to its shared-memory
-"lccl" backend). Each rank runs the documented example for the 7 dtypes of the seed and compares
-with the golden output. The seed's own lines are kept; what was added is marked "collops:":
-the imports, the data the seed refers to (sendcount, senddisp, recvout, recvdis), the helper
-functions it calls, per-dtype reporting, and a join that checks every rank's exit code under a
-deadline (the seed joined only the last process and never read an exit code).
+(commMode 0, backend "hccl" as ATB's script writes it, which collops resolves to its
+shared-memory "lccl" backend). Each rank runs the documented example for the 7 dtypes the script
+tests and compares with the golden output. The script's own lines are kept; what was added is
+marked "collops:": the imports, the data the script refers to without defining it (sendcount,
+senddisp, recvout, recvdis), the helper functions it calls, per-dtype reporting, and a join that
+checks every rank's exit code under a deadline (the documented script joins only the last
+process and never reads an exit code).
 
 Run (after building the library, see python/collops/README.md):
     python3 examples/python/all_to_allvv2.py
@@ -33,7 +34,7 @@ except ImportError as first_error:
         import collops
     except ImportError:
         raise first_error
-# collops: the only change the seed needs -- `import torch_npu` becomes the CPU shim.
+# collops: the only change the script needs -- `import torch_npu` becomes the CPU shim.
 torch_npu = collops.compat.install_torch_npu()
 
 # collops: the example's counts from the ATB documentation, by rank.
@@ -46,13 +47,13 @@ DEADLINE_SECONDS = 180  # collops: on the whole job; each rank gives up after CO
 
 
 def compute_out_tensor_dim1(recv_counts):
-    """collops: ATB's tensorForInferShape, one element per received element (the seed's
+    """collops: ATB's tensorForInferShape, one element per received element (ATB's
     documentation shows it filled with 3s)."""
     return torch.full((int(sum(recv_counts)),), 3, dtype=torch.int8).npu()
 
 
 def golden_compare(out_tensor, golden_tensor):
-    """collops: data movement must be exact. The seed writes rank 1's golden as a flat
+    """collops: data movement must be exact. ATB's script writes rank 1's golden as a flat
     [2, 3, 4, 5, 2] while the output is [1, 5], so values are compared flat."""
     return (out_tensor.dtype == golden_tensor.dtype
             and out_tensor.numel() == golden_tensor.numel()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Seed 000 (TorchAir's collective-in-graph example) on CPU with collops.
+"""TorchAir's collective-in-graph example, rewritten for plain torch, on CPU with collops.
 
 ``torchair.patch_for_hcom()`` becomes ``collops.patch_torch_distributed()``; the "hccl" process
 group becomes "collops"; TorchAir's npu backend becomes torch.compile's default one, with

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Seed 002 (hfai.distributed) examples on collops: the uneven all_gather of two ranks and
-pairwise_apply with f = x + y over four ranks, printing what the seed's docstrings show.
+"""hfai.distributed's examples on collops: the uneven all_gather of two ranks and
+pairwise_apply with f = x + y over four ranks, printing what hfai's docstrings show.
 
 Run (after building the library, see python/collops/README.md):
     python3 examples/python/hfai_distributed.py
@@ -19,7 +19,7 @@ import collops.distributed as dist  # noqa: E402
 def example(rank, world_size, store):
     torch.distributed.init_process_group("collops", init_method=f"file://{store}", rank=rank,
                                          world_size=world_size)
-    # The seed's all_gather example has 2 ranks: a sub-group of ranks 0 and 1 (every rank must
+    # hfai's all_gather example has 2 ranks: a sub-group of ranks 0 and 1 (every rank must
     # call new_group).
     group = torch.distributed.new_group([0, 1])
     if rank < 2:

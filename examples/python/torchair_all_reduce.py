@@ -1,5 +1,5 @@
-# Seed 000, TorchAir's collective-in-graph example, exactly as its documentation writes it (only
-# this comment and the line breaks the seed's text lost are added). On CPU it runs with the
+# TorchAir's collective-in-graph example, exactly as its documentation writes it (only this
+# comment and line breaks are added). On CPU it runs with the
 # collops shims of torch_npu and torchair on the path:
 #     PYTHONPATH=python/torch_npu_shim:python python3 examples/python/torchair_all_reduce.py
 # "hccl" is then a collops group, .to("npu:<n>") stays on CPU, torchair.patch_for_hcom() is

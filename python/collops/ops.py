@@ -24,7 +24,7 @@ __all__ = ["SCHEMAS", "REDUCE_OPS", "resolve_group", "is_collops_group"]
 
 _NS = "collops"
 
-#: The schemas, exactly as DESIGN.md section 5 and issue 5 give them.
+#: The schema of every op (docs/distributed.md, "Functional ops (torch.compile)").
 SCHEMAS = {
     "all_reduce": "all_reduce(Tensor x, str op, str group_name) -> Tensor",
     "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",

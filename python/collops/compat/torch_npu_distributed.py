@@ -2,8 +2,8 @@
 
 ``all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None,
 async_op=False)`` and ``reduce_scatter_tensor_uneven(output, input, input_split_sizes=None,
-op=dist.ReduceOp.SUM, group=None, async_op=False)`` keep torch_npu's signatures (seed 000 lists
-them among the collectives); ``async_op=True`` returns a completed Work, since collops runs the
+op=dist.ReduceOp.SUM, group=None, async_op=False)`` keep torch_npu's signatures (TorchAir's
+documentation lists them among the collectives); ``async_op=True`` returns a completed Work, since collops runs the
 collective before returning. They work on any process group, as :mod:`collops.distributed`'s do.
 """
 from ..distributed import all_gather_into_tensor_uneven, reduce_scatter_tensor_uneven

@@ -1,4 +1,4 @@
-"""A CPU stand-in for the parts of TorchAir that collective-in-graph scripts use (seed 000).
+"""A CPU stand-in for the parts of TorchAir that collective-in-graph scripts use.
 
 TorchAir compiles torch graphs for the NPU's graph engine and makes ``torch.distributed``
 collectives capturable. On CPU the graph engine is torch's own (inductor) and the capture is
