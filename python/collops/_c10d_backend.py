@@ -7,8 +7,13 @@ tensors. Afterwards ``dist.init_process_group("collops")`` and ``"cpu:collops,cu
 """
 import importlib.machinery
 import importlib.util
+import math
 
+import torch
 import torch.distributed as dist
+from torch.utils.dlpack import from_dlpack
+
+from ._library import LIBRARY
 
 BACKEND_NAME = "collops"
 _factory = None  # the `_c10d` module, once imported (native())
@@ -41,7 +46,7 @@ def register(library_path):
 
 
 def factory():
-    """The `_c10d` module (after :func:`register`): ``create_backend`` makes a collops backend,
+    """The `_c10d` module: ``create_backend`` makes a collops backend,
     ``set_python_kernel`` and ``functional_ops`` serve torch.ops.collops (ops.py)."""
     return _factory
 
@@ -87,13 +92,12 @@ def empty_shared(shape, dtype=None, group=None):
     (across hosts) or the heap (COLLOPS_SHM_HEAP_BYTES) is full. Every rank of the group must make
     the first call, which creates the communicator as a first collective would. `group` defaults to
     the default group; `dtype` to torch's default dtype."""
-    import math
-
-    import torch
-    from torch.utils.dlpack import from_dlpack
-
     dtype = dtype if dtype is not None else torch.get_default_dtype()
     shape = tuple(shape) if isinstance(shape, (tuple, list, torch.Size)) else (shape,)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     raw = from_dlpack(_factory.empty_shared_bytes(_collops_backend(group), nbytes))
     return raw.view(dtype).view(shape)
+
+
+# On import: the library is loaded (_library), and its backend is there for every module after.
+register(LIBRARY)

@@ -20,7 +20,8 @@ forward takes.
 """
 import torch
 
-from .ops import _rank, _world
+from . import _c10d_backend
+from .ops import _LIB, _NS, NATIVE, _rank, _world
 
 _C = torch.ops.collops
 
@@ -132,3 +133,8 @@ def register(namespace, lib, native=(), set_kernel=None):
         else:
             torch.library.register_autograd(qualname, backward, setup_context=setup_context,
                                             lib=lib)
+
+
+# On import, as ops.py defines the ops on import: every op has its gradient from then on.
+register(_NS, _LIB, NATIVE,
+         lambda name, kernel: _c10d_backend.factory().set_python_kernel(name, "autograd", kernel))

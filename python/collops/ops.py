@@ -221,10 +221,3 @@ def _register():
 
 
 _LIB = _register()
-
-# After the ops exist: the formulas call them (and take _world and _rank from here).
-from . import _gradients  # noqa: E402
-
-_gradients.register(
-    _NS, _LIB, NATIVE,
-    lambda name, kernel: _c10d_backend.factory().set_python_kernel(name, "autograd", kernel))
