@@ -144,8 +144,8 @@ def test_c_takes_nccl_tests_0_or_1_and_a_bare_c_still_checks():
     for argv, checked in ((["-c"], True), (["-c", "1"], True), (["-c", "0"], False), ([], False)):
         done = run([bench] + argv + base, env={"COLLOPS_TIMEOUT": "15"})
         assert done.returncode == 0, done.stderr
-        assert (f'"wrong": 0' in done.stdout) == checked, (argv, done.stdout)
-        assert (f'"wrong": -1' in done.stdout) == (not checked), (argv, done.stdout)
+        assert ('"wrong": 0' in done.stdout) == checked, (argv, done.stdout)
+        assert ('"wrong": -1' in done.stdout) == (not checked), (argv, done.stdout)
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])

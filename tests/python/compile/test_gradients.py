@@ -123,7 +123,8 @@ def _job(ctx):
             fn = torch.compile(call, fullgraph=True) if compiled else call
             got = _distributed_grad(fn, xs[ctx.rank], ctx.rank, group)
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12,
-                                       msg=lambda m: f"{name} (compiled={compiled}): {m}")
+                                       msg=lambda m, name=name, compiled=compiled:
+                                       f"{name} (compiled={compiled}): {m}")
             checked.append((name, compiled, dist.get_backend(group)))
         assert not counters["graph_break"], dict(counters["graph_break"])
     return checked

@@ -149,7 +149,7 @@ def test_bad_rank_table_fails_on_every_rank_across_hosts(hosts, tmp_path, case):
     code, out = run_suite(hosts, "hccl", str(path))
     assert code != 0, out[-4000:]
     for rank in range(4):
-        lines = [line for line in out.splitlines() if line.startswith(f"[") and
+        lines = [line for line in out.splitlines() if line.startswith("[") and
                  re.match(rf"\[\d+,{rank}\]", line)]
         text = "\n".join(lines)
         assert "ERROR_INVALID_PARAM" in text and all(n in text for n in needles), \

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from rank_harness import communicate_with_ranks
-from repo_paths import PYTHON_DIR, RANKS_DIR, REPO
+from repo_paths import PYTHON_DIR, RANKS_DIR
 
 RANK_SCRIPT = os.path.join(RANKS_DIR, "pid_namespace_rank.py")
 IN_OWN_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc"]

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from rank_harness import communicate_with_ranks
-from repo_paths import PRELOAD_DIR, PYTHON_DIR, RANKS_DIR, REPO
+from repo_paths import PRELOAD_DIR, PYTHON_DIR, RANKS_DIR
 
 RANK_SCRIPT = os.path.join(RANKS_DIR, "cross_memory_rank.py")
 # Runs "$@" with /proc/sys/kernel replaced by a tmpfs holding only yama/ptrace_scope = $SCOPE

@@ -5,7 +5,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 import collops  # noqa: F401
 import golden_harness as golden

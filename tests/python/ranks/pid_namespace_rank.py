@@ -9,7 +9,6 @@ second call must fail with ERROR_PEER_LOST naming it.
 """
 import json
 import os
-import sys
 import time
 
 import torch
