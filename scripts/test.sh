@@ -4,7 +4,8 @@
 #   2. release build with the torch binding: ctest (C++ gtest, the installed CMake package and
 #      examples/cmake_consumer) and pytest,
 #   3. the wheel, packaged from that same build tree (nothing compiled twice), installed into a
-#      fresh venv and used from outside the checkout; no step has written into the source tree,
+#      fresh venv and used from outside the checkout; no step has written into the source tree;
+#      an editable install of the same tree, used the same way,
 #   4. AddressSanitizer + UndefinedBehaviorSanitizer build: ctest,
 #   5. ThreadSanitizer build: ctest of the thread-mode tests (label `thread`, tests/README.md),
 #   6. the libFuzzer harnesses (tests/fuzz/, clang + ASan + UBSan): 10 s each, side by side.
@@ -54,6 +55,8 @@ if [ -n "$(git status --porcelain)" ]; then
 fi
 step "installed wheel, outside the checkout"
 tests/install/wheel_smoke.sh build/dist/collops-*.whl
+step "editable install, outside the checkout"
+tests/install/editable_smoke.sh build
 
 step "ASan+UBSan build"
 COLLOPS_BUILD_TARGETS="collops_tests collops_mpi_tests collops_mpi_plugin_tests collops_json_demo" scripts/build.sh build-asan -DCOLLOPS_SANITIZE=address,undefined -DCOLLOPS_WITH_TORCH=OFF \
