@@ -113,6 +113,47 @@ TEST(ProcessScribbledSegment, AnAbortRecordNamingNoRankIsAnErrorNotALookup) {
       options);
 }
 
+// Rank 0's policy lives in the segment header. A rank that writes over it between two ranks'
+// choices of algorithm for one AllReduce must not make them run different algorithms (wrong sums
+// reported as a success): each rank keeps the policy it read at creation. Rank 1 picks its
+// algorithm and waits in its first round; rank 0 then raises the header's one-shot limit above
+// the call's bytes and makes the call.
+TEST(ProcessScribbledSegment, APolicyWrittenOverAfterCreationChangesNoRanksAlgorithm) {
+  constexpr size_t kCount = 64 << 10;  // 256 KiB of float32: above the one-shot limits
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "10";
+  options.env["COLLOPS_SHM_CMA_BYTES"] = "0";  // staged algorithms only
+  RunProcessRanks(
+      2,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, 2, "scribbled-policy");
+        const shm::Segment& segment = comm->SharedSegment();
+        if (rank == 0) {
+          const uint64_t round = comm->Rounds() + 1;
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          while (segment.Rank(1).posted.load() < round &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+          }
+          ASSERT_GE(segment.Rank(1).posted.load(), round) << "rank 1 never made its call";
+          segment.Header().policy.oneShotMaxBytes = ~uint64_t{0};
+        }
+        std::vector<float> in(kCount), out(kCount, -1);
+        for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>((rank + 1) * (i % 97));
+        std::string message;
+        ASSERT_EQ(
+            CaughtStatus(
+                [&] { comm->AllReduce(in.data(), out.data(), kCount, ACL_FLOAT, ReduceOp::kSum); },
+                &message),
+            NO_ERROR)
+            << message;
+        for (size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(out[i], static_cast<float>(3 * (i % 97))) << "element " << i;
+        }
+      },
+      options);
+}
+
 TEST(PeerRecordText, AnUnterminatedOpNameIsReadWithinItsRecord) {
   const int size = 2;
   const size_t stride = AgreementRecordBytes(size);

@@ -63,6 +63,7 @@ Transport::Transport(const CommParam& param) : rank_(param.rank), size_(param.ra
     return fd;
   });
   if (rank_ != 0) segment_ = Segment::Attach(joined.memory.Get(), size_);
+  policy_ = segment_.Header().policy;
   memory_ = std::move(joined.memory);
   if (segment_.HasHeaps()) {
     const SegmentLayout& layout = segment_.Layout();

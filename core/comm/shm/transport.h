@@ -84,7 +84,9 @@ class Transport {
 
   int Rank() const { return rank_; }
   int Size() const { return size_; }
-  const ShmPolicy& Policy() const { return segment_.Header().policy; }
+  /// Rank 0's policy, as this rank read it at creation: a rank that later writes over the header
+  /// cannot make the ranks pick different algorithms for one call.
+  const ShmPolicy& Policy() const { return policy_; }
   /// The algorithm COLLOPS_ALGO_<collective> forces (kAlgoAuto: none).
   Algo Forced(Collective collective) const { return Policy().Forced(collective); }
 
@@ -282,7 +284,8 @@ class Transport {
   int rank_ = 0;
   int size_ = 0;
   Segment segment_;
-  UniqueFd memory_;  ///< the segment's memfd: the heap allocates and frees pages through it
+  ShmPolicy policy_;  ///< Policy()
+  UniqueFd memory_;   ///< the segment's memfd: the heap allocates and frees pages through it
   SharedHeap heap_;
   bool crossMemory_ = false;          ///< ProbeCrossMemory's verdict
   std::vector<uint64_t> probeWords_;  ///< what the peers read and write at creation
