@@ -279,9 +279,10 @@ const char* OutcomeName(Outcome o) {
   return names[static_cast<int>(o)];
 }
 
-/// Files in `dir` whose names say collops made them. Directories are not counted: what a rank
-/// could leave is a file (a segment, a socket, a lock), while the project's scripts make
-/// temporary directories named for it (mktemp -d) and may run meanwhile on a shared host.
+/// Files in `dir` whose names say collops made them. Not counted, since other tests may run
+/// meanwhile and make them: directories (what a rank could leave is a file: a segment, a socket,
+/// a lock; the project's scripts make temporary directories named for it) and the file stores of
+/// the Python tests' rank launcher (tests/python/harness/c10d_ranks.py: collops-store-*).
 std::set<std::string> CollopsEntries(const char* dir) {
   std::set<std::string> names;
   if (FILE* list = popen(Concat("ls -A ", dir, " 2>/dev/null").c_str(), "r")) {
@@ -292,7 +293,8 @@ std::set<std::string> CollopsEntries(const char* dir) {
       struct stat info{};
       const bool directory =
           lstat(Concat(dir, "/", name).c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-      if (!directory &&
+      const bool pythonStore = name.rfind("collops-store-", 0) == 0;
+      if (!directory && !pythonStore &&
           (name.find("collops") != std::string::npos || name.find("lccl") != std::string::npos)) {
         names.insert(name);
       }
