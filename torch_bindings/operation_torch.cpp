@@ -113,8 +113,15 @@ std::vector<int64_t> ShapeOf(const TensorDesc& desc) {
   return std::vector<int64_t>(desc.shape.dims, desc.shape.dims + desc.shape.dimNum);
 }
 
+/// A result object as the text Python parses. Messages are valid UTF-8 (ValidUtf8), but a report
+/// must never fail for its text: any byte that still is not becomes U+FFFD instead of a type_error
+/// that would replace the real error.
+std::string Dump(const Json& result) {
+  return result.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 std::string ResultJson(Status status, const std::string& message) {
-  return Json{{"result", static_cast<int>(status)}, {"message", message}}.dump();
+  return Dump(Json{{"result", static_cast<int>(status)}, {"message", message}});
 }
 
 // ---- host-count binding (ATB's set_varaintpack_param) ---------------------------------------
@@ -237,7 +244,7 @@ class OperationTorch : public torch::CustomClassHolder {
     result["dtype"] = dtypes;
     result["format"] = formats;
     result["shape"] = shapes;
-    return result.dump();
+    return Dump(result);
   }
 
   /// {"result", "message", "workspace_size"}: runs the op's Setup (tensor checks, host counts,
@@ -250,7 +257,7 @@ class OperationTorch : public torch::CustomClassHolder {
     });
     Json result{{"result", static_cast<int>(status)}, {"message", LastErrorMessage()}};
     result["workspace_size"] = workspaceSize;
-    return result.dump();
+    return Dump(result);
   }
 
   /// Allocates the outputs from InferShape, runs the collective and returns them.
@@ -328,7 +335,7 @@ class OperationTorch : public torch::CustomClassHolder {
                    Check(op_->Execute(pack, ws, wsBytes, nullptr));
                  }));
     Json result{{"result", 0}, {"message", ""}, {"workspace_size", workspaceSize}};
-    return result.dump();
+    return Dump(result);
   }
 
  private:

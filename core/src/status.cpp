@@ -58,6 +58,60 @@ const char* StatusName(int32_t status) {
   }
 }
 
+namespace {
+
+/// Bytes of the well-formed UTF-8 sequence starting at text[i] (RFC 3629, Table 3-7 of Unicode),
+/// 0 when none starts there.
+size_t Utf8SequenceBytes(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return 1;
+  const auto continuation = [&](size_t k, unsigned char low, unsigned char high) {
+    return k < text.size() && byte(k) >= low && byte(k) <= high;
+  };
+  if (b0 >= 0xc2 && b0 <= 0xdf) return continuation(i + 1, 0x80, 0xbf) ? 2 : 0;
+  if (b0 >= 0xe0 && b0 <= 0xef) {
+    const unsigned char low = b0 == 0xe0 ? 0xa0 : 0x80;   // no overlong forms
+    const unsigned char high = b0 == 0xed ? 0x9f : 0xbf;  // no surrogates
+    return continuation(i + 1, low, high) && continuation(i + 2, 0x80, 0xbf) ? 3 : 0;
+  }
+  if (b0 >= 0xf0 && b0 <= 0xf4) {
+    const unsigned char low = b0 == 0xf0 ? 0x90 : 0x80;   // no overlong forms
+    const unsigned char high = b0 == 0xf4 ? 0x8f : 0xbf;  // nothing past U+10FFFF
+    return continuation(i + 1, low, high) && continuation(i + 2, 0x80, 0xbf) &&
+                   continuation(i + 3, 0x80, 0xbf)
+               ? 4
+               : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string ValidUtf8(std::string text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t n = Utf8SequenceBytes(text, i);
+    if (n == 0) break;
+    i += n;
+  }
+  if (i == text.size()) return text;  // the common case: nothing to escape, nothing copied
+  std::string valid = text.substr(0, i);
+  while (i < text.size()) {
+    const size_t n = Utf8SequenceBytes(text, i);
+    if (n != 0) {
+      valid.append(text, i, n);
+      i += n;
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(text[i]));
+      valid += escaped;
+      ++i;
+    }
+  }
+  return valid;
+}
+
 std::string PeerText(const char* data, size_t capacity) {
   std::string text;
   for (size_t i = 0; i < capacity && data[i] != '\0'; ++i) {
@@ -75,6 +129,6 @@ std::string PeerText(const char* data, size_t capacity) {
 
 const std::string& LastErrorMessage() { return lastErrorMessage; }
 
-void SetLastErrorMessage(std::string message) { lastErrorMessage = std::move(message); }
+void SetLastErrorMessage(std::string message) { lastErrorMessage = ValidUtf8(std::move(message)); }
 
 }  // namespace collops

@@ -15,6 +15,8 @@
 #include <future>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "collops/rank_table.h"
 #include "collops/status.h"
 
@@ -252,6 +254,23 @@ TEST(RankTable, RankIdMissing) {
   EXPECT_THAT(
       Rejection("rank_id_missing.json", 4),
       HasSubstr("rank_id 2 is missing (ranks 0..3 must each appear once; the table lists 3)"));
+}
+
+// A file's bytes quoted in the message are escaped where they are not UTF-8: a torch caller's
+// JSON report of the error failed on them (type_error 316) and replaced the real error.
+TEST(RankTable, AFileThatIsNotUtf8GivesAUtf8Message) {
+  const std::string text =
+      "{\"server_count\": \"1\", \"server_list\": [{\"server_id\": \"\xFF\xFE\", \"device\": []}]}";
+  std::string message;
+  try {
+    ParseRankTable(text, "inline", 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_THAT(message, HasSubstr("rank table inline: malformed JSON")) << message;
+  EXPECT_THAT(message, HasSubstr("\\xFF")) << message;
+  EXPECT_NO_THROW((void)nlohmann::json(message).dump()) << message;
 }
 
 // A rankSize far beyond what the table lists (a typo, or a hostile value) is refused by comparing

@@ -44,12 +44,19 @@ const char* StatusName(int32_t status);
 const std::string& LastErrorMessage();
 void SetLastErrorMessage(std::string message);
 
+/// `text` as valid UTF-8: every byte that does not belong to a well-formed UTF-8 sequence
+/// (overlong forms, surrogates and code points past U+10FFFF included) written as \xNN. Every
+/// message collops stores passes through it (Error, SetLastErrorMessage), so one that quotes a
+/// file's or a user's bytes never breaks a JSON or Python string built from it.
+std::string ValidUtf8(std::string text);
+
 /// The one exception type used inside collops. Public entry points catch it and turn it into a
 /// Status plus LastErrorMessage(); internal code throws it instead of threading Status through
 /// every frame.
 class Error : public std::runtime_error {
  public:
-  Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  Error(Status status, const std::string& message)
+      : std::runtime_error(ValidUtf8(message)), status_(status) {}
   Status status() const { return status_; }
 
  private:

@@ -361,6 +361,21 @@ def test_setup_reports_workspace_size():
     assert bad["result"] != 0 and bad["message"], bad
 
 
+def test_a_rank_table_that_is_not_utf8_is_reported_as_text(tmp_path):
+    """The table's bytes quoted in the error are escaped: the report stays JSON and names the file
+    (a JSON type_error from the binding used to replace it)."""
+    table = tmp_path / "table.json"
+    table.write_bytes(b'{"server_count": "1", "server_list": [{"server_id": "\xff\xfe", '
+                      b'"device": []}]}')
+    op = make("AllReduceOperation", json.dumps({"rank": 0, "rankSize": 1, "backend": "hccl",
+                                                "commDomain": "pytest-utf8",
+                                                "rankTableFile": str(table)}))
+    result = json.loads(op.setup([torch.ones(2)], [torch.empty(2)]))
+    assert result["result"] == 1, result
+    assert f"rank table {table}: malformed JSON" in result["message"], result
+    assert "\\xFF" in result["message"], result
+
+
 def test_execute_sync_checks_the_workspace():
     op = make("AllToAllOperation", solo(transpose=True))
     x, out = torch.arange(12.0).reshape(3, 4), torch.empty(3, 4)
