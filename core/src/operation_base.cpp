@@ -18,6 +18,10 @@ bool InSet(DataType dtype, DtypeSet set) {
              dtype == ACL_BOOL;
     case DtypeSet::kCounts:
       return dtype == ACL_INT64;
+    case DtypeSet::kInt8:
+      return dtype == ACL_INT8;
+    case DtypeSet::kFloat16:
+      return dtype == ACL_FLOAT16;
     case DtypeSet::kAny:
     case DtypeSet::kShapeOnly:
       return DataTypeSize(dtype) != 0;
@@ -33,6 +37,10 @@ const char* SetDescription(DtypeSet set) {
       return "int8, int16, int32, int64, float16, bfloat16, float32, uint8, float64, bool";
     case DtypeSet::kCounts:
       return "int64";
+    case DtypeSet::kInt8:
+      return "int8";
+    case DtypeSet::kFloat16:
+      return "float16";
     case DtypeSet::kAny:
     case DtypeSet::kShapeOnly:
       return "any dtype";

@@ -14,6 +14,9 @@ struct WireHeader {
   int32_t dtype;
   int32_t root;
   int64_t count;
+  uint64_t valuesDigest;
+  char valuesField[24];  // names what valuesDigest covers, for the message (engines that keep
+                         // only some fields of the caller's signature still have it here)
   int64_t hasCounts;
   int32_t failedStatus;
   int32_t unused;
@@ -52,6 +55,8 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
   header.dtype = static_cast<int32_t>(mine.dtype);
   header.root = mine.root;
   header.count = mine.count;
+  header.valuesDigest = mine.valuesDigest;
+  std::strncpy(header.valuesField, mine.valuesField.c_str(), sizeof header.valuesField - 1);
   header.hasCounts = hasCounts ? 1 : 0;
   header.failedStatus = mine.failedStatus;
   std::memcpy(record, &header, sizeof header);
@@ -110,6 +115,11 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
     if (a.count != b.count) {
       Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on the element count: rank 0 has ",
            a.count, " but rank ", r, " has ", b.count);
+    }
+    if (a.valuesDigest != b.valuesDigest) {
+      Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on ",
+           a.valuesField[0] == '\0' ? "the values they must share" : a.valuesField,
+           ": rank 0's differ from rank ", r, "'s");
     }
   }
   if (a.hasCounts == 0) return;

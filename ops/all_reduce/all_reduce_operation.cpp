@@ -1,5 +1,8 @@
 #include "ops/all_reduce/all_reduce_operation.h"
 
+#include <cstdint>
+#include <cstdio>
+
 #include "collops/registry.h"
 
 namespace collops {
@@ -11,14 +14,45 @@ void AllReduceOperation::ValidateParam(const AllReduceParam& param) {
     Fail(ERROR_INVALID_PARAM, kName, ": allReduceType = \"", param.allReduceType,
          "\" is not one of \"sum\", \"prod\", \"max\", \"min\"");
   }
+  if (param.quantType < AllReduceParam::QUANT_TYPE_UNQUANT ||
+      param.quantType >= AllReduceParam::QUANT_TYPE_MAX) {
+    Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType,
+         " is not one of 0 (none), 1 (per tensor), 2 (per channel)");
+  }
+  if (param.quantType == AllReduceParam::QUANT_TYPE_UNQUANT) {
+    if (param.outDataType != ACL_DT_UNDEFINED) {
+      Fail(ERROR_INVALID_PARAM, kName, ": outDataType = ", param.outDataType,
+           " is set but quantType = 0: an unquantised AllReduce writes x's dtype, so leave ",
+           "outDataType at -1");
+    }
+    return;
+  }
+  if (op != ReduceOp::kSum) {
+    Fail(ERROR_INVALID_PARAM, kName, ": allReduceType = \"", param.allReduceType,
+         "\" with quantType = ", param.quantType, "; a quantised AllReduce only sums");
+  }
+  if (param.outDataType != ACL_FLOAT16 && param.outDataType != ACL_BF16 &&
+      param.outDataType != ACL_FLOAT) {
+    Fail(ERROR_INVALID_PARAM, kName, ": outDataType = ", param.outDataType,
+         " with quantType = ", param.quantType,
+         " is not one of 1 (float16), 27 (bfloat16), 0 (float32)");
+  }
+  QuantAlgoFromEnv();  // a bad COLLOPS_ALGO_ALLREDUCE_QUANT fails here, before any call
 }
 
 AllReduceOperation::AllReduceOperation(const AllReduceParam& param)
-    : OperationBase(kName, param), reduceOp_(ReduceOp::kSum) {
+    : OperationBase(kName, param),
+      reduceOp_(ReduceOp::kSum),
+      quantType_(param.quantType),
+      outDtype_(static_cast<DataType>(param.outDataType)),
+      quantAlgo_(Quantised() ? QuantAlgoFromEnv() : QuantAlgo::kAuto) {
   ParseReduceOp(param.allReduceType, &reduceOp_);
 }
 
 std::vector<TensorSpec> AllReduceOperation::InputSpecs() const {
+  if (Quantised()) {
+    return {{"x", DtypeSet::kInt8}, {"scale", DtypeSet::kFloat16}, {"offset", DtypeSet::kFloat16}};
+  }
   return {{"x", DtypeSet::kReducible}};
 }
 
@@ -28,24 +62,71 @@ std::vector<TensorSpec> AllReduceOperation::OutputSpecs() const {
 
 void AllReduceOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
                                         std::vector<TensorDesc>& out) const {
-  out = {in[0]};
+  if (!Quantised()) {
+    out = {in[0]};
+    return;
+  }
+  CheckQuantInputs(GetName(), quantType_, in);
+  TensorDesc y = in[0];
+  y.dtype = outDtype_;
+  out = {y};
+}
+
+void AllReduceOperation::PrepareImpl(const VariantPack& pack) {
+  if (!Quantised()) return;
+  // The slices of y are written while scale and offset are still read (by this rank's later
+  // blocks, or by the dequantisation after the exchange).
+  const Tensor& y = pack.outTensors[0];
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    const Tensor& t = pack.inTensors[i];
+    const auto begin = reinterpret_cast<uintptr_t>(t.deviceData);
+    const auto yBegin = reinterpret_cast<uintptr_t>(y.deviceData);
+    if (t.dataSize > 0 && y.dataSize > 0 && begin < yBegin + y.dataSize &&
+        yBegin < begin + t.dataSize) {
+      Fail(ERROR_INVALID_PARAM, Where(), ": ", InputSpecs()[i].name,
+           " overlaps y; y is written while it is read, so give y its own buffer");
+    }
+  }
+  quantPlan_ = PlanQuantAllReduce(quantAlgo_, commParam().rankSize, commParam().rank,
+                                  NumElements(pack.inTensors[0].desc.shape));
+}
+
+uint64_t AllReduceOperation::WorkspaceSizeImpl(const VariantPack&) const {
+  return Quantised() ? quantPlan_.workspaceBytes : 0;
 }
 
 InPlaceForm AllReduceOperation::InPlaceFormImpl(const VariantPack& pack) const {
+  if (Quantised()) return {};  // y is wider than x: no in-place form
   return {pack.outTensors[0].deviceData, "x == y"};
 }
 
 CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
-  s.opName = ReducingOpName(kName, reduceOp_);
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = NumElements(pack.inTensors[0].desc.shape);
+  if (!Quantised()) {
+    s.opName = ReducingOpName(kName, reduceOp_);
+    return s;
+  }
+  // "AllReduceOperation/q2>float16/scatter": ranks must also agree on the output dtype and the
+  // algorithm (its primitives), and on scale and offset (else their y would differ).
+  char name[96];
+  std::snprintf(name, sizeof name, "%s/q%d>%s/%s", kName, quantType_,
+                DataTypeName(outDtype_).c_str(), QuantAlgoName(quantPlan_.algo));
+  s.opName = name;
+  s.valuesDigest = QuantValuesDigest(pack.inTensors[1], pack.inTensors[2]);
+  s.valuesField = "scale and offset";
   return s;
 }
 
-void AllReduceOperation::ExecuteImpl(const VariantPack& pack, uint8_t*, uint64_t,
+void AllReduceOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t,
                                      Communicator& comm) {
   const Tensor& x = pack.inTensors[0];
+  if (Quantised()) {
+    RunQuantAllReduce(quantPlan_, quantType_, x, pack.inTensors[1], pack.inTensors[2],
+                      pack.outTensors[0], workspace, comm);
+    return;
+  }
   comm.AllReduce(x.deviceData, pack.outTensors[0].deviceData, NumElements(x.desc.shape),
                  x.desc.dtype, reduceOp_);
 }

@@ -14,6 +14,7 @@
 
 #include "linear_golden.h"
 #include "op_harness.h"
+#include "quant_suite.h"
 
 namespace collops {
 namespace testing {
@@ -506,6 +507,10 @@ void RunEveryOp(const SuiteJob& job, DataType dtype) {
     IntegerSumsWrap(job, dtype);
     AllToAllVs(job, dtype);
     LinearParallel(job, dtype);
+  }
+  if (dtype == ACL_INT8) {  // quantised AllReduce: int8 in, float out (quant_suite.h)
+    RunQuantAllReduceCases(job);
+    RunQuantAllReduceErrors(job);
   }
   if (InMovementSubset(dtype)) {
     AllGather(job, dtype);

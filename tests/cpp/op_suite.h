@@ -37,7 +37,8 @@ struct SuiteJob {
 };
 
 /// Every op accepting `dtype` (reductions for reducible dtypes, data movement for the movement
-/// subset), each at sizes 0 / 1 / small / beyond kSuiteShmBytes, then a Send/Recv ring and Barrier.
+/// subset), each at sizes 0 / 1 / small / beyond kSuiteShmBytes, then a Send/Recv ring and Barrier;
+/// int8 also runs the quantised AllReduce suite (quant_suite.h).
 void RunEveryOp(const SuiteJob& job, DataType dtype);
 
 /// Only the in-place forms of RunEveryOp (AllReduce, ReduceScatter(V), AllGather(V)), for engines

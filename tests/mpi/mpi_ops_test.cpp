@@ -2,7 +2,8 @@
 // dtype, on the configured backend (Engine.*: "mpi" here; the cross-host runs filter this test
 // and pass COLLOPS_TEST_BACKEND / COLLOPS_TEST_RANK_TABLE) and on a communicator the application
 // made itself and handed over (MpiAdopted.*); Engine.RandomSchedule runs a random sequence of
-// calls (tests/cpp/random_schedule.h) on the configured backend.
+// calls (tests/cpp/random_schedule.h) on the configured backend; EngineQuantised.AllReduceSuite the
+// quantised AllReduce suite (tests/cpp/quant_suite.h) alone.
 #include <mpi.h>
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "collops/mpi_communicator.h"
 #include "mpi_job.h"
 #include "op_suite.h"
+#include "quant_suite.h"
 #include "random_schedule.h"
 
 namespace collops {
@@ -40,6 +42,14 @@ TEST(Engine, EveryOpEveryDtype) {
     // exchanging the hosts again, which across hosts multiplies the run's time by the dtypes.
     if (HasFailure()) break;
   }
+}
+
+/// The quantised AllReduce suite alone (RunEveryOp runs it with int8 too): the ctest at 7 ranks
+/// filters this, where the whole op suite would take minutes.
+TEST(EngineQuantised, AllReduceSuite) {
+  const SuiteJob job = EngineJob("engine-quant");
+  RunQuantAllReduceCases(job);
+  RunQuantAllReduceErrors(job);
 }
 
 /// Calls of every kind one after another (tests/cpp/random_schedule.h) on the configured backend.

@@ -21,6 +21,8 @@ enum class DtypeSet {
   kMovable,    ///< data movement: the 7 reducible dtypes plus uint8, float64, bool
   kReducible,  ///< int8, int16, int32, int64, float16, bfloat16, float32
   kCounts,     ///< int64 host counts
+  kInt8,       ///< int8 only (quantised data)
+  kFloat16,    ///< float16 only (quantisation scales and offsets)
   kAny,        ///< any known dtype
   kShapeOnly,  ///< any known dtype; only the shape is read, so the data may be absent (ATB's
                ///< infer-shape carriers: tensorForInferShape, y_shape)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "collops/tensor.h"
@@ -37,6 +38,24 @@ void ConvertToFloat32(DataType srcType, const void* src, float* dst, size_t coun
 /// dst[i] = src[i] rounded to nearest even in float16 or bfloat16 (copied for float32), bit for
 /// bit as ReduceArrays stores its float32 accumulator; the same overlap rule and errors.
 void ConvertFromFloat32(const float* src, DataType dstType, void* dst, size_t count);
+
+/// The scales of int8 data quantised as ATB's quantised AllReduce takes them: value =
+/// q · scale + offset per rank, so a sum over n ranks is (Σ q + n · offset) · scale.
+struct QuantScale {
+  /// float16 bits: one scale for every element (channels == 0), or one per channel.
+  const uint16_t* scale = nullptr;
+  /// 0: per tensor; else per channel: element i of the tensor has scale[i % channels].
+  int64_t channels = 0;
+  uint16_t offset = 0;  ///< float16 bits
+};
+
+/// dst[i] = (Σ_k srcs[k][i] + n · offset) · scale of element firstElement + i, for i < count: the
+/// int8 sum is exact (int32), then one float32 addition and one float32 multiplication, rounded
+/// once to `dtype` (float16, bfloat16 or float32; round to nearest even). The result depends only
+/// on the inputs, bit for bit, whichever instruction set computes it. dst must not overlap the
+/// sources or the scales. Throws Error(ERROR_INVALID_TENSOR_DTYPE) for another dtype.
+void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                       const QuantScale& quant, DataType dtype, void* dst);
 
 /// Name of the instruction set the kernels dispatched to at load time: "avx512", "avx2" or
 /// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks).

@@ -19,8 +19,12 @@ struct CallSignature {
   DataType dtype = ACL_DT_UNDEFINED;  ///< must be equal on every rank
   int root = -1;                      ///< must be equal on every rank; -1 = the op has no root
   int64_t count = -1;                 ///< element count every rank must agree on; -1 = unchecked
-  std::vector<int64_t> sendCounts;    ///< elements this rank sends to rank j; empty = unchecked
-  std::vector<int64_t> recvCounts;    ///< elements this rank expects from rank j
+  /// Digest of values every rank must pass equal (quantised AllReduce: its scale and offset);
+  /// 0 = unchecked. `valuesField` names them in the mismatch message (at most 23 characters).
+  uint64_t valuesDigest = 0;
+  std::string valuesField;
+  std::vector<int64_t> sendCounts;  ///< elements this rank sends to rank j; empty = unchecked
+  std::vector<int64_t> recvCounts;  ///< elements this rank expects from rank j
   /// Nonzero when this rank failed its own checks for this call (the Status it failed with): it
   /// still takes part in the exchange so its peers fail at once instead of waiting for it.
   int32_t failedStatus = 0;

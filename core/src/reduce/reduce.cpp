@@ -129,6 +129,19 @@ ReduceKernel KernelForIsa(Isa isa) {
   return nullptr;
 }
 
+DequantiseKernel DequantiseKernelForIsa(Isa isa) {
+  if (!CpuSupportsIsa(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kGeneric:
+      return &generic::SumDequantise;
+    case Isa::kAvx2:
+      return &avx2::SumDequantise;
+    case Isa::kAvx512:
+      return &avx512::SumDequantise;
+  }
+  return nullptr;
+}
+
 namespace {
 
 struct Selection {
@@ -136,18 +149,21 @@ struct Selection {
   ReduceKernel kernel;
   ToFloat32Kernel toFloat32;
   FromFloat32Kernel fromFloat32;
+  DequantiseKernel dequantise;
 };
 
 Selection KernelsFor(Isa isa) {
   switch (isa) {
     case Isa::kAvx2:
-      return {isa, &avx2::Reduce, &avx2::ToFloat32, &avx2::FromFloat32};
+      return {isa, &avx2::Reduce, &avx2::ToFloat32, &avx2::FromFloat32, &avx2::SumDequantise};
     case Isa::kAvx512:
-      return {isa, &avx512::Reduce, &avx512::ToFloat32, &avx512::FromFloat32};
+      return {isa, &avx512::Reduce, &avx512::ToFloat32, &avx512::FromFloat32,
+              &avx512::SumDequantise};
     case Isa::kGeneric:
       break;
   }
-  return {Isa::kGeneric, &generic::Reduce, &generic::ToFloat32, &generic::FromFloat32};
+  return {Isa::kGeneric, &generic::Reduce, &generic::ToFloat32, &generic::FromFloat32,
+          &generic::SumDequantise};
 }
 
 Selection Select() {
@@ -255,6 +271,30 @@ void ConvertFromFloat32(const float* src, DataType dstType, void* dst, size_t co
     return;
   }
   reduce_internal::Selected().fromFloat32(src, dstType, dst, count);
+}
+
+void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                       const QuantScale& quant, DataType dtype, void* dst) {
+  if (dtype != ACL_FLOAT16 && dtype != ACL_BF16 && dtype != ACL_FLOAT) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE,
+         "the dequantising sum writes float16, bfloat16 or float32, not ", DataTypeName(dtype));
+  }
+  if (n < 1) Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: needs at least 1 input, got n = 0");
+  if (quant.channels < 0) {
+    Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: channels = ", quant.channels, " < 0");
+  }
+  if (count == 0) return;
+  if (srcs == nullptr || dst == nullptr || quant.scale == nullptr) {
+    Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: null ",
+         srcs == nullptr  ? "srcs"
+         : dst == nullptr ? "dst"
+                          : "scale",
+         " with count = ", count);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (srcs[k] == nullptr) Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: srcs[", k, "] is null");
+  }
+  reduce_internal::Selected().dequantise(srcs, n, count, firstElement, quant, dtype, dst);
 }
 
 const char* ReduceKernelIsa() { return reduce_internal::IsaName(reduce_internal::Selected().isa); }

@@ -1,6 +1,7 @@
 // AVX-512 build of the reduction kernels. CMakeLists.txt compiles files ending in _avx512.cpp with
 // -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c; reduce.cpp calls into it only
 // when the CPU and OS support all of them.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,8 @@ namespace collops {
 namespace reduce_internal {
 namespace avx512 {
 #include "core/src/reduce/reduce_kernels.inc"
+// After reduce_kernels.inc: it uses kBlock and Fixed from there.
+#include "core/src/reduce/dequantise_kernels.inc"
 }  // namespace avx512
 }  // namespace reduce_internal
 }  // namespace collops

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "collops/reduce.h"
 #include "collops/tensor.h"
@@ -21,6 +22,11 @@ using ReduceKernel = void (*)(DataType dtype, ReduceOp op, const void* const* sr
 /// The conversion kernels' contract: dtype is float16 or bfloat16, src and dst do not overlap.
 using ToFloat32Kernel = void (*)(DataType dtype, const void* src, float* dst, size_t count);
 using FromFloat32Kernel = void (*)(const float* src, DataType dtype, void* dst, size_t count);
+/// SumDequantiseInt8's contract without its argument checks: n >= 1, dtype is float16, bfloat16
+/// or float32, quant.channels >= 0, and every pointer is valid for what it covers.
+using DequantiseKernel = void (*)(const int8_t* const* srcs, size_t n, size_t count,
+                                  int64_t firstElement, const QuantScale& quant, DataType dtype,
+                                  void* dst);
 
 /// "generic", "avx2", "avx512".
 const char* IsaName(Isa isa);
@@ -34,6 +40,8 @@ Isa BestSupportedIsa();
 /// The kernel built for `isa`, or nullptr when this CPU cannot run it. Tests call these directly to
 /// compare the builds bit for bit.
 ReduceKernel KernelForIsa(Isa isa);
+/// The dequantising sum built for `isa`, or nullptr when this CPU cannot run it.
+DequantiseKernel DequantiseKernelForIsa(Isa isa);
 
 // One definition per build, from reduce_kernels.inc.
 namespace generic {
@@ -41,18 +49,24 @@ void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void
             size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
+void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                   const QuantScale& quant, DataType dtype, void* dst);
 }  // namespace generic
 namespace avx2 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
+void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                   const QuantScale& quant, DataType dtype, void* dst);
 }  // namespace avx2
 namespace avx512 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
+void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                   const QuantScale& quant, DataType dtype, void* dst);
 }  // namespace avx512
 
 }  // namespace reduce_internal

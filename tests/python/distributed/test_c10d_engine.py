@@ -76,6 +76,15 @@ def test_every_op_on_default_group_and_subgroup(world_size):
         assert "rank 0: non_member: PASS" in outputs[0]
 
 
+def test_quantised_all_reduce_at_four_ranks():
+    """Quantised AllReduce on gloo at R = 4 (R = 2, 3 run with every op above): int8 slices through
+    the group's all_to_all_single and the dequantised ones through its all_gather."""
+    outputs = run_job(4, COLLOPS_TEST_CASES="all_reduce_quant,all_reduce_quant_errors")
+    for rank, out in enumerate(outputs):
+        assert f"rank {rank}: all_reduce_quant domain '': PASS" in out, out
+        assert f"rank {rank}: all_reduce_quant_errors domain '': PASS" in out, out
+
+
 def test_c10d_over_a_collops_group():
     """Any ProcessGroup works: here the default group is torch.distributed's "collops" backend
     (lccl underneath), and backend "c10d" rides on it."""

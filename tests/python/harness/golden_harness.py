@@ -422,6 +422,20 @@ def case_random_schedule(ctx, seed):
     op_schedule.case_random_schedule(ctx, seed)
 
 
+def case_all_reduce_quant(ctx, seed):
+    """Quantised AllReduce: quantType x outDataType x shapes (quant_cases.py)."""
+    import quant_cases  # imported here: it builds on this module
+
+    quant_cases.case_all_reduce_quant(ctx, seed)
+
+
+def case_all_reduce_quant_errors(ctx, seed=None):
+    """Quantised AllReduce: every error rule with ATB's Status (quant_cases.py)."""
+    import quant_cases
+
+    quant_cases.case_all_reduce_quant_errors(ctx, seed)
+
+
 GOLDEN_CASES = {
     "all_reduce": case_all_reduce,
     "all_gather": case_all_gather,
@@ -437,4 +451,6 @@ GOLDEN_CASES = {
     "two_domains": case_two_domains,
     "zero_size": case_zero_size,
     "random_schedule": case_random_schedule,
+    "all_reduce_quant": case_all_reduce_quant,
+    "all_reduce_quant_errors": case_all_reduce_quant_errors,
 }

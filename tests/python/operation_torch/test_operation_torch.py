@@ -69,11 +69,11 @@ def test_unknown_operation_name_raises_listing_known_ones():
 
 
 def test_failed_set_param_leaves_no_operation():
-    # ATB-style scripts ignore set_param's result: after a rejected set_param (quantType is a real
-    # ATB AllReduceParam field collops does not take) the previous "sum" operation must not run
-    # in place of the "max" asked for. Every method fails with set_param's own error instead.
+    # ATB-style scripts ignore set_param's result: after a rejected set_param (quantType 3, ATB's
+    # QUANT_TYPE_MAX, is out of range) the previous "sum" operation must not run in place of the
+    # "max" asked for. Every method fails with set_param's own error instead.
     op = make("AllReduceOperation", solo(allReduceType="sum"))
-    bad = json.loads(op.set_param(solo(allReduceType="max", quantType=0)))
+    bad = json.loads(op.set_param(solo(allReduceType="max", quantType=3)))
     assert bad["result"] == 1 and "quantType" in bad["message"], bad
     x = torch.arange(6, dtype=torch.float32)
     with pytest.raises(RuntimeError) as raised:
@@ -97,7 +97,7 @@ def test_failed_set_param_leaves_no_operation():
 def test_execute_after_failed_set_param_names_its_error_once():
     op = OperationTorch("AllReduceOperation")
     bad = json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
-                                              "quantType": 0})))
+                                              "quantType": 3})))
     assert bad["result"] == 1
     with pytest.raises(RuntimeError) as raised:
         op.execute([torch.ones(2)])
@@ -250,7 +250,7 @@ def test_set_param_drops_the_binding():
     assert torch.equal(y, vv2_solo_golden(x, 2, 3))
     # A failed set_param drops it too (and a later good one starts with none).
     op.set_varaintpack_param(json.dumps({"sdispls": [1]}))
-    assert json.loads(op.set_param(solo(quantType=0)))["result"] == 1
+    assert json.loads(op.set_param(solo(quantType=3)))["result"] == 1
     assert json.loads(op.set_param(solo()))["result"] == 0
     (y,) = op.execute([x, counts(2), counts(4), counts(2), counts(0),
                        torch.zeros(2, dtype=torch.int8)])

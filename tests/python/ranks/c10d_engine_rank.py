@@ -41,7 +41,8 @@ SEED = 11222026
 # replaced by case_default_and_subgroup here).
 GROUP_CASES = ["all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "reduce_scatter_v",
                "broadcast", "all_to_all", "all_to_allv", "all_to_allvv2", "send_recv",
-               "send_recv_ring", "zero_size", "random_schedule"]
+               "send_recv_ring", "zero_size", "random_schedule", "all_reduce_quant",
+               "all_reduce_quant_errors"]
 
 
 def expect_error(fn, status, *needles):

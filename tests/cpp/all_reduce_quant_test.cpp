@@ -1,0 +1,238 @@
+// Quantised AllReduce (quantType 1 / 2) on thread ranks and forked processes: the golden suite
+// and error rules of quant_suite.h at R in {1, 2, 3, 4, 7}, each algorithm forced at the sizes
+// the automatic choice would not give it, and what the operation hands the engine: int8 for x,
+// never a float copy of it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collops/context.h"
+#include "op_harness.h"
+#include "process_ranks.h"
+#include "quant_suite.h"
+#include "thread_comm_test_util.h"
+#include "thread_ranks.h"
+
+namespace collops {
+namespace testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+SuiteJob ThreadJob(int rank, int rankSize, const std::string& domain) {
+  SuiteJob job;
+  job.rank = rank;
+  job.rankSize = rankSize;
+  job.backend = "lccl";
+  job.commMode = COMM_MULTI_THREAD;
+  job.commDomain = domain;
+  return job;
+}
+
+class QuantAllReduceGolden : public ::testing::TestWithParam<int> {};
+
+TEST_P(QuantAllReduceGolden, EveryCaseOnThreadRanks) {
+  const int rankSize = GetParam();
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize,
+                 [&](int rank) { RunQuantAllReduceCases(ThreadJob(rank, rankSize, domain)); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceGolden, ::testing::ValuesIn(GoldenRankSizes()),
+                         [](const auto& info) { return Concat("R", info.param); });
+
+class QuantAllReduceErrors : public ::testing::TestWithParam<int> {};
+
+TEST_P(QuantAllReduceErrors, EveryRuleGivesItsStatusOnThreadRanks) {
+  const int rankSize = GetParam();
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize,
+                 [&](int rank) { RunQuantAllReduceErrors(ThreadJob(rank, rankSize, domain)); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceErrors, ::testing::ValuesIn(GoldenRankSizes()),
+                         [](const auto& info) { return Concat("R", info.param); });
+
+/// Each algorithm where the automatic choice would take the other: scatter at R = 2 and at small
+/// sizes, gather at large sizes and R > 2.
+std::vector<QuantCase> ForcedCases(int rankSize) {
+  return {
+      MakeQuantCase(rankSize, 1, ACL_FLOAT16, {3, 48}, false, 91),
+      MakeQuantCase(rankSize, 2, ACL_BF16, {67, 1024}, true, 92),
+      MakeQuantCase(rankSize, 2, ACL_FLOAT, {5, 16}, false, 93),  // scatter: slices of 0 elements
+  };
+}
+
+using AlgorithmAndRanks = std::tuple<const char*, int>;
+
+std::string AlgorithmAndRanksName(const ::testing::TestParamInfo<AlgorithmAndRanks>& info) {
+  return Concat(std::get<0>(info.param), "_R", std::get<1>(info.param));
+}
+
+const auto kAlgorithmsAndRanks =
+    ::testing::Combine(::testing::Values("gather", "scatter"), ::testing::Values(2, 3, 4));
+
+class QuantAllReduceAlgorithmGolden : public ::testing::TestWithParam<AlgorithmAndRanks> {};
+
+TEST_P(QuantAllReduceAlgorithmGolden, ForcedOnThreadRanks) {
+  const auto [algo, rankSize] = GetParam();
+  const std::vector<QuantCase> cases = ForcedCases(rankSize);
+  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", algo);
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize, [&, rankSize = rankSize](int rank) {
+    for (const QuantCase& c : cases) RunQuantCase(ThreadJob(rank, rankSize, domain), c);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, QuantAllReduceAlgorithmGolden, kAlgorithmsAndRanks,
+                         AlgorithmAndRanksName);
+
+class ProcessQuantAllReduceAlgorithm : public ::testing::TestWithParam<AlgorithmAndRanks> {};
+
+TEST_P(ProcessQuantAllReduceAlgorithm, ForcedMatchesGolden) {
+  const auto [algo, rankSize] = GetParam();
+  const std::vector<QuantCase> cases = ForcedCases(rankSize);
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_ALLREDUCE_QUANT"] = algo;
+  options.env["COLLOPS_SHM_BYTES"] = std::to_string(kSuiteShmBytes);
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      rankSize,
+      [&, rankSize = rankSize](int rank) {
+        SuiteJob job;
+        job.rank = rank;
+        job.rankSize = rankSize;
+        job.backend = "lccl";
+        job.commDomain = "quant-forced";
+        for (const QuantCase& c : cases) RunQuantCase(job, c);
+      },
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, ProcessQuantAllReduceAlgorithm, kAlgorithmsAndRanks,
+                         AlgorithmAndRanksName);
+
+TEST(QuantAllReduceEnvErrors, UnknownAlgorithmNamesTheVariable) {
+  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", "ring");
+  Operation* op = nullptr;
+  EXPECT_EQ(
+      CreateOperation("AllReduceOperation", R"({"rankSize":2,"quantType":1,"outDataType":1})", &op),
+      ERROR_INVALID_PARAM);
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("COLLOPS_ALGO_ALLREDUCE_QUANT=\"ring\""));
+  // Unquantised AllReduce does not read it.
+  EXPECT_EQ(CreateOperation("AllReduceOperation", R"({"rankSize":2})", &op), NO_ERROR);
+  DestroyOperation(op);
+}
+
+/// One primitive call as the operation handed it to the engine.
+struct WireCall {
+  std::string primitive;
+  DataType dtype;
+  int64_t elementsSent;  ///< elements of this rank's data the call carries
+};
+
+/// Forwards every call to a real communicator and records what it was given.
+class RecordingCommunicator final : public Communicator {
+ public:
+  explicit RecordingCommunicator(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  std::string BackendName() const override { return inner_->BackendName(); }
+  int Rank() const override { return inner_->Rank(); }
+  int Size() const override { return inner_->Size(); }
+  void Agree(const CallSignature& mine) override { inner_->Agree(mine); }
+  void AllGatherBytes(const void* in, void* out, size_t bytes) override {
+    Record("AllGatherBytes", ACL_UINT8, static_cast<int64_t>(bytes));
+    inner_->AllGatherBytes(in, out, bytes);
+  }
+  void AllReduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override {
+    Record("AllReduce", dtype, static_cast<int64_t>(count));
+    inner_->AllReduce(in, out, count, dtype, op);
+  }
+  void AllGatherV(const void* in, size_t sendCount, void* out, const int64_t* recvCounts,
+                  const int64_t* rdispls, DataType dtype) override {
+    Record("AllGatherV", dtype, static_cast<int64_t>(sendCount));
+    inner_->AllGatherV(in, sendCount, out, recvCounts, rdispls, dtype);
+  }
+  void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                 const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override {
+    int64_t sent = 0;
+    for (int j = 0; j < Size(); ++j) sent += sendCounts[j];
+    Record("AllToAllV", dtype, sent);
+    inner_->AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
+  }
+  void ReduceScatterV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
+                      size_t recvCount, DataType dtype, ReduceOp op) override {
+    Record("ReduceScatterV", dtype, -1);
+    inner_->ReduceScatterV(in, sendCounts, sdispls, out, recvCount, dtype, op);
+  }
+  void Broadcast(void* buf, size_t count, DataType dtype, int root) override {
+    Record("Broadcast", dtype, static_cast<int64_t>(count));
+    inner_->Broadcast(buf, count, dtype, root);
+  }
+  void Exchange(const std::vector<PointToPoint>& ops) override {
+    Record("Exchange", ACL_DT_UNDEFINED, -1);
+    inner_->Exchange(ops);
+  }
+  void Barrier() override { inner_->Barrier(); }
+
+  std::vector<WireCall> calls;
+
+ private:
+  void Record(const char* primitive, DataType dtype, int64_t elements) {
+    calls.push_back({primitive, dtype, elements});
+  }
+  std::shared_ptr<Communicator> inner_;
+};
+
+class QuantAllReduceWire : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(QuantAllReduceWire, XCrossesAsInt8) {
+  const auto [algo, rankSize] = GetParam();
+  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", algo);
+  const std::string domain = UniqueDomain();
+  const int64_t rows = 64, n = 1024, count = rows * n;
+  const QuantCase c = MakeQuantCase(rankSize, 2, ACL_FLOAT16, {rows, n}, false, 7);
+  RunThreadRanks(rankSize, [&, algo = std::string(algo), rankSize = rankSize](int rank) {
+    auto recorder = std::make_shared<RecordingCommunicator>(
+        DefaultContext().Communicators().Get(ThreadRankParam(rank, rankSize, domain)));
+    SuiteJob job = ThreadJob(rank, rankSize, domain);
+    job.comm = recorder.get();
+    RunQuantCase(job, c);
+    const std::vector<WireCall>& calls = recorder->calls;
+    ASSERT_FALSE(calls.empty()) << "rank " << rank;
+    // x goes out first, as int8, all of it (gather: to every peer; scatter: a slice to each).
+    EXPECT_EQ(calls[0].dtype, ACL_INT8) << "rank " << rank << ": " << calls[0].primitive;
+    EXPECT_EQ(calls[0].elementsSent, count) << "rank " << rank << ": " << calls[0].primitive;
+    int64_t floatElements = 0;
+    for (size_t i = 1; i < calls.size(); ++i) {
+      EXPECT_NE(calls[i].primitive, "AllReduce") << "rank " << rank;
+      EXPECT_NE(calls[i].dtype, ACL_INT8) << "rank " << rank << ": x crossed twice";
+      floatElements += calls[i].elementsSent;
+    }
+    if (algo == "gather") {
+      EXPECT_EQ(calls.size(), 1u) << "rank " << rank;
+      EXPECT_EQ(calls[0].primitive, "AllGatherV") << "rank " << rank;
+    } else {
+      ASSERT_EQ(calls.size(), 2u) << "rank " << rank;
+      EXPECT_EQ(calls[0].primitive, "AllToAllV") << "rank " << rank;
+      EXPECT_EQ(calls[1].primitive, "AllGatherV") << "rank " << rank;
+      EXPECT_EQ(calls[1].dtype, ACL_FLOAT16) << "rank " << rank;
+      // Only this rank's dequantised slice leaves it as float16: about count / R elements.
+      EXPECT_LE(floatElements, count / rankSize + 64) << "rank " << rank;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceWire,
+                         ::testing::Combine(::testing::Values("gather", "scatter"),
+                                            ::testing::Values(2, 3, 4)),
+                         [](const auto& info) {
+                           return Concat(std::get<0>(info.param), "_R", std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace testing
+}  // namespace collops

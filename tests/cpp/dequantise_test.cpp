@@ -1,0 +1,163 @@
+// Unit tests of SumDequantiseInt8 (collops/reduce.h), the kernel of quantised AllReduce, on every
+// instruction-set build this CPU runs: bit for bit against the documented float32 steps computed
+// here in plain scalar code with the test harness's own float16/bfloat16 codecs, at counts and
+// channel offsets around every block and chunk edge, and with special scales (Inf, NaN, values
+// whose products overflow float16).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collops/reduce.h"
+#include "core/src/reduce/reduce_dispatch.h"
+#include "op_harness.h"
+
+namespace collops {
+namespace {
+
+using reduce_internal::DequantiseKernel;
+using reduce_internal::DequantiseKernelForIsa;
+using reduce_internal::Isa;
+
+uint16_t HalfBits(double value) {
+  uint16_t bits;
+  testing::DoubleToElement(ACL_FLOAT16, value, &bits);
+  return bits;
+}
+
+/// The expected bytes of dst, from the formula's float32 steps.
+std::vector<uint8_t> Reference(const std::vector<std::vector<int8_t>>& srcs, size_t count,
+                               int64_t first, const std::vector<uint16_t>& scale, int64_t channels,
+                               uint16_t offset, DataType dtype) {
+  const size_t size = DataTypeSize(dtype);
+  std::vector<uint8_t> out(count * size);
+  const float offsetTimesN = static_cast<float>(srcs.size()) *
+                             static_cast<float>(testing::ElementToDouble(ACL_FLOAT16, &offset));
+  for (size_t i = 0; i < count; ++i) {
+    int32_t sum = 0;
+    for (const auto& s : srcs) sum += s[i];
+    const uint16_t scaleBits = scale[channels == 0 ? 0 : (first + i) % channels];
+    volatile float t = static_cast<float>(sum) + offsetTimesN;
+    const float y = t * static_cast<float>(testing::ElementToDouble(ACL_FLOAT16, &scaleBits));
+    testing::DoubleToElement(dtype, y, out.data() + i * size);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, DequantiseKernel>> Kernels() {
+  std::vector<std::pair<std::string, DequantiseKernel>> kernels;
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    if (DequantiseKernel k = DequantiseKernelForIsa(isa)) {
+      kernels.emplace_back(reduce_internal::IsaName(isa), k);
+    }
+  }
+  return kernels;
+}
+
+void ExpectAllBuildsMatch(const std::vector<std::vector<int8_t>>& srcs, size_t count, int64_t first,
+                          const std::vector<uint16_t>& scale, int64_t channels, uint16_t offset,
+                          DataType dtype, const std::string& what) {
+  const std::vector<uint8_t> expected =
+      Reference(srcs, count, first, scale, channels, offset, dtype);
+  std::vector<const int8_t*> ptrs;
+  for (const auto& s : srcs) ptrs.push_back(s.data());
+  QuantScale quant;
+  quant.scale = scale.data();
+  quant.channels = channels;
+  quant.offset = offset;
+  const size_t size = DataTypeSize(dtype);
+  auto check = [&](const std::string& who, auto&& run) {
+    std::vector<uint8_t> got((count + 8) * size, 0xa5);  // 8 guard elements
+    run(got.data());
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(std::memcmp(got.data() + i * size, expected.data() + i * size, size), 0)
+          << who << " " << what << ": element " << i << " is "
+          << testing::ElementToDouble(dtype, got.data() + i * size) << ", expected "
+          << testing::ElementToDouble(dtype, expected.data() + i * size);
+    }
+    for (size_t i = count * size; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], 0xa5) << who << " " << what << " wrote past dst[" << count << "]";
+    }
+  };
+  check("SumDequantiseInt8", [&](void* dst) {
+    SumDequantiseInt8(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst);
+  });
+  for (const auto& [name, kernel] : Kernels()) {
+    check(name,
+          [&](void* dst) { kernel(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst); });
+  }
+}
+
+class DequantiseGolden : public ::testing::TestWithParam<std::tuple<DataType, size_t>> {};
+
+TEST_P(DequantiseGolden, MatchesFloat32StepsOnEveryBuild) {
+  const auto [dtype, n] = GetParam();
+  std::mt19937_64 rng(dtype * 100 + n);
+  for (int64_t channels : {int64_t{0}, int64_t{16}, int64_t{48}, int64_t{1024}}) {
+    std::vector<uint16_t> scale(channels == 0 ? 1 : channels);
+    for (auto& s : scale) s = HalfBits(std::ldexp(static_cast<double>(1 + rng() % 2047), -14));
+    for (size_t count : {0, 1, 15, 16, 17, 511, 512, 513, 1040, 4099}) {
+      for (int64_t first : {int64_t{0}, int64_t{5}, int64_t{1000}}) {
+        std::vector<std::vector<int8_t>> srcs(n, std::vector<int8_t>(count));
+        for (auto& s : srcs) {
+          for (auto& v : s) v = static_cast<int8_t>(rng() % 256);
+        }
+        const uint16_t offset =
+            HalfBits(static_cast<double>(static_cast<int>(rng() % 201) - 100) / 8);
+        ExpectAllBuildsMatch(srcs, count, first, scale, channels, offset, dtype,
+                             ::testing::PrintToString(std::make_tuple(channels, count, first)));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DequantiseGolden,
+                         ::testing::Combine(::testing::Values(ACL_FLOAT16, ACL_BF16, ACL_FLOAT),
+                                            ::testing::Values(1, 2, 3, 7)),
+                         [](const auto& info) {
+                           return Concat(testing::DtypeTestName(std::get<0>(info.param)), "_n",
+                                         std::get<1>(info.param));
+                         });
+
+TEST(DequantiseGolden, SpecialScalesGiveTheSameBitsEverywhere) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // Inf, NaN, the largest float16 (products overflow float16 but not float32), a subnormal.
+  const std::vector<uint16_t> scale = {
+      HalfBits(inf),  HalfBits(std::nan("")), HalfBits(65504.0), HalfBits(std::ldexp(1.0, -24)),
+      HalfBits(-inf), HalfBits(0.0),          HalfBits(1.0),     HalfBits(-2.0),
+      HalfBits(0.5),  HalfBits(3.0),          HalfBits(0.25),    HalfBits(1.5),
+      HalfBits(-1.0), HalfBits(7.0),          HalfBits(9.0),     HalfBits(0.75)};
+  std::vector<std::vector<int8_t>> srcs(3, std::vector<int8_t>(64));
+  for (size_t i = 0; i < 64; ++i) {
+    srcs[0][i] = static_cast<int8_t>(127 - i);
+    srcs[1][i] = static_cast<int8_t>(-128 + i);
+    srcs[2][i] = static_cast<int8_t>(i % 3 == 0 ? 0 : 100);
+  }
+  for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+    ExpectAllBuildsMatch(srcs, 64, 0, scale, 16, HalfBits(0.0), dtype, "special scales");
+    ExpectAllBuildsMatch(srcs, 64, 3, scale, 16, HalfBits(-0.5), dtype, "special scales, shifted");
+  }
+}
+
+TEST(DequantiseErrors, RejectsOtherOutputDtypes) {
+  const int8_t x[16] = {};
+  const int8_t* srcs[] = {x};
+  const uint16_t scale = HalfBits(1.0);
+  QuantScale quant;
+  quant.scale = &scale;
+  int32_t out[16];
+  try {
+    SumDequantiseInt8(srcs, 1, 16, 0, quant, ACL_INT32, out);
+    ADD_FAILURE() << "int32 output was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_INVALID_TENSOR_DTYPE);
+    EXPECT_NE(std::string(e.what()).find("int32"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace collops
