@@ -37,7 +37,7 @@ void AllReduceOperation::ValidateParam(const AllReduceParam& param) {
          " with quantType = ", param.quantType,
          " is not one of 1 (float16), 27 (bfloat16), 0 (float32)");
   }
-  QuantAlgoFromEnv();  // a bad COLLOPS_ALGO_ALLREDUCE_QUANT fails here, before any call
+  QuantAlgoFromEnv();  // a bad COLLOPS_ALGO_QUANTALLREDUCE fails here, before any call
 }
 
 AllReduceOperation::AllReduceOperation(const AllReduceParam& param)
@@ -108,8 +108,9 @@ CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
     s.opName = ReducingOpName(kName, reduceOp_);
     return s;
   }
-  // "AllReduceOperation/q2>float16/scatter": ranks must also agree on the output dtype and the
-  // algorithm (its primitives), and on scale and offset (else their y would differ).
+  // "AllReduceOperation/q2>float16/rsag": ranks must also agree on the output dtype and the
+  // algorithm (its primitives, where the engine has no path of its own), and on scale and offset
+  // (else their y would differ).
   char name[96];
   std::snprintf(name, sizeof name, "%s/q%d>%s/%s", kName, quantType_,
                 DataTypeName(outDtype_).c_str(), QuantAlgoName(quantPlan_.algo));
@@ -123,8 +124,14 @@ void AllReduceOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace
                                      Communicator& comm) {
   const Tensor& x = pack.inTensors[0];
   if (Quantised()) {
-    RunQuantAllReduce(quantPlan_, quantType_, x, pack.inTensors[1], pack.inTensors[2],
-                      pack.outTensors[0], workspace, comm);
+    const Tensor& y = pack.outTensors[0];
+    const QuantScale quant = QuantScaleOf(quantType_, x, pack.inTensors[1], pack.inTensors[2]);
+    if (quantPlan_.algo != QuantAlgo::kLocal &&
+        comm.AllReduceQuantised(static_cast<const int8_t*>(x.deviceData), y.deviceData,
+                                static_cast<size_t>(quantPlan_.count), quant, outDtype_)) {
+      return;
+    }
+    RunQuantAllReduce(quantPlan_, quant, x, y, workspace, comm);
     return;
   }
   comm.AllReduce(x.deviceData, pack.outTensors[0].deviceData, NumElements(x.desc.shape),

@@ -39,7 +39,7 @@ class AllReduceOperation final : public OperationBase {
   ReduceOp reduceOp_;
   int quantType_;
   DataType outDtype_;
-  QuantAlgo quantAlgo_;           ///< from COLLOPS_ALGO_ALLREDUCE_QUANT, read at creation
+  QuantAlgo quantAlgo_;           ///< from COLLOPS_ALGO_QUANTALLREDUCE, read at creation
   QuantAllReducePlan quantPlan_;  ///< this call's plan (PrepareImpl)
 };
 

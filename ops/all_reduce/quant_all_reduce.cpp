@@ -27,23 +27,23 @@ const char* QuantAlgoName(QuantAlgo algo) {
       return "auto";
     case QuantAlgo::kLocal:
       return "local";
-    case QuantAlgo::kGather:
-      return "gather";
-    case QuantAlgo::kScatter:
-      return "scatter";
+    case QuantAlgo::kOneShot:
+      return "oneshot";
+    case QuantAlgo::kReduceScatterAllGather:
+      return "rsag";
   }
   return "unknown";
 }
 
 QuantAlgo QuantAlgoFromEnv() {
-  const char* variable = "COLLOPS_ALGO_ALLREDUCE_QUANT";
+  const char* variable = "COLLOPS_ALGO_QUANTALLREDUCE";
   const char* text = std::getenv(variable);
   const std::string name = text == nullptr ? "" : text;
   if (name.empty() || name == "auto") return QuantAlgo::kAuto;
-  for (QuantAlgo algo : {QuantAlgo::kGather, QuantAlgo::kScatter}) {
+  for (QuantAlgo algo : {QuantAlgo::kOneShot, QuantAlgo::kReduceScatterAllGather}) {
     if (name == QuantAlgoName(algo)) return algo;
   }
-  Fail(ERROR_INVALID_PARAM, variable, "=\"", name, "\" is not one of auto, gather, scatter");
+  Fail(ERROR_INVALID_PARAM, variable, "=\"", name, "\" is not one of auto, oneshot, rsag");
 }
 
 void CheckQuantInputs(const std::string& where, int quantType, const std::vector<TensorDesc>& in) {
@@ -90,15 +90,15 @@ QuantAllReducePlan PlanQuantAllReduce(QuantAlgo forced, int rankSize, int rank, 
   } else if (forced != QuantAlgo::kAuto) {
     plan.algo = forced;
   } else {
-    plan.algo =
-        R == 2 || count <= kQuantGatherMaxElements ? QuantAlgo::kGather : QuantAlgo::kScatter;
+    plan.algo = R == 2 || count <= kQuantOneShotMaxElements ? QuantAlgo::kOneShot
+                                                            : QuantAlgo::kReduceScatterAllGather;
   }
-  if (plan.algo == QuantAlgo::kGather) {
+  if (plan.algo == QuantAlgo::kOneShot) {
     plan.fullCounts.assign(R, count);
     plan.fullDispls.resize(R);
     for (int j = 0; j < R; ++j) plan.fullDispls[j] = j * count;
     plan.workspaceBytes = static_cast<uint64_t>(R) * static_cast<uint64_t>(count);
-  } else if (plan.algo == QuantAlgo::kScatter) {
+  } else if (plan.algo == QuantAlgo::kReduceScatterAllGather) {
     const int64_t per = (count + R - 1) / R;
     const int64_t slice = (per + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
     plan.sliceCounts.resize(R);
@@ -138,15 +138,18 @@ uint64_t QuantValuesDigest(const Tensor& scale, const Tensor& offset) {
   return (h ^ size) * kPrime;
 }
 
-void RunQuantAllReduce(const QuantAllReducePlan& plan, int quantType, const Tensor& x,
-                       const Tensor& scale, const Tensor& offset, const Tensor& y,
-                       uint8_t* workspace, Communicator& comm) {
+QuantScale QuantScaleOf(int quantType, const Tensor& x, const Tensor& scale, const Tensor& offset) {
   QuantScale quant;
   quant.scale = static_cast<const uint16_t*>(scale.deviceData);
   quant.channels = quantType == AllReduceParam::QUANT_TYPE_PER_CHANNEL
                        ? x.desc.shape.dims[x.desc.shape.dimNum - 1]
                        : 0;
   std::memcpy(&quant.offset, offset.deviceData, sizeof quant.offset);
+  return quant;
+}
+
+void RunQuantAllReduce(const QuantAllReducePlan& plan, const QuantScale& quant, const Tensor& x,
+                       const Tensor& y, uint8_t* workspace, Communicator& comm) {
   const DataType out = y.desc.dtype;
   const auto* in = static_cast<const int8_t*>(x.deviceData);
   const int R = comm.Size();
@@ -158,7 +161,7 @@ void RunQuantAllReduce(const QuantAllReducePlan& plan, int quantType, const Tens
       blocks.assign(1, in);
       SumDequantiseInt8(blocks.data(), 1, plan.count, 0, quant, out, y.deviceData);
       return;
-    case QuantAlgo::kGather: {
+    case QuantAlgo::kOneShot: {
       comm.AllGatherV(in, plan.count, workspace, plan.fullCounts.data(), plan.fullDispls.data(),
                       ACL_INT8);
       for (int j = 0; j < R; ++j) {
@@ -167,7 +170,7 @@ void RunQuantAllReduce(const QuantAllReducePlan& plan, int quantType, const Tens
       SumDequantiseInt8(blocks.data(), R, plan.count, 0, quant, out, y.deviceData);
       return;
     }
-    case QuantAlgo::kScatter: {
+    case QuantAlgo::kReduceScatterAllGather: {
       const int64_t mine = plan.sliceCounts[me];
       const std::vector<int64_t> recvCounts(R, mine);
       std::vector<int64_t> rdispls(R);

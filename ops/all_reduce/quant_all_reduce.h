@@ -3,14 +3,14 @@
 // float16 [1], y of outDataType (float16, bfloat16, float32) with x's shape.
 //
 // The int8 data crosses the wire as int8, never as a float copy: that halves the bytes float16
-// would move. Every algorithm is built from the Communicator primitives, so it runs on every
-// backend:
+// would move. An engine with a path of its own runs it (Communicator::AllReduceQuantised: lccl);
+// on the others it is built from their AllGatherV and AllToAllV, so it runs on every backend:
 //   local    R = 1: dequantise x, no communication.
-//   gather   AllGatherV of x (int8), then every rank sums all R copies and dequantises the whole
-//            tensor itself. One round; each rank receives (R - 1)·N bytes.
-//   scatter  The seed's pipeline: AllToAllV of int8 slices (rank r receives slice r of every
+//   oneshot  AllGatherV of x (int8), then every rank sums all R copies and dequantises the whole
+//            tensor itself. One exchange; each rank receives (R - 1)·N bytes.
+//   rsag     ATB's int8 pipeline: AllToAllV of int8 slices (rank r receives slice r of every
 //            rank's x), rank r sums and dequantises its slice into y, then AllGatherV of the
-//            dequantised slices in outDataType. Two rounds; each rank receives
+//            dequantised slices in outDataType. Two exchanges; each rank receives
 //            (R - 1)/R·N·(1 + sizeof(outDataType)) bytes.
 // The int8 sums are exact, so both give the same bits, and every rank the same y (the scales
 // agree: the signature check compares a digest of scale and offset across ranks).
@@ -21,17 +21,19 @@
 #include <vector>
 
 #include "collops/communicator.h"
+#include "collops/reduce.h"
 #include "collops/tensor.h"
 
 namespace collops {
 
-enum class QuantAlgo { kAuto, kLocal, kGather, kScatter };
+enum class QuantAlgo { kAuto, kLocal, kOneShot, kReduceScatterAllGather };
 
-/// "auto", "local", "gather", "scatter".
+/// "auto", "local", "oneshot", "rsag".
 const char* QuantAlgoName(QuantAlgo algo);
 
-/// COLLOPS_ALGO_ALLREDUCE_QUANT: "gather", "scatter", or "auto" / unset (kAuto). Throws
-/// Error(ERROR_INVALID_PARAM) naming the variable for anything else.
+/// COLLOPS_ALGO_QUANTALLREDUCE: "oneshot", "rsag", or "auto" / unset (kAuto); the lccl engine
+/// reads the same knob for its own algorithms of those names. Throws Error(ERROR_INVALID_PARAM)
+/// naming the variable for anything else.
 QuantAlgo QuantAlgoFromEnv();
 
 /// ATB's shape rules of the quantised inputs {x, scale, offset}, with ATB's codes: offset not [1],
@@ -40,31 +42,34 @@ QuantAlgo QuantAlgoFromEnv();
 /// ERROR_INVALID_TENSOR_DIM_NUM. `where` starts the message.
 void CheckQuantInputs(const std::string& where, int quantType, const std::vector<TensorDesc>& in);
 
-/// One call's algorithm and the slices rank r dequantises (scatter).
+/// One call's algorithm, where the engine has no path of its own, and the slices rank r
+/// dequantises (rsag).
 struct QuantAllReducePlan {
   QuantAlgo algo = QuantAlgo::kLocal;
   int64_t count = 0;                 ///< elements of x
-  std::vector<int64_t> sliceCounts;  ///< scatter: elements of rank j's slice
-  std::vector<int64_t> sliceStarts;  ///< scatter: where rank j's slice starts in x and y
-  std::vector<int64_t> fullCounts;   ///< gather: count for every rank
-  std::vector<int64_t> fullDispls;   ///< gather: j * count
+  std::vector<int64_t> sliceCounts;  ///< rsag: elements of rank j's slice
+  std::vector<int64_t> sliceStarts;  ///< rsag: where rank j's slice starts in x and y
+  std::vector<int64_t> fullCounts;   ///< oneshot: count for every rank
+  std::vector<int64_t> fullDispls;   ///< oneshot: j * count
   uint64_t workspaceBytes = 0;       ///< the int8 blocks received
 };
 
 /// The plan for `count` elements on `rankSize` ranks; `forced` kAuto chooses by R and size
-/// (R = 2, or N up to kQuantGatherMaxElements: gather; else scatter).
+/// (R = 2, or N up to kQuantOneShotMaxElements: oneshot; else rsag).
 QuantAllReducePlan PlanQuantAllReduce(QuantAlgo forced, int rankSize, int rank, int64_t count);
 
-/// Below this many elements a gather (one round) beats a scatter (two) at every R.
-constexpr int64_t kQuantGatherMaxElements = 16 << 10;
+/// Up to this many elements one exchange (oneshot) beats two (rsag) at every R.
+constexpr int64_t kQuantOneShotMaxElements = 16 << 10;
 
 /// A 64-bit digest of the bytes of scale and offset, for the cross-rank agreement check.
 uint64_t QuantValuesDigest(const Tensor& scale, const Tensor& offset);
 
-/// Runs `plan`: x, scale, offset as CheckQuantInputs accepted them; y of `outDtype`; `workspace`
-/// holds plan.workspaceBytes.
-void RunQuantAllReduce(const QuantAllReducePlan& plan, int quantType, const Tensor& x,
-                       const Tensor& scale, const Tensor& offset, const Tensor& y,
-                       uint8_t* workspace, Communicator& comm);
+/// The QuantScale of scale and offset as CheckQuantInputs accepted them, for x of `x`'s shape.
+QuantScale QuantScaleOf(int quantType, const Tensor& x, const Tensor& scale, const Tensor& offset);
+
+/// Runs `plan` from the Communicator primitives: x as CheckQuantInputs accepted it, y of
+/// outDataType; `workspace` holds plan.workspaceBytes.
+void RunQuantAllReduce(const QuantAllReducePlan& plan, const QuantScale& quant, const Tensor& x,
+                       const Tensor& y, uint8_t* workspace, Communicator& comm);
 
 }  // namespace collops

@@ -76,10 +76,11 @@ TEST(ProcessAlgorithmKnobs, RejectNamesOfNoAlgorithm) {
     knobs.push_back(knob);
     testing::ExpectEnvRejected(knob.c_str(), "ring");
   }
-  EXPECT_EQ(knobs, (std::vector<std::string>{"COLLOPS_ALGO_ALLREDUCE", "COLLOPS_ALGO_ALLGATHER",
-                                             "COLLOPS_ALGO_BROADCAST", "COLLOPS_ALGO_REDUCESCATTER",
-                                             "COLLOPS_ALGO_ALLTOALL", "COLLOPS_ALGO_SENDRECV",
-                                             "COLLOPS_ALGO_BARRIER"}));
+  EXPECT_EQ(knobs,
+            (std::vector<std::string>{"COLLOPS_ALGO_ALLREDUCE", "COLLOPS_ALGO_ALLGATHER",
+                                      "COLLOPS_ALGO_BROADCAST", "COLLOPS_ALGO_REDUCESCATTER",
+                                      "COLLOPS_ALGO_ALLTOALL", "COLLOPS_ALGO_SENDRECV",
+                                      "COLLOPS_ALGO_BARRIER", "COLLOPS_ALGO_QUANTALLREDUCE"}));
 }
 
 /// Buffers of `bytes`, from the communicator's heap when `shared`.
@@ -188,6 +189,20 @@ void RunChecked(Communicator& comm, const std::string& collective, size_t count,
     expectEqual(out, want, "received");
   } else if (collective == "Barrier") {
     comm.Barrier();
+  } else if (collective == "QuantAllReduce") {
+    // int8 in, float32 out, per-tensor scale 1 and offset 0: the plain sum of the int8 values.
+    auto* in = reinterpret_cast<int8_t*>(buffers.Floats(count / 4 + 1));
+    float* out = buffers.Floats(count);
+    std::vector<float> want(count, 0);
+    for (size_t i = 0; i < count; ++i) {
+      in[i] = static_cast<int8_t>(static_cast<int>((rank * 37 + i) % 255) - 127);
+      for (int r = 0; r < size; ++r) want[i] += static_cast<int>((r * 37 + i) % 255) - 127;
+    }
+    const uint16_t one = 0x3c00;  // float16 1.0
+    QuantScale quant;
+    quant.scale = &one;
+    EXPECT_TRUE(comm.AllReduceQuantised(in, out, count, quant, ACL_FLOAT));
+    expectEqual(out, want, "out");
   } else {
     ADD_FAILURE() << "no check for collective " << collective;
   }

@@ -1,7 +1,8 @@
 // Quantised AllReduce (quantType 1 / 2) on thread ranks and forked processes: the golden suite
-// and error rules of quant_suite.h at R in {1, 2, 3, 4, 7}, each algorithm forced at the sizes
-// the automatic choice would not give it, and what the operation hands the engine: int8 for x,
-// never a float copy of it.
+// and error rules of quant_suite.h at R in {1, 2, 3, 4, 7} (lccl's own path), each algorithm
+// forced at the sizes the automatic choice would not give it (lccl's own on processes, the one
+// built from the primitives on threads), and what that one hands the engine: int8 for x, never a
+// float copy of it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -56,72 +57,13 @@ TEST_P(QuantAllReduceErrors, EveryRuleGivesItsStatusOnThreadRanks) {
 INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceErrors, ::testing::ValuesIn(GoldenRankSizes()),
                          [](const auto& info) { return Concat("R", info.param); });
 
-/// Each algorithm where the automatic choice would take the other: scatter at R = 2 and at small
-/// sizes, gather at large sizes and R > 2.
-std::vector<QuantCase> ForcedCases(int rankSize) {
-  return {
-      MakeQuantCase(rankSize, 1, ACL_FLOAT16, {3, 48}, false, 91),
-      MakeQuantCase(rankSize, 2, ACL_BF16, {67, 1024}, true, 92),
-      MakeQuantCase(rankSize, 2, ACL_FLOAT, {5, 16}, false, 93),  // scatter: slices of 0 elements
-  };
-}
-
-using AlgorithmAndRanks = std::tuple<const char*, int>;
-
-std::string AlgorithmAndRanksName(const ::testing::TestParamInfo<AlgorithmAndRanks>& info) {
-  return Concat(std::get<0>(info.param), "_R", std::get<1>(info.param));
-}
-
-const auto kAlgorithmsAndRanks =
-    ::testing::Combine(::testing::Values("gather", "scatter"), ::testing::Values(2, 3, 4));
-
-class QuantAllReduceAlgorithmGolden : public ::testing::TestWithParam<AlgorithmAndRanks> {};
-
-TEST_P(QuantAllReduceAlgorithmGolden, ForcedOnThreadRanks) {
-  const auto [algo, rankSize] = GetParam();
-  const std::vector<QuantCase> cases = ForcedCases(rankSize);
-  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", algo);
-  const std::string domain = UniqueDomain();
-  RunThreadRanks(rankSize, [&, rankSize = rankSize](int rank) {
-    for (const QuantCase& c : cases) RunQuantCase(ThreadJob(rank, rankSize, domain), c);
-  });
-}
-
-INSTANTIATE_TEST_SUITE_P(Forced, QuantAllReduceAlgorithmGolden, kAlgorithmsAndRanks,
-                         AlgorithmAndRanksName);
-
-class ProcessQuantAllReduceAlgorithm : public ::testing::TestWithParam<AlgorithmAndRanks> {};
-
-TEST_P(ProcessQuantAllReduceAlgorithm, ForcedMatchesGolden) {
-  const auto [algo, rankSize] = GetParam();
-  const std::vector<QuantCase> cases = ForcedCases(rankSize);
-  ProcessRanksOptions options;
-  options.env["COLLOPS_ALGO_ALLREDUCE_QUANT"] = algo;
-  options.env["COLLOPS_SHM_BYTES"] = std::to_string(kSuiteShmBytes);
-  options.deadlineSeconds = 90;
-  RunProcessRanks(
-      rankSize,
-      [&, rankSize = rankSize](int rank) {
-        SuiteJob job;
-        job.rank = rank;
-        job.rankSize = rankSize;
-        job.backend = "lccl";
-        job.commDomain = "quant-forced";
-        for (const QuantCase& c : cases) RunQuantCase(job, c);
-      },
-      options);
-}
-
-INSTANTIATE_TEST_SUITE_P(Forced, ProcessQuantAllReduceAlgorithm, kAlgorithmsAndRanks,
-                         AlgorithmAndRanksName);
-
 TEST(QuantAllReduceEnvErrors, UnknownAlgorithmNamesTheVariable) {
-  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", "ring");
+  ScopedEnv env("COLLOPS_ALGO_QUANTALLREDUCE", "ring");
   Operation* op = nullptr;
   EXPECT_EQ(
       CreateOperation("AllReduceOperation", R"({"rankSize":2,"quantType":1,"outDataType":1})", &op),
       ERROR_INVALID_PARAM);
-  EXPECT_THAT(LastErrorMessage(), HasSubstr("COLLOPS_ALGO_ALLREDUCE_QUANT=\"ring\""));
+  EXPECT_THAT(LastErrorMessage(), HasSubstr("COLLOPS_ALGO_QUANTALLREDUCE=\"ring\""));
   // Unquantised AllReduce does not read it.
   EXPECT_EQ(CreateOperation("AllReduceOperation", R"({"rankSize":2})", &op), NO_ERROR);
   DestroyOperation(op);
@@ -191,7 +133,7 @@ class QuantAllReduceWire : public ::testing::TestWithParam<std::tuple<const char
 
 TEST_P(QuantAllReduceWire, XCrossesAsInt8) {
   const auto [algo, rankSize] = GetParam();
-  ScopedEnv env("COLLOPS_ALGO_ALLREDUCE_QUANT", algo);
+  ScopedEnv env("COLLOPS_ALGO_QUANTALLREDUCE", algo);
   const std::string domain = UniqueDomain();
   const int64_t rows = 64, n = 1024, count = rows * n;
   const QuantCase c = MakeQuantCase(rankSize, 2, ACL_FLOAT16, {rows, n}, false, 7);
@@ -203,7 +145,7 @@ TEST_P(QuantAllReduceWire, XCrossesAsInt8) {
     RunQuantCase(job, c);
     const std::vector<WireCall>& calls = recorder->calls;
     ASSERT_FALSE(calls.empty()) << "rank " << rank;
-    // x goes out first, as int8, all of it (gather: to every peer; scatter: a slice to each).
+    // x goes out first, as int8, all of it (oneshot: to every peer; rsag: a slice to each).
     EXPECT_EQ(calls[0].dtype, ACL_INT8) << "rank " << rank << ": " << calls[0].primitive;
     EXPECT_EQ(calls[0].elementsSent, count) << "rank " << rank << ": " << calls[0].primitive;
     int64_t floatElements = 0;
@@ -212,7 +154,7 @@ TEST_P(QuantAllReduceWire, XCrossesAsInt8) {
       EXPECT_NE(calls[i].dtype, ACL_INT8) << "rank " << rank << ": x crossed twice";
       floatElements += calls[i].elementsSent;
     }
-    if (algo == "gather") {
+    if (algo == "oneshot") {
       EXPECT_EQ(calls.size(), 1u) << "rank " << rank;
       EXPECT_EQ(calls[0].primitive, "AllGatherV") << "rank " << rank;
     } else {
@@ -227,11 +169,82 @@ TEST_P(QuantAllReduceWire, XCrossesAsInt8) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceWire,
-                         ::testing::Combine(::testing::Values("gather", "scatter"),
+                         ::testing::Combine(::testing::Values("oneshot", "rsag"),
                                             ::testing::Values(2, 3, 4)),
                          [](const auto& info) {
                            return Concat(std::get<0>(info.param), "_R", std::get<1>(info.param));
                          });
+
+/// Each algorithm where the automatic choice would take the other: rsag at R = 2 and at small
+/// sizes, oneshot at large sizes and R > 2.
+std::vector<QuantCase> ForcedCases(int rankSize) {
+  return {
+      MakeQuantCase(rankSize, 1, ACL_FLOAT16, {3, 48}, false, 91),
+      MakeQuantCase(rankSize, 2, ACL_BF16, {67, 1024}, true, 92),
+      MakeQuantCase(rankSize, 2, ACL_FLOAT, {5, 16}, false, 93),  // rsag: slices of 0 elements
+  };
+}
+
+using AlgorithmAndRanks = std::tuple<const char*, int>;
+
+std::string AlgorithmAndRanksName(const ::testing::TestParamInfo<AlgorithmAndRanks>& info) {
+  return Concat(std::get<0>(info.param), "_R", std::get<1>(info.param));
+}
+
+const auto kAlgorithmsAndRanks =
+    ::testing::Combine(::testing::Values("oneshot", "rsag"), ::testing::Values(2, 3, 4));
+
+/// The algorithms built from the primitives, as the engines without a quantised AllReduce of
+/// their own (mpi, hccl, c10d) run them: thread ranks behind a RecordingCommunicator, which has
+/// none either.
+class QuantAllReducePrimitivesGolden : public ::testing::TestWithParam<AlgorithmAndRanks> {};
+
+TEST_P(QuantAllReducePrimitivesGolden, ForcedOnThreadRanks) {
+  const auto [algo, rankSize] = GetParam();
+  const std::vector<QuantCase> cases = ForcedCases(rankSize);
+  ScopedEnv env("COLLOPS_ALGO_QUANTALLREDUCE", algo);
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize, [&, rankSize = rankSize](int rank) {
+    RecordingCommunicator recorder(
+        DefaultContext().Communicators().Get(ThreadRankParam(rank, rankSize, domain)));
+    SuiteJob job = ThreadJob(rank, rankSize, domain);
+    job.comm = &recorder;
+    for (const QuantCase& c : cases) RunQuantCase(job, c);
+    ASSERT_FALSE(recorder.calls.empty()) << "rank " << rank;
+    EXPECT_EQ(recorder.calls[0].primitive,
+              std::string(algo) == "oneshot" ? "AllGatherV" : "AllToAllV")
+        << "rank " << rank;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, QuantAllReducePrimitivesGolden, kAlgorithmsAndRanks,
+                         AlgorithmAndRanksName);
+
+/// The lccl process engine's own algorithms (quant_allreduce.h), forced by the same knob.
+class ProcessQuantAllReduceAlgorithm : public ::testing::TestWithParam<AlgorithmAndRanks> {};
+
+TEST_P(ProcessQuantAllReduceAlgorithm, ForcedMatchesGolden) {
+  const auto [algo, rankSize] = GetParam();
+  const std::vector<QuantCase> cases = ForcedCases(rankSize);
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_QUANTALLREDUCE"] = algo;
+  options.env["COLLOPS_SHM_BYTES"] = std::to_string(kSuiteShmBytes);
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      rankSize,
+      [&, rankSize = rankSize](int rank) {
+        SuiteJob job;
+        job.rank = rank;
+        job.rankSize = rankSize;
+        job.backend = "lccl";
+        job.commDomain = "quant-forced";
+        for (const QuantCase& c : cases) RunQuantCase(job, c);
+      },
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, ProcessQuantAllReduceAlgorithm, kAlgorithmsAndRanks,
+                         AlgorithmAndRanksName);
 
 }  // namespace
 }  // namespace testing

@@ -98,8 +98,9 @@ void RunQuantCase(const SuiteJob& job, const QuantCase& c) {
 }
 
 void RunQuantAllReduceCases(const SuiteJob& job) {
-  // 67 x 1024 int8 = 68608 bytes: beyond kSuiteShmBytes, and above the size from which R >= 3
-  // scatters (kQuantGatherMaxElements) while the smaller ones gather.
+  // 67 x 1024 int8 = 68608 bytes: beyond kSuiteShmBytes, and above the sizes from which R >= 3
+  // takes rsag (kQuantOneShotMaxElements; lccl's own: shm_policy.h) while the smaller ones take
+  // oneshot.
   const std::vector<std::vector<int64_t>> shapes = {{0, 32}, {16}, {3, 48}, {2, 5, 64}, {67, 1024}};
   uint64_t seed = 1;
   for (int quantType : {1, 2}) {

@@ -19,7 +19,7 @@ struct ProcessAlgorithm {
 
 // One row per algorithm; the selectors that pick them are in shm_policy.cpp, the algorithms in
 // the file of their collective (allreduce.cpp, gather.cpp, reduce_scatter.cpp, alltoallv.cpp,
-// p2p.cpp).
+// p2p.cpp, quant_allreduce.cpp).
 const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kAllReduce,
      kAlgoOneShot,
@@ -150,6 +150,21 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kBarrier,
      kAlgoRound,
      {"Barrier", "Barrier", "round", "one round", "any call", "always"}},
+    {Collective::kQuantAllReduce,
+     kAlgoOneShot,
+     {"QuantAllReduce", "AllReduceQuantised", "oneshot",
+      "each rank stages its int8 input in its slot, one round, then every rank sums all R inputs "
+      "and dequantises the whole output; one round per half-slot of int8",
+      "any call",
+      "at R = 2 with a CPU each, and wherever the output is 64 KiB or less (8 KiB when the ranks "
+      "outnumber the CPUs)"}},
+    {Collective::kQuantAllReduce,
+     kAlgoReduceScatterAllGather,
+     {"QuantAllReduce", "AllReduceQuantised", "rsag",
+      "per chunk of up to 2 MiB of output: each rank stages the int8 slices the others sum (round "
+      "A), dequantises its own slice over all ranks into its slot (round B), and copies every "
+      "dequantised slice out",
+      "any call", "where `oneshot` is not picked"}},
 };
 
 const AlgorithmInfo kThreadAlgorithms[] = {
@@ -160,6 +175,14 @@ const AlgorithmInfo kThreadAlgorithms[] = {
     {"AllReduce", "AllReduce", "slices",
      "each rank reduces its slice from the peers' inputs into its output, then copies the peers' "
      "reduced slices from their outputs: three Syncs",
+     "any call", "otherwise"},
+    {"QuantAllReduce", "AllReduceQuantised", "oneshot",
+     "every rank sums all R int8 inputs straight from the peers' buffers and dequantises the "
+     "whole output: two Syncs",
+     "any call", "at R = 2, and up to 32 KiB of output"},
+    {"QuantAllReduce", "AllReduceQuantised", "slices",
+     "each rank sums and dequantises its slice from the peers' int8 inputs into its output, then "
+     "copies the peers' slices from their outputs: three Syncs",
      "any call", "otherwise"},
 };
 
@@ -178,8 +201,9 @@ std::vector<AlgorithmInfo> ProcessRows() {
 }  // namespace
 
 const char* CollectiveName(Collective collective) {
-  static const char* const kNames[kCollectives] = {
-      "AllReduce", "AllGather", "Broadcast", "ReduceScatter", "AllToAll", "SendRecv", "Barrier"};
+  static const char* const kNames[kCollectives] = {"AllReduce",     "AllGather",     "Broadcast",
+                                                   "ReduceScatter", "AllToAll",      "SendRecv",
+                                                   "Barrier",       "QuantAllReduce"};
   return kNames[static_cast<int>(collective)];
 }
 

@@ -47,6 +47,13 @@ void ProcessCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
   allToAll_.AllToAllV(in, sendCounts, sdispls, out, recvCounts, rdispls, dtype);
 }
 
+bool ProcessCommunicator::AllReduceQuantised(const int8_t* in, void* out, size_t count,
+                                             const QuantScale& quant, DataType outDtype) {
+  transport_.Enter("AllReduceQuantised");
+  quantAllReduce_.AllReduceQuantised(in, out, count, quant, outDtype);
+  return true;
+}
+
 void ProcessCommunicator::Send(const void* buf, size_t count, DataType dtype, int peer) {
   transport_.Enter("Send");
   channels_.Run({PointToPoint::Send(buf, count, dtype, peer)});

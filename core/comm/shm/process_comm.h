@@ -3,8 +3,8 @@
 //
 // It is the Communicator face of the engine: every call enters the Transport (transport.h: the
 // segment, rounds, waits, liveness, the peers' buffers) and runs the algorithms of its collective,
-// each family in a file of its own (allreduce.h, gather.h, reduce_scatter.h, alltoallv.h, p2p.h;
-// the table of them: algorithm_table.cpp).
+// each family in a file of its own (allreduce.h, gather.h, reduce_scatter.h, alltoallv.h, p2p.h,
+// quant_allreduce.h; the table of them: algorithm_table.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +23,7 @@
 #include "core/comm/shm/alltoallv.h"
 #include "core/comm/shm/gather.h"
 #include "core/comm/shm/p2p.h"
+#include "core/comm/shm/quant_allreduce.h"
 #include "core/comm/shm/reduce_scatter.h"
 #include "core/comm/shm/transport.h"
 
@@ -48,6 +49,9 @@ class ProcessCommunicator final : public Communicator {
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  /// Always runs it (quant_allreduce.h): returns true.
+  bool AllReduceQuantised(const int8_t* in, void* out, size_t count, const QuantScale& quant,
+                          DataType outDtype) override;
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
   void Exchange(const std::vector<PointToPoint>& ops) override;
@@ -80,6 +84,7 @@ class ProcessCommunicator final : public Communicator {
   GatherAlgorithms gather_{transport_};
   ReduceScatterAlgorithms reduceScatter_{transport_};
   AllToAllAlgorithms allToAll_{transport_};
+  QuantAllReduceAlgorithms quantAllReduce_{transport_};
   PointToPointChannels channels_{transport_};
 };
 

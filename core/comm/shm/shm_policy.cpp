@@ -91,6 +91,12 @@ Algo SelectAllReduce(const ShmPolicy& policy, bool crossMemory, int ranks, uint6
   return cross ? kAlgoCrossMemory : oneShot ? kAlgoOneShot : kAlgoReduceScatterAllGather;
 }
 
+Algo SelectQuantAllReduce(const ShmPolicy& policy, int ranks, uint64_t count, uint64_t outBytes) {
+  const bool oneShot =
+      (ranks == 2 && !policy.Oversubscribed()) || count * outBytes <= policy.oneShotMaxBytes;
+  return oneShot ? kAlgoOneShot : kAlgoReduceScatterAllGather;
+}
+
 bool CrossMemoryInput(const ShmPolicy& policy, Algo forced, int ranks, uint64_t bytes,
                       uint64_t outputBytes) {
   // Staged, every rank copies each input twice in all (once in, once out); read by the others,

@@ -76,8 +76,9 @@ enum class Collective : int32_t {
   kAllToAll,       ///< AllToAllV
   kSendRecv,       ///< Send, Recv, Exchange
   kBarrier,
+  kQuantAllReduce,  ///< AllReduceQuantised
 };
-constexpr int kCollectives = 7;
+constexpr int kCollectives = 8;
 
 /// The algorithms of the process engine (algorithm_table.h describes each); kAlgoAuto: chosen per
 /// call by the selectors below.
@@ -134,6 +135,9 @@ ShmPolicy ChoosePolicy(int rankSize);
 /// here, when every rank's buffers turn out to lie in its heap (allreduce.cpp).
 Algo SelectAllReduce(const ShmPolicy& policy, bool crossMemory, int ranks, uint64_t bytes,
                      uint64_t elementBytes, uint64_t halfBytes);
+/// Quantised AllReduce of `count` int8 elements into `outBytes`-byte outputs on `ranks` ranks:
+/// kAlgoOneShot or kAlgoReduceScatterAllGather.
+Algo SelectQuantAllReduce(const ShmPolicy& policy, int ranks, uint64_t count, uint64_t outBytes);
 /// AllGather(V) and Broadcast: whether one rank's input of `bytes` (not in its heap), in a call
 /// whose output is `outputBytes` per rank, is read by the peers with process_vm_readv.
 bool CrossMemoryInput(const ShmPolicy& policy, Algo forced, int ranks, uint64_t bytes,

@@ -43,6 +43,7 @@ ThreadCommunicator::ThreadCommunicator(std::shared_ptr<shm::ThreadGroup> group, 
       rank_(rank),
       size_(group_->size()),
       srcs_(size_),
+      quantSrcs_(size_),
       sent_(size_),
       received_(size_) {}
 
@@ -177,6 +178,49 @@ void ThreadCommunicator::AllReduce(const void* in, void* out, size_t count, Data
     CopyPeer(At(out, first, es), At(group_->slot(j).out, first, es), n * es);
   }
   group_->Sync(rank_, "AllReduce");
+}
+
+bool ThreadCommunicator::AllReduceQuantised(const int8_t* in, void* out, size_t count,
+                                            const QuantScale& quant, DataType outDtype) {
+  group_->ThrowIfBroken();
+  const char* what = "AllReduceQuantised";
+  if (outDtype != ACL_FLOAT16 && outDtype != ACL_BF16 && outDtype != ACL_FLOAT) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, "lccl ", what, " on rank ", rank_, ": dtype ",
+         DataTypeName(outDtype), " is not an output of the quantised AllReduce");
+  }
+  const size_t es = DataTypeSize(outDtype);
+  Publish(in, out, static_cast<int64_t>(count), outDtype, 0);
+  group_->Sync(rank_, what);
+  const std::string bad = CheckUniform(what, true, nullptr);
+  if (!bad.empty()) FailTogether(what, bad);
+  auto dequantise = [&](size_t first, size_t n, void* dst) {
+    for (int j = 0; j < size_; ++j) {
+      quantSrcs_[j] = static_cast<const int8_t*>(group_->slot(j).in) + first;
+    }
+    try {
+      SumDequantiseInt8(quantSrcs_.data(), size_, n, static_cast<int64_t>(first), quant, outDtype,
+                        dst);
+    } catch (const Error& e) {
+      group_->BreakAndThrow(e.status(), Concat("lccl ", what, " on rank ", rank_, ": ", e.what()));
+    }
+  };
+  if (size_ == 2 || count * es <= shm::kThreadOneShotMaxBytes) {
+    dequantise(0, count, out);
+    group_->Sync(rank_, what);
+    return true;
+  }
+  // The peers read this rank's slice of its output after the second Sync, and the third keeps it
+  // there until they have.
+  const auto [begin, length] = Slice(count, size_, rank_);
+  if (length != 0) dequantise(begin, length, At(out, begin, es));
+  group_->Sync(rank_, what);
+  for (int step = 1; step < size_; ++step) {
+    const int j = (rank_ + step) % size_;
+    const auto [first, n] = Slice(count, size_, j);
+    CopyPeer(At(out, first, es), At(group_->slot(j).out, first, es), n * es);
+  }
+  group_->Sync(rank_, what);
+  return true;
 }
 
 void ThreadCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,

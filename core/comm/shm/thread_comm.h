@@ -51,6 +51,11 @@ class ThreadCommunicator final : public Communicator {
   void AllToAllV(const void* in, const int64_t* sendCounts, const int64_t* sdispls, void* out,
                  const int64_t* recvCounts, const int64_t* rdispls, DataType dtype) override;
   void Broadcast(void* buf, size_t count, DataType dtype, int root) override;
+  /// Every rank sums and dequantises straight from the peers' int8 inputs: everything at R = 2 or
+  /// up to 32 KiB of output ("oneshot", two Syncs), else its own slice, then it copies the other
+  /// slices from their owners' outputs ("slices", three Syncs). Returns true.
+  bool AllReduceQuantised(const int8_t* in, void* out, size_t count, const QuantScale& quant,
+                          DataType outDtype) override;
   /// Blocks until `peer` has received the message (the receiver copies straight from `buf`).
   /// Messages between the same pair are delivered in the order they were sent.
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
@@ -84,11 +89,12 @@ class ThreadCommunicator final : public Communicator {
   std::shared_ptr<shm::ThreadGroup> group_;
   const int rank_;
   const int size_;
-  std::vector<const void*> srcs_;        ///< reduction inputs, reused so no call allocates
-  std::vector<uint64_t> sent_;           ///< messages sent to each peer
-  std::vector<uint64_t> received_;       ///< messages received from each peer
-  std::string agreedOpName_;             ///< the opName agreementName_ was made for
-  const char* agreementName_ = nullptr;  ///< "<opName> (cross-rank check)", interned
+  std::vector<const void*> srcs_;         ///< reduction inputs, reused so no call allocates
+  std::vector<const int8_t*> quantSrcs_;  ///< AllReduceQuantised's inputs, likewise
+  std::vector<uint64_t> sent_;            ///< messages sent to each peer
+  std::vector<uint64_t> received_;        ///< messages received from each peer
+  std::string agreedOpName_;              ///< the opName agreementName_ was made for
+  const char* agreementName_ = nullptr;   ///< "<opName> (cross-rank check)", interned
 };
 
 /// Joins (or starts forming) the multi-thread lccl group of `param.commDomain` with

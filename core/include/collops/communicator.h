@@ -91,6 +91,18 @@ class Communicator {
   /// buf = buf of `root`, on every rank.
   virtual void Broadcast(void* buf, size_t count, DataType dtype, int root);
 
+  /// Quantised AllReduce where the engine has a path of its own: out[i] = (Σ_r in_r[i] +
+  /// R·offset)·scale_i in `outDtype` (float16, bfloat16, float32) as SumDequantiseInt8 computes it
+  /// (reduce.h), the same bits on every rank, the int8 data moving between ranks as int8.
+  /// `quant` must be the same on every rank. Returns false, having done nothing, where the engine
+  /// has no such path (the default): the caller then builds it from AllGatherV and AllToAllV
+  /// (ops/all_reduce/quant_all_reduce.h). lccl has one in both comm modes.
+  virtual bool AllReduceQuantised(const int8_t* in, void* out, size_t count,
+                                  const QuantScale& quant, DataType outDtype) {
+    (void)in, (void)out, (void)count, (void)quant, (void)outDtype;
+    return false;
+  }
+
   /// Point to point. A Send must meet a Recv with the same count and dtype on `peer`; when they
   /// differ both sides throw ERROR_RANK_MISMATCH naming both ranks and values.
   virtual void Send(const void* buf, size_t count, DataType dtype, int peer);
