@@ -9,11 +9,7 @@ namespace collops {
 
 void AllReduceOperation::ValidateParam(const AllReduceParam& param) {
   ValidateCommParam(kName, param);
-  ReduceOp op;
-  if (!ParseReduceOp(param.allReduceType, &op)) {
-    Fail(ERROR_INVALID_PARAM, kName, ": allReduceType = \"", param.allReduceType,
-         "\" is not one of \"sum\", \"prod\", \"max\", \"min\"");
-  }
+  const ReduceOp op = ReduceOpParam(kName, "allReduceType", param.allReduceType);
   if (param.quantType < AllReduceParam::QUANT_TYPE_UNQUANT ||
       param.quantType >= AllReduceParam::QUANT_TYPE_MAX) {
     Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType,
@@ -42,12 +38,10 @@ void AllReduceOperation::ValidateParam(const AllReduceParam& param) {
 
 AllReduceOperation::AllReduceOperation(const AllReduceParam& param)
     : OperationBase(kName, param),
-      reduceOp_(ReduceOp::kSum),
+      reduceOp_(ReduceOpParam(kName, "allReduceType", param.allReduceType)),
       quantType_(param.quantType),
       outDtype_(static_cast<DataType>(param.outDataType)),
-      quantAlgo_(Quantised() ? QuantAlgoFromEnv() : QuantAlgo::kAuto) {
-  ParseReduceOp(param.allReduceType, &reduceOp_);
-}
+      quantAlgo_(Quantised() ? QuantAlgoFromEnv() : QuantAlgo::kAuto) {}
 
 std::vector<TensorSpec> AllReduceOperation::InputSpecs() const {
   if (Quantised()) {

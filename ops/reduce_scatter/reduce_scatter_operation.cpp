@@ -6,17 +6,12 @@ namespace collops {
 
 void ReduceScatterOperation::ValidateParam(const ReduceScatterParam& param) {
   ValidateCommParam(kName, param);
-  ReduceOp op;
-  if (!ParseReduceOp(param.reduceType, &op)) {
-    Fail(ERROR_INVALID_PARAM, kName, ": reduceType = \"", param.reduceType,
-         "\" is not one of \"sum\", \"prod\", \"max\", \"min\"");
-  }
+  ReduceOpParam(kName, "reduceType", param.reduceType);
 }
 
 ReduceScatterOperation::ReduceScatterOperation(const ReduceScatterParam& param)
-    : OperationBase(kName, param), reduceOp_(ReduceOp::kSum) {
-  ParseReduceOp(param.reduceType, &reduceOp_);
-}
+    : OperationBase(kName, param),
+      reduceOp_(ReduceOpParam(kName, "reduceType", param.reduceType)) {}
 
 std::vector<TensorSpec> ReduceScatterOperation::InputSpecs() const {
   return {{"x", DtypeSet::kReducible}};

@@ -33,11 +33,7 @@ void ValidateCountParam(const ReduceScatterVParam& param, const char* name,
 
 void ReduceScatterVOperation::ValidateParam(const ReduceScatterVParam& param) {
   ValidateCommParam(kName, param);
-  ReduceOp op;
-  if (!ParseReduceOp(param.reduceType, &op)) {
-    Fail(ERROR_INVALID_PARAM, kName, ": reduceType = \"", param.reduceType,
-         "\" is not one of \"sum\", \"prod\", \"max\", \"min\"");
-  }
+  ReduceOpParam(kName, "reduceType", param.reduceType);
   ValidateCountParam(param, "sendCounts", param.sendCounts);
   ValidateCountParam(param, "sdispls", param.sdispls);
   if (param.recvCount < -1) {
@@ -48,12 +44,10 @@ void ReduceScatterVOperation::ValidateParam(const ReduceScatterVParam& param) {
 
 ReduceScatterVOperation::ReduceScatterVOperation(const ReduceScatterVParam& param)
     : OperationBase(kName, param),
-      reduceOp_(ReduceOp::kSum),
+      reduceOp_(ReduceOpParam(kName, "reduceType", param.reduceType)),
       paramSendCounts_(param.sendCounts),
       paramSdispls_(param.sdispls),
-      paramRecvCount_(param.recvCount) {
-  ParseReduceOp(param.reduceType, &reduceOp_);
-}
+      paramRecvCount_(param.recvCount) {}
 
 std::vector<TensorSpec> ReduceScatterVOperation::InputSpecs() const {
   return {{"x", DtypeSet::kReducible},

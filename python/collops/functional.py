@@ -5,16 +5,12 @@ is a ProcessGroup, a group name, or None for the default group; `op` is a reduce
 ("sum", "avg", "prod", "max", "min") or a ``dist.ReduceOp``. Sizes count rows (dim 0).
 """
 import torch
-import torch.distributed as dist
 
-from . import ops as _ops  # noqa: F401  (defines torch.ops.collops.*)
+from . import ops as _ops  # defines torch.ops.collops.* and their reduce-op names
 from ._c10d_backend import default_or
 
 __all__ = ["group_name", "all_reduce", "all_gather", "all_gather_v", "reduce_scatter",
            "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"]
-
-_OP_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "prod",
-             dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"}
 
 
 def group_name(group=None):
@@ -25,10 +21,12 @@ def group_name(group=None):
 
 
 def _op_name(op):
+    """`op` as the ops take it: a name as given, or the first name ops.REDUCE_OPS has for a
+    ``dist.ReduceOp`` (compared with ==, which ReduceOp objects and their enum values share)."""
     if isinstance(op, str):
         return op
-    for key, name in _OP_NAMES.items():
-        if op == key:
+    for name, value in _ops.REDUCE_OPS.items():
+        if op == value:
             return name
     raise ValueError(f"collops.functional: unsupported reduce op {op}")
 

@@ -38,6 +38,7 @@ SCHEMAS = {
     "broadcast": "broadcast(Tensor x, int src, str group_name) -> Tensor",
 }
 
+#: Every reduce-op name the ops take (lower-cased first), and the ReduceOp it means.
 REDUCE_OPS = {
     "sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp.PRODUCT,
     "product": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,

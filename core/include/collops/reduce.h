@@ -15,6 +15,10 @@ enum class ReduceOp : int32_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 const char* ReduceOpName(ReduceOp op);
 /// Parses "sum" | "prod" | "max" | "min"; false for anything else.
 bool ParseReduceOp(const std::string& name, ReduceOp* op);
+/// The reduction that param `field` of operation `op` names: ParseReduceOp, or
+/// Error(ERROR_INVALID_PARAM) "<op>: <field> = "<name>" is not one of "sum", ...". Every op that
+/// reduces parses its param through this one function.
+ReduceOp ReduceOpParam(const char* op, const char* field, const std::string& name);
 /// True for the dtypes communicators reduce: int8, uint8, int16, int32, int64, float16, bfloat16,
 /// float32, float64. Operations accept fewer (not uint8 nor float64, as ATB: docs/operations.md);
 /// the communicators take what torch.distributed users reduce through them (gloo and NCCL do).

@@ -32,14 +32,28 @@ const char* ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+namespace {
+constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin};
+}  // namespace
+
 bool ParseReduceOp(const std::string& name, ReduceOp* op) {
-  for (ReduceOp candidate : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin}) {
+  for (ReduceOp candidate : kReduceOps) {
     if (name == ReduceOpName(candidate)) {
       *op = candidate;
       return true;
     }
   }
   return false;
+}
+
+ReduceOp ReduceOpParam(const char* op, const char* field, const std::string& name) {
+  ReduceOp parsed = ReduceOp::kSum;
+  if (ParseReduceOp(name, &parsed)) return parsed;
+  std::string names;
+  for (ReduceOp candidate : kReduceOps) {
+    names += Concat(names.empty() ? "" : ", ", "\"", ReduceOpName(candidate), "\"");
+  }
+  Fail(ERROR_INVALID_PARAM, op, ": ", field, " = \"", name, "\" is not one of ", names);
 }
 
 bool IsReducibleDtype(DataType dtype) {
