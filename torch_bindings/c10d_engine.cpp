@@ -32,7 +32,6 @@
 #include <cctype>
 #include <limits>
 #include <numeric>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -46,15 +45,7 @@ namespace {
 
 thread_local c10::Device tDevice{c10::kCPU};
 
-// The torch dtype of `dtype` (dtype_map.h), which every dtype the operations pass has.
-at::ScalarType ScalarTypeOf(DataType dtype) {
-  const std::optional<at::ScalarType> type = TorchDtypeOf(dtype);
-  if (!type) {
-    Fail(ERROR_INVALID_TENSOR_DTYPE, "backend c10d: dtype ", DataTypeName(dtype),
-         " has no torch equivalent");
-  }
-  return *type;
-}
+at::ScalarType ScalarTypeOf(DataType dtype) { return RequireTorchDtype(dtype, "backend c10d: "); }
 
 // The dtype a reduction of `dtype` runs in (see the header comment).
 at::ScalarType ReductionType(DataType dtype, const c10::Device& device) {

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "collops/status.h"
+
 namespace collops {
 namespace {
 
@@ -27,6 +29,15 @@ std::optional<c10::ScalarType> TorchDtypeOf(DataType dtype) {
     if (collopsType == dtype) return torchType;
   }
   return std::nullopt;
+}
+
+c10::ScalarType RequireTorchDtype(DataType dtype, const char* who) {
+  const std::optional<c10::ScalarType> type = TorchDtypeOf(dtype);
+  if (!type) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, who, "dtype ", DataTypeName(dtype),
+         " has no torch equivalent");
+  }
+  return *type;
 }
 
 const std::string& MappedDtypesText() {

@@ -17,6 +17,9 @@ DataType CollopsDtypeOf(c10::ScalarType type);
 /// The torch dtype of `dtype`; nullopt where torch has none (ACL_DT_UNDEFINED).
 std::optional<c10::ScalarType> TorchDtypeOf(DataType dtype);
 
+/// TorchDtypeOf, or Error(ERROR_INVALID_TENSOR_DTYPE) "<who>dtype <name> has no torch equivalent".
+c10::ScalarType RequireTorchDtype(DataType dtype, const char* who);
+
 /// "int8, int16, ..., bool": every dtype of the table, for messages that list them.
 const std::string& MappedDtypesText();
 

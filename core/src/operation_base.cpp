@@ -136,7 +136,7 @@ void OperationBase::CheckTensorData(const std::vector<Tensor>& tensors,
            DataTypeName(t.desc.dtype), " needs ", bytes, " bytes");
     }
     const bool dataNotNeeded = specs[i].dtypes == DtypeSet::kShapeOnly ||
-                               (specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr);
+                               (specs[i].IsHostCounts() && t.hostData != nullptr);
     if (bytes > 0 && t.deviceData == nullptr && !dataNotNeeded) {
       Fail(ERROR_INVALID_TENSOR_ADDR, name_, ": ", role, "[", i, "] (", specs[i].name,
            ") has no data (deviceData is null)");
@@ -192,7 +192,7 @@ void OperationBase::CheckWorkspaceAliasing(const VariantPack& pack,
       if (specs[i].dtypes == DtypeSet::kShapeOnly) continue;  // its data is never touched
       const Tensor& t = tensors[i];
       const void* data =
-          specs[i].dtypes == DtypeSet::kCounts && t.hostData != nullptr ? t.hostData : t.deviceData;
+          specs[i].IsHostCounts() && t.hostData != nullptr ? t.hostData : t.deviceData;
       if (!Overlaps(workspace, setupWorkspaceSize_, data, t.dataSize)) continue;
       Fail(ERROR_INVALID_PARAM, Where(), ": the workspace (", setupWorkspaceSize_,
            " bytes in use) overlaps ", role, "[", i, "] (", specs[i].name,

@@ -26,7 +26,7 @@ AllGatherVOperation::AllGatherVOperation(const AllGatherVParam& param)
 
 std::vector<TensorSpec> AllGatherVOperation::InputSpecs() const {
   return {{"x", DtypeSet::kMovable},
-          {"sendCount", DtypeSet::kCounts},
+          {"sendCount", DtypeSet::kCounts, CountsLength::kOne},
           {"recvCounts", DtypeSet::kCounts},
           {"rdispls", DtypeSet::kCounts},
           {"y_shape", DtypeSet::kShapeOnly}};

@@ -53,7 +53,7 @@ std::vector<TensorSpec> ReduceScatterVOperation::InputSpecs() const {
   return {{"x", DtypeSet::kReducible},
           {"sendCounts", DtypeSet::kCounts},
           {"sdispls", DtypeSet::kCounts},
-          {"recvCount", DtypeSet::kCounts},
+          {"recvCount", DtypeSet::kCounts, CountsLength::kOne},
           {"y_shape", DtypeSet::kShapeOnly}};
 }
 

@@ -1,8 +1,8 @@
 // The shared case rows (tests/cases/*.json) through the C++ parser, so ctest alone covers them;
 // the schemas agree with the parser on the same rows
 // (tests/python/schemas/test_param_schemas.py). Also: every registered op has a schema whose keys
-// and defaults are its param struct's, and a fuzz test of CreateOperation's JSON and text
-// overloads.
+// and defaults are its param struct's, its host-count inputs are ATB's binder keys, and a fuzz
+// test of CreateOperation's JSON and text overloads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,7 +15,10 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "collops/operation_base.h"
 #include "ops/ops.h"
 
 namespace collops {
@@ -91,6 +94,56 @@ TEST(ParamCases, EveryRegisteredOpHasASchemaAndRows) {
   }
   EXPECT_EQ(titled, ops) << "json_schemas/ and ListOperations() differ";
   EXPECT_EQ(OpsInRows(LoadRows()), ops) << "tests/cases/ and ListOperations() differ";
+}
+
+// The host-count inputs each op declares (TensorSpec::IsHostCounts) are what OperationTorch's
+// set_varaintpack_param binds, by name and length, so they must be ATB's binder keys: a renamed,
+// moved or resized input would break ATB scripts. Every registered op is made from its first
+// accepted row, so an op added later is checked without being named here; no other op has any.
+TEST(ParamCases, HostCountInputsAreAtbsBinderKeys) {
+  struct HostCounts {
+    size_t input;
+    std::string name;
+    CountsLength length;
+    bool operator==(const HostCounts& o) const {
+      return input == o.input && name == o.name && length == o.length;
+    }
+  };
+  constexpr CountsLength kOne = CountsLength::kOne, kPerRank = CountsLength::kPerRank;
+  const std::map<std::string, std::vector<HostCounts>> expected = {
+      {"AllGatherVOperation",
+       {{1, "sendCount", kOne}, {2, "recvCounts", kPerRank}, {3, "rdispls", kPerRank}}},
+      {"ReduceScatterVOperation",
+       {{1, "sendCounts", kPerRank}, {2, "sdispls", kPerRank}, {3, "recvCount", kOne}}},
+      {"AllToAllVV2Operation",
+       {{1, "sendCounts", kPerRank},
+        {2, "sdispls", kPerRank},
+        {3, "recvCounts", kPerRank},
+        {4, "rdispls", kPerRank}}},
+  };
+  std::set<std::string> checked;
+  for (const Row& r : LoadRows()) {
+    const std::string name = r.row.at("op").get<std::string>();
+    if (r.row.at("status").get<int>() != NO_ERROR || !checked.insert(name).second) continue;
+    SCOPED_TRACE(Concat(r.where, ": ", r.row.dump()));
+    const OperationPtr op = MakeOperation(name, r.row.at("param"));
+    const auto* base = dynamic_cast<const OperationBase*>(op.get());
+    ASSERT_NE(base, nullptr);
+    const std::vector<TensorSpec> specs = base->InputSpecs();
+    std::vector<HostCounts> found;
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (!specs[i].IsHostCounts()) continue;
+      found.push_back({i, specs[i].name, specs[i].countsLength});
+      shown.push_back(
+          Concat(i, " ", specs[i].name, specs[i].countsLength == kOne ? " (one)" : " (per rank)"));
+    }
+    const auto it = expected.find(name);
+    EXPECT_TRUE(found == (it == expected.end() ? std::vector<HostCounts>{} : it->second))
+        << "host-count inputs: " << ::testing::PrintToString(shown);
+  }
+  const std::vector<std::string> registered = ListOperations();
+  EXPECT_EQ(checked, std::set<std::string>(registered.begin(), registered.end()));
 }
 
 // Every row, grouped by op so a failure names the op and the row.

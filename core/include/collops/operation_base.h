@@ -28,9 +28,22 @@ enum class DtypeSet {
                ///< infer-shape carriers: tensorForInferShape, y_shape)
 };
 
+/// How many values a host-count input (DtypeSet::kCounts) holds.
+enum class CountsLength {
+  kPerRank,  ///< one per rank (rankSize), e.g. AllToAllVV2's sendCounts
+  kOne,      ///< exactly one, e.g. AllGatherV's sendCount
+};
+
+/// One input or output of an operation, as callers see it: its name (messages use it, and the
+/// torch binding's set_varaintpack_param binds host counts by it), the dtypes it accepts, and,
+/// for an int64 host-count input, how many counts it holds.
 struct TensorSpec {
   const char* name;
   DtypeSet dtypes;
+  CountsLength countsLength = CountsLength::kPerRank;  ///< read only for host-count inputs
+
+  /// Counts that may come from hostData (ATB's host tensors) rather than from the tensor.
+  bool IsHostCounts() const { return dtypes == DtypeSet::kCounts; }
 };
 
 /// The one way an op's data input x (inTensors[0]) may share memory with its output y
@@ -60,13 +73,14 @@ class OperationBase : public Operation {
   /// once with ERROR_RANK_MISMATCH instead of timing out. Only through a communicator that exists
   /// already; otherwise nothing. Setup and Execute do this for their own failures.
   void ShareFailure(Status status, Context* context);
+  /// Inputs and outputs in order (TensorSpec): the op's own facts about its tensors, which the
+  /// generic checks and the bindings read instead of knowing any op.
+  virtual std::vector<TensorSpec> InputSpecs() const = 0;
+  virtual std::vector<TensorSpec> OutputSpecs() const = 0;
 
  protected:
   OperationBase(std::string name, const CommParam& commParam);
 
-  /// Inputs and outputs in order, with the dtypes each accepts.
-  virtual std::vector<TensorSpec> InputSpecs() const = 0;
-  virtual std::vector<TensorSpec> OutputSpecs() const = 0;
   /// Output descs from input descs that already passed the generic checks. Throws Error.
   virtual void InferShapeImpl(const std::vector<TensorDesc>& in,
                               std::vector<TensorDesc>& out) const = 0;

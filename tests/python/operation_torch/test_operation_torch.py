@@ -317,6 +317,17 @@ def test_bound_length_must_match_the_tensor():
         op.execute(ins)
 
 
+def test_binding_without_an_operation_fails_and_binds_nothing():
+    # The keys are the held operation's host-count inputs: before a successful set_param there is
+    # none to bind to, and a binding accepted then would be dropped by the next set_param anyway.
+    op = OperationTorch("AllToAllVV2Operation")
+    result = json.loads(op.set_varaintpack_param(json.dumps({"sendCounts": [2]})))
+    assert result["result"] == 1 and "before a successful set_param" in result["message"], result
+    assert json.loads(op.set_param(solo(quantType=0)))["result"] == 1
+    result = json.loads(op.set_varaintpack_param(json.dumps({"sendCounts": [2]})))
+    assert result["result"] == 1 and "the last set_param failed" in result["message"], result
+
+
 # ---- infer_shape and setup ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
