@@ -7,7 +7,7 @@
 // the op and return a DeferredWork; the queue runs as one Communicator::Exchange (a group that
 // cannot deadlock, whatever order the peers' groups have) when any of its Works is waited on, or
 // before the backend runs anything else, which keeps program order. Blocking dist.send/dist.recv
-// wait at once, so they behave as before.
+// wait at once, so they run where the program calls them.
 #pragma once
 
 #include <ATen/ATen.h>

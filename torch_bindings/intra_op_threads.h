@@ -1,10 +1,9 @@
 // Several ranks of a job on one host, each with torch's default intra-op pool (a thread per CPU),
 // put ranks x CPUs threads on the CPUs. An OpenMP region of one rank (any copy, clone or add of
 // more than 32K elements) then needs all its threads running at once while the other ranks'
-// threads hold the CPUs, and every collective waits for it: R=2 on 2 CPUs, copy then all_reduce
-// of 256 KiB took 5-6 ms on collops and 7 ms on gloo, against 39 us and 670 us with one thread
-// per rank. torchrun avoids it by setting OMP_NUM_THREADS=1; ATB-style scripts started by
-// torch.multiprocessing or mpirun do not.
+// threads hold the CPUs, and every collective waits for it (docs/distributed.md shows by how
+// much). torchrun avoids it by setting OMP_NUM_THREADS=1; ATB-style scripts started by
+// torch.multiprocessing or mpirun do not, so the binding lowers the threads itself.
 #pragma once
 
 namespace collops {
