@@ -211,21 +211,29 @@ void ExpectSchemaMatchesStruct(const std::map<std::string, json>& schemas, const
   EXPECT_EQ(SchemaDefaults(schemas, op), fromStruct);
 }
 
+// Every param struct of ops/ops.h; the count keeps an added op from being left out.
 TEST(ParamCases, SchemaKeysAndDefaultsAreTheStructs) {
   const auto schemas = LoadSchemas();
-  ExpectSchemaMatchesStruct<AllReduceParam>(schemas, "AllReduceOperation");
-  ExpectSchemaMatchesStruct<AllGatherParam>(schemas, "AllGatherOperation");
-  ExpectSchemaMatchesStruct<AllGatherVParam>(schemas, "AllGatherVOperation");
-  ExpectSchemaMatchesStruct<ReduceScatterParam>(schemas, "ReduceScatterOperation");
-  ExpectSchemaMatchesStruct<ReduceScatterVParam>(schemas, "ReduceScatterVOperation");
-  ExpectSchemaMatchesStruct<BroadcastParam>(schemas, "BroadcastOperation");
-  ExpectSchemaMatchesStruct<AllToAllParam>(schemas, "AllToAllOperation");
-  ExpectSchemaMatchesStruct<AllToAllVParam>(schemas, "AllToAllVOperation");
-  ExpectSchemaMatchesStruct<AllToAllVV2Param>(schemas, "AllToAllVV2Operation");
-  ExpectSchemaMatchesStruct<SendParam>(schemas, "SendOperation");
-  ExpectSchemaMatchesStruct<RecvParam>(schemas, "RecvOperation");
-  ExpectSchemaMatchesStruct<SendRecvParam>(schemas, "SendRecvOperation");
-  ExpectSchemaMatchesStruct<BarrierParam>(schemas, "BarrierOperation");
+  size_t checked = 0;
+  const auto expect = [&](auto param, const std::string& op) {
+    ExpectSchemaMatchesStruct<decltype(param)>(schemas, op);
+    ++checked;
+  };
+  expect(AllReduceParam{}, "AllReduceOperation");
+  expect(AllGatherParam{}, "AllGatherOperation");
+  expect(AllGatherVParam{}, "AllGatherVOperation");
+  expect(ReduceScatterParam{}, "ReduceScatterOperation");
+  expect(ReduceScatterVParam{}, "ReduceScatterVOperation");
+  expect(BroadcastParam{}, "BroadcastOperation");
+  expect(AllToAllParam{}, "AllToAllOperation");
+  expect(AllToAllVParam{}, "AllToAllVOperation");
+  expect(AllToAllVV2Param{}, "AllToAllVV2Operation");
+  expect(SendParam{}, "SendOperation");
+  expect(RecvParam{}, "RecvOperation");
+  expect(SendRecvParam{}, "SendRecvOperation");
+  expect(BarrierParam{}, "BarrierOperation");
+  expect(LinearParallelParam{}, "LinearParallelOperation");
+  EXPECT_EQ(checked, ListOperations().size()) << "a registered op's param struct is not checked";
 }
 
 // ---- fuzz ---------------------------------------------------------------------------------------
