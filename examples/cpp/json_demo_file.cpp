@@ -1,10 +1,14 @@
 #include "json_demo_file.h"
 
-#include <cmath>
-#include <cstring>
-#include <map>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <mutex>
 #include <sstream>
-#include <stdexcept>
+#include <thread>
+
+#include "json_demo_values.h"
 
 namespace collops_demo {
 namespace {
@@ -12,133 +16,122 @@ namespace {
 using collops::DataType;
 using nlohmann::json;
 
-const std::map<std::string, DataType>& DtypesByName() {
-  static const std::map<std::string, DataType> names = {
-      {"float32", collops::ACL_FLOAT}, {"float16", collops::ACL_FLOAT16},
-      {"bfloat16", collops::ACL_BF16}, {"int8", collops::ACL_INT8},
-      {"int16", collops::ACL_INT16},   {"int32", collops::ACL_INT32},
-      {"int64", collops::ACL_INT64},   {"uint8", collops::ACL_UINT8},
-      {"float64", collops::ACL_DOUBLE}};
-  return names;
+/// The demo reads a file whole: a larger one is not a demo.
+constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
+/// Every rank is a thread of the demo.
+constexpr size_t kMaxDemoRanks = 64;
+
+[[noreturn]] void Refuse(const std::string& where, const std::string& what) {
+  throw DemoFileError(where.empty() ? what : collops::Concat(where, ": ", what));
 }
 
-/// Writes `value` into one element; float16/bfloat16 by truncating a float (the demo's values
-/// are small integers, exactly representable).
-void Store(DataType dtype, double value, uint8_t* p) {
-  switch (dtype) {
-    case collops::ACL_FLOAT: {
-      float v = value;
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case collops::ACL_DOUBLE:
-      std::memcpy(p, &value, 8);
-      break;
-    case collops::ACL_INT8:
-    case collops::ACL_UINT8:
-      *p = static_cast<uint8_t>(static_cast<int>(value));
-      break;
-    case collops::ACL_INT16: {
-      int16_t v = value;
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case collops::ACL_INT32: {
-      int32_t v = value;
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case collops::ACL_INT64: {
-      int64_t v = value;
-      std::memcpy(p, &v, 8);
-      break;
-    }
-    case collops::ACL_BF16: {
-      float f = value;
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      uint16_t h = bits >> 16;
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case collops::ACL_FLOAT16: {
-      float f = value;
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      const uint32_t sign = (bits >> 16) & 0x8000;
-      const int exp = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-      uint16_t h =
-          value == 0 ? sign : static_cast<uint16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ff));
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    default:
-      throw std::runtime_error("unsupported dtype in demo file");
-  }
+/// A short form of `value` for a message.
+std::string Shown(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 37) + "..." : text;
 }
 
-double Load(DataType dtype, const uint8_t* p) {
-  switch (dtype) {
-    case collops::ACL_FLOAT: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case collops::ACL_DOUBLE: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case collops::ACL_INT8:
-      return static_cast<int8_t>(*p);
-    case collops::ACL_UINT8:
-      return *p;
-    case collops::ACL_INT16: {
-      int16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case collops::ACL_INT32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case collops::ACL_INT64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case collops::ACL_BF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      uint32_t bits = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
-    }
-    case collops::ACL_FLOAT16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-      const double mag = exp == 0 ? std::ldexp(mant, -24) : std::ldexp(mant + 1024, exp - 25);
-      return (h & 0x8000) ? -mag : mag;
-    }
-    default:
-      return 0;
+/// The member `key` of the object `object` (at `where`), or null when it is absent.
+const json* Member(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+/// The optional object `key` of `object`: its members, or none when absent.
+json OptionalObject(const json& object, const char* key, const std::string& where) {
+  const json* value = Member(object, key);
+  if (value == nullptr) return json::object();
+  if (!value->is_object()) Refuse(where, collops::Concat(Shown(*value), " is not an object"));
+  return *value;
+}
+
+std::vector<int64_t> ReadShape(const json& input, const std::string& where) {
+  const json* shape = Member(input, "shape");
+  if (shape == nullptr) Refuse(where, "is missing (an array of dims)");
+  if (!shape->is_array()) Refuse(where, collops::Concat(Shown(*shape), " is not an array of dims"));
+  if (shape->size() > collops::kMaxDimNum) {
+    Refuse(where, collops::Concat("has ", shape->size(), " dims; a tensor has at most ",
+                                  collops::kMaxDimNum));
   }
+  std::vector<int64_t> dims;
+  for (size_t d = 0; d < shape->size(); ++d) {
+    const json& dim = (*shape)[d];
+    const std::string at = collops::Concat(where, "[", d, "]");
+    if (!dim.is_number_integer() || (dim.is_number_unsigned() && dim.get<uint64_t>() > INT64_MAX)) {
+      Refuse(at, collops::Concat(Shown(dim), " is not an integer dim"));
+    }
+    if (dim.get<int64_t>() < 0) Refuse(at, collops::Concat(dim.get<int64_t>(), " is negative"));
+    dims.push_back(dim.get<int64_t>());
+  }
+  return dims;
+}
+
+OwnedTensor ReadInput(const json& input, const std::string& where) {
+  if (!input.is_object()) {
+    Refuse(where, collops::Concat(Shown(input), " is not an object with dtype, shape and data"));
+  }
+  const json* dtypeName = Member(input, "dtype");
+  DataType dtype{};
+  if (dtypeName == nullptr) Refuse(where + ".dtype", "is missing");
+  if (!dtypeName->is_string() || !DtypeByName(dtypeName->get<std::string>(), &dtype)) {
+    Refuse(where + ".dtype", collops::Concat(Shown(*dtypeName), " is not one of ", DtypeNames()));
+  }
+  const std::vector<int64_t> shape = ReadShape(input, where + ".shape");
+  OwnedTensor t;
+  try {
+    t = MakeTensor(dtype, shape);
+  } catch (const std::invalid_argument& e) {
+    Refuse(where + ".shape", e.what());
+  }
+  const json* data = Member(input, "data");
+  if (data == nullptr) return t;
+  if (!data->is_array()) Refuse(where + ".data", collops::Concat(Shown(*data), " is not an array"));
+  const size_t width = collops::DataTypeSize(dtype);
+  const size_t holds = t.tensor.dataSize / width;
+  if (data->size() > holds) {
+    Refuse(where + ".data",
+           collops::Concat(data->size(), " values, but the shape ",
+                           collops::DimsToString(t.tensor.desc.shape), " holds ", holds));
+  }
+  for (size_t i = 0; i < data->size(); ++i) {
+    const json& value = (*data)[i];
+    try {
+      StoreValue(dtype, value, t.bytes.data() + i * width);
+    } catch (const std::invalid_argument& e) {
+      Refuse(collops::Concat(where, ".data[", i, "]"), Shown(value) + " " + e.what());
+    }
+  }
+  return t;
+}
+
+/// The whole of the regular file at `path`, or DemoFileError.
+std::string ReadFileText(const std::string& path) {
+  struct stat info{};
+  if (stat(path.c_str(), &info) != 0) Refuse("", "cannot be read");
+  // A FIFO or a device would block or never end.
+  if (!S_ISREG(info.st_mode)) Refuse("", "is not a regular file");
+  if (info.st_size > kMaxFileBytes) Refuse("", "is larger than the demo's 1 GiB");
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  if (!file || !(text << file.rdbuf())) Refuse("", "cannot be read");
+  return text.str();
 }
 
 }  // namespace
 
 OwnedTensor MakeTensor(DataType dtype, const std::vector<int64_t>& shape) {
+  if (shape.size() > collops::kMaxDimNum) {
+    throw std::invalid_argument(
+        collops::Concat("has ", shape.size(), " dims; a tensor has at most ", collops::kMaxDimNum));
+  }
   for (const int64_t n : shape) {
-    if (n < 0) throw std::invalid_argument("an input shape has a negative dim");
+    if (n < 0) throw std::invalid_argument("has a negative dim");
   }
   // The demo allocates every tensor: a shape over 1 GiB is a typo, not a test.
   const int64_t bytes =
       collops::CheckedBytes(shape.data(), shape.size(), collops::DataTypeSize(dtype));
   if (bytes < 0 || bytes > (int64_t{1} << 30)) {
-    throw std::invalid_argument("an input shape needs more than the demo's 1 GiB per tensor");
+    throw std::invalid_argument("needs more than the demo's 1 GiB per tensor");
   }
   OwnedTensor t;
   t.tensor.desc.dtype = dtype;
@@ -154,56 +147,87 @@ std::string Render(const OwnedTensor& t) {
   const size_t width = collops::DataTypeSize(t.tensor.desc.dtype);
   const int64_t inner = shape.dimNum ? shape.dims[shape.dimNum - 1] : 1;
   const int64_t n = collops::NumElements(shape);
-  std::ostringstream out;
-  out << "[";
+  std::string out = "[";
   for (int64_t i = 0; i < n; ++i) {
-    if (i % inner == 0)
-      out << (i ? "], [" : "[");
-    else
-      out << ", ";
-    out << Load(t.tensor.desc.dtype, t.bytes.data() + i * width);
+    out += i % inner != 0 ? ", " : i != 0 ? "], [" : "[";
+    out += ElementText(t.tensor.desc.dtype, t.bytes.data() + i * width);
   }
-  out << (n ? "]]" : "]");
-  return out.str();
+  out += n != 0 ? "]]" : "]";
+  return out;
+}
+
+json ParseDemoText(const std::string& text) {
+  // Refused while parsing (the parser itself keeps its nesting on the heap): a value nested a
+  // million deep would overflow the stack of anything that later recurses over it (a copy, a
+  // dump, an op's param parser).
+  const json::parser_callback_t depthLimit = [](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxDemoDepth) {
+      Refuse("", collops::Concat("arrays and objects nest deeper than ", kMaxDemoDepth, " levels"));
+    }
+    return true;
+  };
+  json spec;
+  try {
+    spec = json::parse(text, depthLimit);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: ...": the part after "] ".
+    const std::string what = e.what();
+    const size_t from = what.find("] ");
+    Refuse("", collops::Concat("is not JSON: ",
+                               from == std::string::npos ? what : what.substr(from + 2)));
+  }
+  CheckDemoFile(spec);
+  return spec;
 }
 
 void CheckDemoFile(const json& spec) {
   if (!spec.is_object() || !spec.contains("ranks") || !spec["ranks"].is_array() ||
       spec["ranks"].empty()) {
-    throw std::invalid_argument("expects an object with a non-empty \"ranks\" array");
+    Refuse("", "expects an object with a non-empty \"ranks\" array");
+  }
+  if (spec["ranks"].size() > kMaxDemoRanks) {
+    Refuse("ranks", collops::Concat(spec["ranks"].size(), " entries; the demo runs at most ",
+                                    kMaxDemoRanks, " ranks (threads)"));
   }
 }
 
 DemoRank ReadDemoRank(const json& spec, int rank, int rankSize) {
-  const json& rankSpec = spec.at("ranks").at(rank);
+  CheckDemoFile(spec);
   DemoRank out;
-  out.param = spec.value("param", json::object());
-  const json rankParam = rankSpec.value("param", json::object());
+  const json* op = Member(spec, "op");
+  if (op == nullptr) Refuse("op", "is missing (the operation's name, e.g. \"AllReduceOperation\")");
+  if (!op->is_string()) Refuse("op", collops::Concat(Shown(*op), " is not a string"));
+  out.opName = op->get<std::string>();
+  const std::vector<std::string> known = collops::ListOperations();
+  if (std::find(known.begin(), known.end(), out.opName) == known.end()) {
+    Refuse("op", collops::Concat(Shown(*op), " is not an operation collops knows"));
+  }
+  const std::string where = collops::Concat("ranks[", rank, "]");
+  const json& rankSpec = spec["ranks"].at(rank);
+  if (!rankSpec.is_object()) {
+    Refuse(where, collops::Concat(Shown(rankSpec), " is not an object with param and inputs"));
+  }
+  out.param = OptionalObject(spec, "param", "param");
+  const json rankParam = OptionalObject(rankSpec, "param", where + ".param");
   for (const auto& item : rankParam.items()) {
     out.param[item.key()] = item.value();
   }
   out.param["rank"] = rank;
   out.param["rankSize"] = rankSize;
   out.param["commMode"] = 1;
-  out.opName = spec.at("op").get<std::string>();
-  for (const auto& in : rankSpec.at("inputs")) {
-    const DataType dtype = DtypesByName().at(in.at("dtype").get<std::string>());
-    OwnedTensor t = MakeTensor(dtype, in.at("shape").get<std::vector<int64_t>>());
-    const auto data = in.value("data", std::vector<double>());
-    if (data.size() * collops::DataTypeSize(dtype) > t.tensor.dataSize) {
-      throw std::invalid_argument(collops::Concat(
-          "inputs[", out.inputs.size(), "] has ", data.size(), " data values but its shape holds ",
-          t.tensor.dataSize / collops::DataTypeSize(dtype)));
-    }
-    for (size_t i = 0; i < data.size(); ++i)
-      Store(dtype, data[i], t.bytes.data() + i * collops::DataTypeSize(dtype));
-    out.inputs.push_back(std::move(t));
+  const json* inputs = Member(rankSpec, "inputs");
+  if (inputs == nullptr) Refuse(where + ".inputs", "is missing (an array, empty for none)");
+  if (!inputs->is_array()) {
+    Refuse(where + ".inputs", collops::Concat(Shown(*inputs), " is not an array"));
+  }
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    out.inputs.push_back(ReadInput((*inputs)[i], collops::Concat(where, ".inputs[", i, "]")));
   }
   return out;
 }
 
-std::string RunDemoRank(const json& spec, int rank, int rankSize, collops::Context* context) {
-  DemoRank mine = ReadDemoRank(spec, rank, rankSize);
+std::string RunDemoRank(DemoRank mine, int rank, collops::Context* context) {
   const std::string& opName = mine.opName;
   std::ostringstream report;
   collops::OperationPtr op = collops::MakeOperation(opName, mine.param);
@@ -242,6 +266,41 @@ std::string RunDemoRank(const json& spec, int rank, int rankSize, collops::Conte
     }
   }
   return report.str();
+}
+
+std::string RunDemoRank(const json& spec, int rank, int rankSize, collops::Context* context) {
+  return RunDemoRank(ReadDemoRank(spec, rank, rankSize), rank, context);
+}
+
+int RunDemoFile(const std::string& path, std::ostream& out, std::ostream& err) {
+  std::vector<DemoRank> ranks;
+  try {
+    const json spec = ParseDemoText(ReadFileText(path));
+    const int rankSize = static_cast<int>(spec["ranks"].size());
+    for (int rank = 0; rank < rankSize; ++rank) ranks.push_back(ReadDemoRank(spec, rank, rankSize));
+  } catch (const std::exception& e) {
+    err << path << ": " << e.what() << "\n";
+    return 2;
+  }
+  const int rankSize = static_cast<int>(ranks.size());
+  std::vector<std::string> reports(rankSize);
+  std::vector<std::thread> threads;
+  int failures = 0;
+  std::mutex mutex;
+  for (int rank = 0; rank < rankSize; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        reports[rank] = RunDemoRank(std::move(ranks[rank]), rank);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        reports[rank] = "rank " + std::to_string(rank) + " FAILED: " + e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& r : reports) out << r << "\n";
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace collops_demo

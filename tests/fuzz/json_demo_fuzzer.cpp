@@ -1,14 +1,15 @@
 // libFuzzer harness: collops_json_demo's input files (examples/cpp/json_demo_file.h), read as the
 // demo reads them.
 //
-// Input: a demo file's text. Every rank's part of a file of up to 8 ranks is read (its param and
-// its input tensors, filled from "data") and rendered, and its op is created; a file of one rank
-// is run whole, as the demo runs it (a thread-mode communicator of one rank needs no peers), in
-// a Context of its own. A refusal is any std::exception (the demo prints it and exits non-zero);
-// a crash, a sanitizer report, a leak or a hang is a finding.
+// Input: a demo file's text, parsed as the demo parses it. Every rank's part of a file of up to 8
+// ranks is read (its param and its input tensors, filled from "data") and rendered, and its op is
+// created; a file of one rank is run whole, as the demo runs it (a thread-mode communicator of one
+// rank needs no peers), in a Context of its own. A refusal is any std::exception (the demo prints
+// it and exits non-zero); a crash, a sanitizer report, a leak or a hang is a finding.
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -16,11 +17,9 @@
 #include "json_demo_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const nlohmann::json spec =
-      nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
-  if (spec.is_discarded()) return 0;
+  nlohmann::json spec;
   try {
-    collops_demo::CheckDemoFile(spec);
+    spec = collops_demo::ParseDemoText(std::string(reinterpret_cast<const char*>(data), size));
   } catch (const std::exception&) {
     return 0;
   }
