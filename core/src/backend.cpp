@@ -1,14 +1,13 @@
 #include "collops/backend.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
 
+#include "collops/environment.h"
+#include "collops/reduce.h"
 #include "collops/status.h"
 #include "core/src/backend_plugin.h"
 
@@ -59,6 +58,10 @@ std::vector<std::string> ListCommunicatorBackends() {
 }
 
 std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param) {
+  // Knobs read later inside calls (on every wait; by the reduction kernels): a bad value fails
+  // here, naming the knob, before this rank joins anyone.
+  (void)CommTimeoutSeconds();
+  (void)ReduceKernelIsa();
   const std::string backend = ResolveBackend(param);
   CommunicatorFactory factory;
   {
@@ -84,24 +87,7 @@ std::shared_ptr<Communicator> CreateCommunicator(const CommParam& param) {
   return factory(param);
 }
 
-double CommTimeoutSeconds() {
-  const char* text = std::getenv("COLLOPS_TIMEOUT");
-  if (text == nullptr || *text == '\0') return 300.0;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  while (end != text && std::isspace(static_cast<unsigned char>(*end))) ++end;
-  if (end != text && *end == '\0' && seconds > 0) return std::min(seconds, kMaxCommTimeoutSeconds);
-  // Read on every wait, from threads that cannot fail a collective half-way: so not an error,
-  // but said once, since "abc" or "2 s" silently meaning 300 s would look like a hang.
-  static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) {
-    std::fprintf(stderr,
-                 "collops: COLLOPS_TIMEOUT=\"%s\" is not a positive number of seconds; "
-                 "waiting 300 s instead\n",
-                 text);
-  }
-  return 300.0;
-}
+double CommTimeoutSeconds() { return KnobSeconds("COLLOPS_TIMEOUT", 300.0); }
 
 double CommTimeoutSeconds(double chosenSeconds, const char** source) {
   const bool chosen = chosenSeconds > 0;

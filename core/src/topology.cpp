@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "collops/environment.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -30,8 +31,7 @@ std::string Hostname() {
 
 std::string HostIdentity() {
   std::string key;
-  const char* override = std::getenv("COLLOPS_HOST_ID");
-  if (override != nullptr && *override != '\0') {
+  if (const std::string override = KnobText("COLLOPS_HOST_ID"); !override.empty()) {
     key = Concat("host-id:", override);
   } else {
     struct stat netns{};

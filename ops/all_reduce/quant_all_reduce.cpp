@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "collops/environment.h"
 #include "collops/operation_base.h"
 #include "collops/reduce.h"
 #include "ops/all_reduce/all_reduce_param.h"
@@ -36,14 +37,12 @@ const char* QuantAlgoName(QuantAlgo algo) {
 }
 
 QuantAlgo QuantAlgoFromEnv() {
-  const char* variable = "COLLOPS_ALGO_QUANTALLREDUCE";
-  const char* text = std::getenv(variable);
-  const std::string name = text == nullptr ? "" : text;
-  if (name.empty() || name == "auto") return QuantAlgo::kAuto;
+  // The knob takes "auto" and the names of QuantAllReduce's rows (collops/environment.h).
+  const std::string name = KnobWord("COLLOPS_ALGO_QUANTALLREDUCE", "auto");
   for (QuantAlgo algo : {QuantAlgo::kOneShot, QuantAlgo::kReduceScatterAllGather}) {
     if (name == QuantAlgoName(algo)) return algo;
   }
-  Fail(ERROR_INVALID_PARAM, variable, "=\"", name, "\" is not one of auto, oneshot, rsag");
+  return QuantAlgo::kAuto;
 }
 
 void CheckQuantInputs(const std::string& where, int quantType, const std::vector<TensorDesc>& in) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "collops/environment.h"
 #include "collops/registry.h"
 
 namespace collops {
@@ -67,16 +68,7 @@ Dims WithLast(Dims dims, int64_t last) {
 }
 
 /// The algorithm COLLOPS_ALGO_LINEARPARALLEL asks for: "serial", "overlap" or "auto".
-std::string RequestedAlgorithm() {
-  const char* value = std::getenv("COLLOPS_ALGO_LINEARPARALLEL");
-  if (value == nullptr || *value == '\0') return "auto";
-  const std::string algo = value;
-  if (algo != "serial" && algo != "overlap" && algo != "auto") {
-    Fail(ERROR_INVALID_PARAM, "COLLOPS_ALGO_LINEARPARALLEL = \"", algo,
-         "\" is not one of \"serial\", \"overlap\", \"auto\"");
-  }
-  return algo;
-}
+std::string RequestedAlgorithm() { return KnobWord("COLLOPS_ALGO_LINEARPARALLEL", "auto"); }
 
 constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
 

@@ -311,7 +311,9 @@ TEST(LinearParallelErrors, RejectsUnknownAlgorithm) {
   std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {2, 4}), HostTensor(ACL_FLOAT, {3, 4})};
   std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
   EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_INVALID_PARAM);
-  EXPECT_THAT(LastErrorMessage(), HasSubstr("COLLOPS_ALGO_LINEARPARALLEL = \"pipelined\""));
+  EXPECT_THAT(
+      LastErrorMessage(),
+      HasSubstr("COLLOPS_ALGO_LINEARPARALLEL=\"pipelined\" is not one of serial, overlap, auto"));
 }
 
 TEST(LinearParallelErrors, RanksWithDifferentRowsGetRankMismatch) {

@@ -29,7 +29,7 @@ TEST(ProcessWait, RejectsBadBudgetsByName) {
 }
 
 TEST(ProcessWait, RejectsBadStreamThresholdByName) {
-  for (const char* value : {"-1", "abc", "2MiB"})
+  for (const char* value : {"-1", "abc", "2 MiB", "2mb"})
     testing::ExpectEnvRejected("COLLOPS_SHM_STREAM_BYTES", value);
 }
 

@@ -70,6 +70,24 @@ TEST(MpiParams, RankSizeThatDisagreesWithMpiIsNamed) {
   EXPECT_THAT(message, HasSubstr(Concat("MPI has ", WorldSize(), " process")));
 }
 
+// "abc" once meant INT_MAX: every rank refuses it at creation, before any MPI call, naming it.
+TEST(MpiParams, AMaxCountThatIsNotANumberIsRefusedNamingIt) {
+  const char* old = std::getenv("COLLOPS_MPI_MAX_COUNT");
+  const std::string saved = old == nullptr ? "" : old;
+  setenv("COLLOPS_MPI_MAX_COUNT", "abc", 1);
+  Status status;
+  std::string message;
+  TryCreate(MpiParam("bad-max-count", WorldRank(), WorldSize()), &status, &message);
+  EXPECT_THROW(mpi::MaxCount(), Error);
+  if (old == nullptr) {
+    unsetenv("COLLOPS_MPI_MAX_COUNT");
+  } else {
+    setenv("COLLOPS_MPI_MAX_COUNT", saved.c_str(), 1);
+  }
+  EXPECT_EQ(status, ERROR_INVALID_PARAM) << message;
+  EXPECT_THAT(message, HasSubstr("COLLOPS_MPI_MAX_COUNT=\"abc\" is not an integer from 1 to "));
+}
+
 TEST(MpiParams, RankThatDisagreesWithMpiIsNamed) {
   if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks to pass the same rank";
   Status status;

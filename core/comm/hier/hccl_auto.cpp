@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collops/backend.h"
+#include "collops/environment.h"
 #include "collops/hierarchical_communicator.h"
 #include "collops/rank_table.h"
 #include "collops/status.h"
@@ -83,12 +84,13 @@ std::shared_ptr<Communicator> CreateC10d(const CommParam& param, bool required) 
 /// `tableSpansHosts`: a rank table puts the ranks on several servers, which mpirun's own node
 /// count cannot overrule (one machine split into pretend servers needs the engine all the same).
 std::shared_ptr<Communicator> CreateEngine(const CommParam& param, bool tableSpansHosts) {
-  const std::string chosen = Env("COLLOPS_ENGINE");
+  std::string chosen;
+  try {
+    chosen = KnobWord("COLLOPS_ENGINE", "");
+  } catch (const Error& e) {
+    Fail(e.status(), "backend hccl: ", e.what(), " (lccl: every rank on one real host)");
+  }
   if (!chosen.empty()) {
-    if (chosen != "mpi" && chosen != "c10d" && chosen != "lccl") {
-      Fail(ERROR_INVALID_PARAM, "backend hccl: COLLOPS_ENGINE = \"", chosen,
-           "\" must be \"mpi\", \"c10d\" or \"lccl\" (lccl: every rank on one real host)");
-    }
     try {
       if (chosen == "c10d") return CreateC10d(param, true);
       return CreateCommunicator(WithBackend(param, chosen, chosen == "lccl" ? "@flat" : ""));
@@ -191,7 +193,7 @@ std::shared_ptr<Communicator> CreateHccl(const CommParam& param) {
     layout = LoadRankTable(table, param.rankSize);
     if (layout.SingleHost()) return CreateCommunicator(lccl);
   } else if (LauncherSaysOneHost()) {
-    if (Env("COLLOPS_ENGINE").empty()) return CreateCommunicator(lccl);
+    if (KnobValue("COLLOPS_ENGINE") == nullptr) return CreateCommunicator(lccl);
   }
   std::shared_ptr<Communicator> flat = CreateEngine(param, !table.empty());
   if (flat == nullptr) {

@@ -117,6 +117,7 @@ void CheckMembers(const std::vector<Request>& requests, int me) {
 }
 
 std::shared_ptr<Communicator> CreateFromWorld(const CommParam& param) {
+  (void)MaxCount();  // a bad COLLOPS_MPI_MAX_COUNT fails here, not inside a collective
   EnsureMpi();
   std::vector<Request> requests;
   int worldRank = 0;
@@ -147,6 +148,7 @@ std::shared_ptr<Communicator> CreateFromWorld(const CommParam& param) {
 std::shared_ptr<Communicator> MakeMpiCommunicator(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL)
     Fail(ERROR_INVALID_PARAM, "MakeMpiCommunicator: comm is MPI_COMM_NULL");
+  (void)mpi::MaxCount();
   mpi::EnsureMpi();
   auto lock = mpi::SerialiseMpi();
   int inter = 0;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "collops/environment.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -168,16 +169,7 @@ void CheckMpi(int rc, const char* call) {
   Fail(ERROR_COMM_FAIL, call, ": ", std::string(text, static_cast<size_t>(length)));
 }
 
-size_t MaxCount() {
-  static const size_t limit = [] {
-    const char* text = std::getenv("COLLOPS_MPI_MAX_COUNT");
-    if (text == nullptr || *text == '\0') return static_cast<size_t>(INT_MAX);
-    const long long value = std::atoll(text);
-    return value > 0 && value <= INT_MAX ? static_cast<size_t>(value)
-                                         : static_cast<size_t>(INT_MAX);
-  }();
-  return limit;
-}
+size_t MaxCount() { return KnobInteger("COLLOPS_MPI_MAX_COUNT", INT_MAX); }
 
 }  // namespace mpi
 }  // namespace collops

@@ -37,7 +37,8 @@ void CheckMpi(int rc, const char* call);
 
 /// The most elements one MPI call carries, and the largest count or displacement that goes into
 /// an int argument: INT_MAX, or COLLOPS_MPI_MAX_COUNT when set (tests lower it to reach the
-/// chunked paths with small buffers). Larger transfers are split, never truncated.
+/// chunked paths with small buffers; read on every call, see collops/environment.h for its
+/// syntax). Larger transfers are split, never truncated.
 size_t MaxCount();
 
 }  // namespace mpi

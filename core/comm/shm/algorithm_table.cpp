@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "collops/algorithms.h"
+#include "collops/environment.h"
 #include "collops/status.h"
 
 namespace collops {
@@ -220,17 +221,12 @@ std::string KnobOf(Collective collective) {
 }
 
 Algo ForcedFromEnv(Collective collective) {
-  const std::string knob = KnobOf(collective);
-  const char* text = std::getenv(knob.c_str());
-  const std::string name = text == nullptr ? "" : text;
-  if (name.empty() || name == "auto") return kAlgoAuto;
-  std::string allowed = "auto";
+  // The knob takes "auto" and the names of this collective's rows (collops/environment.h).
+  const std::string name = KnobWord(KnobOf(collective), "auto");
   for (const ProcessAlgorithm& a : kProcessAlgorithms) {
-    if (a.collective != collective) continue;
-    if (name == a.info.name) return a.algo;
-    allowed += Concat(", ", a.info.name);
+    if (a.collective == collective && name == a.info.name) return a.algo;
   }
-  Fail(ERROR_INVALID_PARAM, knob, "=\"", name, "\" is not one of ", allowed);
+  return kAlgoAuto;
 }
 
 void FailForced(const std::string& where, Collective collective, Algo algo,

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "collops/environment.h"
 #include "collops/status.h"
 #include "core/comm/shm/fork_guard.h"
 #include "core/comm/shm/rank_list.h"
@@ -301,7 +302,7 @@ bool ProcessExited(const UniqueFd& pidfd, pid_t pid, int waitMillis) {
 }
 
 std::string JobKeyFromEnv() {
-  if (const char* job = NonEmptyEnv("COLLOPS_JOB_ID")) return job;
+  if (std::string job = KnobText("COLLOPS_JOB_ID"); !job.empty()) return job;
   const char* addr = NonEmptyEnv("MASTER_ADDR");
   const char* port = NonEmptyEnv("MASTER_PORT");
   if (addr != nullptr && port != nullptr) return Concat(addr, ":", port);

@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "collops/environment.h"
 #include "collops/signature.h"
 #include "collops/status.h"
 
@@ -22,6 +23,8 @@ namespace shm {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+// The largest COLLOPS_SHM_BYTES and COLLOPS_SHM_HEAP_BYTES (collops/environment.h), which a
+// header a peer wrote must not exceed either.
 constexpr uint64_t kMaxSlotBytes = 1ULL << 30;
 constexpr uint64_t kMaxHeapBytes = 1ULL << 40;
 
@@ -32,35 +35,6 @@ uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 void Populate(uint8_t* base, uint64_t bytes) {
   auto* at = reinterpret_cast<volatile uint8_t*>(base);
   for (uint64_t offset = 0; offset < bytes; offset += kPage) (void)at[offset];
-}
-
-/// The size in `name` (bytes, or with a K/M/G suffix) when set, else `fallback`; `minimum`..
-/// `maximum` bytes, or ERROR_INVALID_PARAM naming the variable.
-uint64_t SizeFromEnv(const char* name, uint64_t fallback, uint64_t minimum, uint64_t maximum,
-                     const char* range) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  uint64_t scale = 1;
-  if (end != text && *end != '\0') {
-    const std::string suffix(end);
-    if (suffix == "K" || suffix == "KiB")
-      scale = 1ULL << 10;
-    else if (suffix == "M" || suffix == "MiB")
-      scale = 1ULL << 20;
-    else if (suffix == "G" || suffix == "GiB")
-      scale = 1ULL << 30;
-    else
-      scale = 0;
-  }
-  if (end == text || errno != 0 || text[0] == '-' || scale == 0 || value < minimum ||
-      value > maximum / scale) {
-    Fail(ERROR_INVALID_PARAM, name, "=\"", text, "\" is not a size between ", range,
-         " (bytes, or with a K, M or G suffix)");
-  }
-  return value * scale;
 }
 
 }  // namespace
@@ -89,8 +63,7 @@ SegmentLayout SegmentLayout::For(int rankSize, uint64_t slotBytes, uint64_t heap
 }
 
 uint64_t SlotBytesFromEnv(int rankSize) {
-  const uint64_t bytes =
-      SizeFromEnv("COLLOPS_SHM_BYTES", kDefaultSlotBytes, 1, kMaxSlotBytes, "1 and 1GiB");
+  const uint64_t bytes = KnobInteger("COLLOPS_SHM_BYTES", kDefaultSlotBytes);
   // Each half must give every rank at least one 64-byte region (the per-destination layout of
   // the all-to-all and reduce-scatter rounds), and halves stay page aligned.
   const uint64_t minimum = RoundUp(2 * 64 * static_cast<uint64_t>(rankSize), 2 * kPage);
@@ -98,14 +71,11 @@ uint64_t SlotBytesFromEnv(int rankSize) {
 }
 
 uint64_t HeapBytesFromEnv() {
-  return RoundUp(
-      SizeFromEnv("COLLOPS_SHM_HEAP_BYTES", kDefaultHeapBytes, 0, kMaxHeapBytes, "0 and 1024GiB"),
-      kPage);
+  return RoundUp(KnobInteger("COLLOPS_SHM_HEAP_BYTES", kDefaultHeapBytes), kPage);
 }
 
 uint64_t HeapCacheBytesFromEnv() {
-  return SizeFromEnv("COLLOPS_SHM_HEAP_CACHE_BYTES", kDefaultHeapCacheBytes, 0, kMaxHeapBytes,
-                     "0 and 1024GiB");
+  return KnobInteger("COLLOPS_SHM_HEAP_CACHE_BYTES", kDefaultHeapCacheBytes);
 }
 
 uint64_t AvailableHostMemory() {

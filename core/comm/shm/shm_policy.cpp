@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "collops/environment.h"
 #include "collops/status.h"
 #include "core/comm/shm/algorithm_table.h"
 #include "core/comm/shm/cross_memory_policy.h"
@@ -21,18 +22,6 @@ int CpusAvailable() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
   return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-int64_t EnvInt(const char* name, int64_t fallback, int64_t minimum, int64_t maximum) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  const long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || value < minimum || value > maximum) {
-    Fail(ERROR_INVALID_PARAM, name, "=\"", text, "\" is not an integer in [", minimum, ", ",
-         maximum, "]");
-  }
-  return value;
 }
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -52,18 +41,17 @@ ShmPolicy ChoosePolicy(int rankSize) {
     policy.largeOneShotFromBytes = kTwoRankOneShotFromBytes;
     policy.largeOneShotToBytes = kTwoRankOneShotToBytes;
   }
-  policy.chunkBytes =
-      static_cast<uint64_t>(EnvInt("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes, 4096, int64_t{1} << 30));
-  policy.streamOutputBytes = static_cast<uint64_t>(
-      EnvInt("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes, 0, int64_t{1} << 50));
+  policy.chunkBytes = KnobInteger("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes);
+  policy.streamOutputBytes = KnobInteger("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes);
   const WaitBudget budget = WaitBudget::Default(oversubscribed);
-  policy.spinNanos = EnvInt("COLLOPS_SHM_SPIN_US", budget.spinNanos / 1000, 0, 10'000'000) * 1000;
+  policy.spinNanos =
+      static_cast<int64_t>(KnobInteger("COLLOPS_SHM_SPIN_US", budget.spinNanos / 1000)) * 1000;
   policy.yieldNanos =
-      EnvInt("COLLOPS_SHM_YIELD_US", budget.yieldNanos / 1000, 0, 10'000'000) * 1000;
-  policy.bindCpus = static_cast<int32_t>(EnvInt("COLLOPS_SHM_BIND", 0, 0, 1));
+      static_cast<int64_t>(KnobInteger("COLLOPS_SHM_YIELD_US", budget.yieldNanos / 1000)) * 1000;
+  policy.bindCpus = static_cast<int32_t>(KnobInteger("COLLOPS_SHM_BIND", 0));
   std::optional<uint64_t> crossMemoryMinBytes;
-  if (const char* text = std::getenv("COLLOPS_SHM_CMA_BYTES"); text != nullptr && *text != '\0') {
-    crossMemoryMinBytes = EnvInt("COLLOPS_SHM_CMA_BYTES", 0, 0, int64_t{1} << 50);
+  if (KnobValue("COLLOPS_SHM_CMA_BYTES") != nullptr) {
+    crossMemoryMinBytes = KnobInteger("COLLOPS_SHM_CMA_BYTES", 0);
   }
   const CrossMemoryPolicy crossMemory =
       ChooseCrossMemoryPolicy(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);

@@ -35,7 +35,8 @@ std::vector<std::string> ListCommunicatorBackends();
 constexpr double kMaxCommTimeoutSeconds = 1e9;
 
 /// COLLOPS_TIMEOUT in seconds (default 300, at most kMaxCommTimeoutSeconds): how long any wait
-/// for a peer may last.
+/// for a peer may last. Read on every call; a value that is not a number of seconds of at least
+/// 0.001 (collops/environment.h) throws Error(ERROR_INVALID_PARAM) naming the knob.
 double CommTimeoutSeconds();
 
 /// The bound on a communicator's waits: `chosenSeconds` when the caller set one (> 0:

@@ -62,7 +62,8 @@ void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_
                        const QuantScale& quant, DataType dtype, void* dst);
 
 /// Name of the instruction set the kernels dispatched to at load time: "avx512", "avx2" or
-/// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks).
+/// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks);
+/// another value throws Error(ERROR_INVALID_PARAM) naming it (collops/environment.h).
 const char* ReduceKernelIsa();
 
 }  // namespace collops

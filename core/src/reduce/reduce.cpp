@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "collops/environment.h"
 #include "collops/status.h"
 #include "core/src/reduce/reduce_dispatch.h"
 
@@ -182,15 +183,12 @@ Selection KernelsFor(Isa isa) {
 
 Selection Select() {
   Isa isa = BestSupportedIsa();
-  if (const char* forced = std::getenv("COLLOPS_ISA"); forced != nullptr && *forced != '\0') {
-    Isa requested;
-    if (!ParseIsa(forced, &requested)) {
-      // A typo here would silently benchmark the wrong kernels; say so once.
-      std::fprintf(stderr, "collops: ignoring COLLOPS_ISA=%s (expected generic, avx2 or avx512)\n",
-                   forced);
-    } else if (static_cast<int>(requested) < static_cast<int>(isa)) {
-      isa = requested;  // Only lower: a higher ISA than the CPU has would crash.
-    }
+  // A typo would silently benchmark the wrong kernels: KnobWord refuses it, naming the knob.
+  const std::string forced = KnobWord("COLLOPS_ISA", "");
+  Isa requested;
+  if (!forced.empty() && ParseIsa(forced.c_str(), &requested) &&
+      static_cast<int>(requested) < static_cast<int>(isa)) {
+    isa = requested;  // Only lower: a higher ISA than the CPU has would crash.
   }
   return KernelsFor(isa);
 }
