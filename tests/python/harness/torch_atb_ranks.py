@@ -97,6 +97,26 @@ def collectives(ctx, seed):
     assert torch.equal(y, sum(xs).chunk(R)[rank])
     (y,) = torch_atb.Operation(torch_atb.AllToAllParam(**comm)).forward([xs[rank]])
     assert torch.equal(y, torch.cat([x.flatten().chunk(R)[rank] for x in xs]).view_as(y))
+    quant_all_reduce(ctx, seed)
+
+
+def quant_all_reduce(ctx, seed):
+    """AllReduceParam with quant_type and out_data_type: int8 x, float16 scale and offset in,
+    (sum_r x_r + R*offset)*scale out, equal bit for bit to the float32 steps on every rank."""
+    import quant_cases
+    torch_atb, comm = _torch_atb(ctx)
+    QuantType = torch_atb.AllReduceParam.QuantType
+    for quant_type, out_type, out_dtype in (
+            (QuantType.QUANT_TYPE_PER_TENSOR, torch_atb.ACL_FLOAT16, torch.float16),
+            (QuantType.QUANT_TYPE_PER_CHANNEL, torch_atb.ACL_BF16, torch.bfloat16)):
+        xs, scale, offset = quant_cases.quant_inputs(seed, ctx.world_size, int(quant_type),
+                                                     (4, 64), True, "torch_atb")
+        op = torch_atb.Operation(torch_atb.AllReduceParam(quant_type=quant_type,
+                                                          out_data_type=out_type, **comm))
+        (y,) = op.forward([xs[ctx.rank], scale, offset])
+        wide, steps = quant_cases.quant_goldens(xs, scale, offset, int(quant_type), out_dtype)
+        assert y.dtype == out_dtype and torch.equal(y, steps), (quant_type, y, steps)
+        check_precision(y, wide.double(), out_dtype)
 
 
 def forward_error(ctx):

@@ -3,6 +3,7 @@ golden tests (test_operation_torch_threads/_procs: R = 2, 3) do not reach: R = 1
 and processes. The cases are harness/quant_cases.py's; every rank's outcome is checked."""
 import pytest
 
+import collops  # noqa: F401  (registers OperationTorch for the thread ranks)
 import quant_cases
 from rank_harness import run_process_ranks, run_thread_ranks
 

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Quantised AllReduce (int8 on the wire) against float16 AllReduce of the same elements, in one run.
+
+For R spawned ranks (one host, processes, lccl) and each N (given as the bytes N float16 elements
+take), every round times each path once, in turn, so load on the machine hits all paths alike:
+  quant       AllReduceOperation quantType 1, outDataType float16: x int8 [N/1024, 1024], scale
+              and offset float16 [1]; y float16 (OperationTorch.execute_out)
+  f16         AllReduceOperation of x float16 [N/1024, 1024] (OperationTorch.execute_out)
+  gloo_deq    ATB's int8 pipeline by hand over gloo: dequantise x to float16 ((x + offset)·scale),
+              then dist.all_reduce of the float16 tensor
+Reported per path: the median over rounds of the max over ranks, in ms; then f16 ÷ quant and
+gloo_deq ÷ quant (> 1: the quantised AllReduce is faster). Every rank's y of the quantised path is
+checked against the float32 steps of its golden once, before the timing.
+
+    python3 bench/quant_allreduce.py                         # R = 2 and 4, 256 KiB..16 MiB
+    python3 bench/quant_allreduce.py --ranks 2 --sizes 1M --rounds 5
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import spawned_ranks  # noqa: E402  (bench/, beside this script)
+
+PATHS = ("quant", "f16", "gloo_deq")
+ROW = 1024  # x is [N / ROW, ROW]: n = ROW, a multiple of 16 as ATB requires
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20}
+
+
+def _op(rank, world, **extra):
+    op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
+    param = {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": "quant-bench",
+             **extra}
+    result = json.loads(op.set_param(json.dumps(param)))
+    assert result["result"] == 0, result
+    return op
+
+
+def _paths(rank, world, elements, gloo):
+    gen = torch.Generator().manual_seed(rank)
+    shape = (elements // ROW, ROW)
+    x = torch.randint(-128, 128, shape, generator=gen, dtype=torch.int16).to(torch.int8)
+    scale = torch.tensor([1 / 64], dtype=torch.float16)
+    offset = torch.tensor([0.5], dtype=torch.float16)
+    y = torch.empty(shape, dtype=torch.float16)
+    h = (torch.rand(shape, generator=gen) - 0.5).to(torch.float16)
+    hy = torch.empty_like(h)
+    deq = torch.empty_like(h)
+    quant = _op(rank, world, quantType=1, outDataType=1)
+    plain = _op(rank, world)
+
+    def quant_call():
+        quant.execute_out([x, scale, offset], [y])
+
+    def gloo_call():
+        torch.mul(x.float() + offset.float(), scale.float(), out=deq)
+        dist.all_reduce(deq, group=gloo)
+
+    return {
+        "quant": quant_call,
+        "f16": lambda: plain.execute_out([h], [hy]),
+        "gloo_deq": gloo_call,
+    }, (x, scale, offset, y)
+
+
+def _check(rank, world, elements, tensors):
+    """y of the quantised path against the float32 steps, from every rank's x (same seeds)."""
+    x, scale, offset, y = tensors
+    total = torch.zeros(x.shape, dtype=torch.int32)
+    for r in range(world):
+        gen = torch.Generator().manual_seed(r)
+        total += torch.randint(-128, 128, x.shape, generator=gen, dtype=torch.int16).to(torch.int32)
+    want = ((total.float() + world * offset.float()) * scale.float()).to(torch.float16)
+    if not torch.equal(y, want):
+        bad = (y != want).sum().item()
+        raise SystemExit(f"rank {rank}: quantised AllReduce of {elements} elements: {bad} "
+                         "elements differ from the golden")
+
+
+def _rank(rank, world, store, args, results):
+    import collops  # noqa: F401  (OperationTorch)
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    gloo = dist.new_group(backend="gloo")
+    torch.set_num_threads(1)
+    rows = []
+    for size in args.sizes:
+        elements = size // 2
+        calls, tensors = _paths(rank, world, elements, gloo)
+        for call in calls.values():  # warm-up: communicators, pages
+            call()
+        _check(rank, world, elements, tensors)
+        times = {path: [] for path in PATHS}
+        for _ in range(args.rounds):
+            for path in PATHS:
+                dist.barrier(group=gloo)
+                start = time.perf_counter()
+                calls[path]()
+                times[path].append((time.perf_counter() - start) * 1e3)
+        rows.append((size, times))
+    results.put((rank, rows))
+    dist.destroy_process_group()
+
+
+def parse_size(text):
+    m = re.fullmatch(r"([0-9]+)([kKmM]?)", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, optional K or M)")
+    size = int(m[1]) * UNITS[m[2].lower()]
+    if size <= 0 or size % (2 * ROW) != 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a multiple of {2 * ROW} bytes "
+                                         f"(float16 rows of {ROW})")
+    return size
+
+
+def human(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-r", "--ranks", default="2,4",
+                        type=lambda s: [int(v) for v in s.split(",")])
+    parser.add_argument("--sizes", default="256K,1M,4M,16M",
+                        type=lambda s: [parse_size(v) for v in s.split(",")],
+                        help="bytes of N float16 elements (the quantised x holds half of it)")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    if min(args.ranks) < 1 or args.rounds < 1:
+        parser.error("ranks and rounds must be >= 1")
+    print(f"# Quantised AllReduce vs float16 AllReduce (lccl processes) and gloo's dequantise + "
+          f"all_reduce; ms per call, median over {args.rounds} rounds of the max over ranks")
+    print("| R | float16 bytes | N | " + " | ".join(PATHS) + " | f16 ÷ quant | gloo_deq ÷ quant |")
+    print("|---|---|---|" + "---|" * (len(PATHS) + 2))
+    for world in args.ranks:
+        per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
+        for i, (size, _) in enumerate(per_rank[0][1]):
+            t = {path: statistics.median(max(r[1][i][1][path][j] for r in per_rank)
+                                         for j in range(args.rounds)) for path in PATHS}
+            cells = " | ".join(f"{t[p]:.3f}" for p in PATHS)
+            print(f"| {world} | {human(size)} | {size // 2} | {cells} | "
+                  f"{t['f16'] / t['quant']:.2f}× | {t['gloo_deq'] / t['quant']:.2f}× |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
