@@ -75,8 +75,30 @@ std::string Names(const std::vector<TensorSpec>& specs) {
 OperationBase::OperationBase(std::string name, const CommParam& commParam)
     : name_(std::move(name)), commParam_(commParam) {}
 
-uint32_t OperationBase::GetInputNum() const { return InputSpecs().size(); }
-uint32_t OperationBase::GetOutputNum() const { return OutputSpecs().size(); }
+uint32_t OperationBase::GetInputNum() const { return CachedSpecs().in.size(); }
+uint32_t OperationBase::GetOutputNum() const { return CachedSpecs().out.size(); }
+
+const OperationBase::Specs& OperationBase::CachedSpecs() const {
+  std::call_once(specsOnce_, [&] {
+    specs_.in = InputSpecs();
+    specs_.out = OutputSpecs();
+    specs_.outAnyDtype = specs_.out;
+    for (auto& spec : specs_.outAnyDtype) spec.dtypes = DtypeSet::kAny;
+  });
+  return specs_;
+}
+
+bool OperationBase::SameDescsAsSetup(const VariantPack& pack) const {
+  const size_t ins = pack.inTensors.size();
+  if (ins + pack.outTensors.size() != setupDescs_.size()) return false;
+  for (size_t i = 0; i < ins; ++i) {
+    if (!(pack.inTensors[i].desc == setupDescs_[i])) return false;
+  }
+  for (size_t i = 0; i < pack.outTensors.size(); ++i) {
+    if (!(pack.outTensors[i].desc == setupDescs_[ins + i])) return false;
+  }
+  return true;
+}
 
 std::string OperationBase::Where() const { return Concat(name_, " (rank ", commParam_.rank, ")"); }
 
@@ -145,9 +167,9 @@ void OperationBase::CheckTensorData(const std::vector<Tensor>& tensors,
 }
 
 void OperationBase::CheckTensorsOf(const VariantPack& pack, bool descsToo) const {
-  const std::vector<TensorSpec> inSpecs = InputSpecs();
-  std::vector<TensorSpec> outSpecs = OutputSpecs();
-  for (auto& spec : outSpecs) spec.dtypes = DtypeSet::kAny;  // checked against inference
+  const std::vector<TensorSpec>& inSpecs = CachedSpecs().in;
+  // Output dtypes are checked against inference.
+  const std::vector<TensorSpec>& outSpecs = CachedSpecs().outAnyDtype;
   if (descsToo) {
     std::vector<TensorDesc> in, out;
     for (const auto& t : pack.inTensors) in.push_back(t.desc);
@@ -164,7 +186,7 @@ void OperationBase::CheckAliasing(const VariantPack& pack) const {
   const Tensor& x = pack.inTensors[0];
   const Tensor& y = pack.outTensors[0];
   if (!Overlaps(x.deviceData, x.dataSize, y.deviceData, y.dataSize)) return;
-  const DtypeSet xData = InputSpecs()[0].dtypes;
+  const DtypeSet xData = CachedSpecs().in[0].dtypes;
   if (xData != DtypeSet::kMovable && xData != DtypeSet::kReducible) return;  // Recv's template
   const InPlaceForm form = InPlaceFormImpl(pack);
   if (form.inputAt != nullptr && x.deviceData == form.inputAt) {
@@ -172,8 +194,8 @@ void OperationBase::CheckAliasing(const VariantPack& pack) const {
     if (refusal.empty()) return;
     Fail(ERROR_INVALID_PARAM, Where(), ": ", refusal);
   }
-  const char* xName = InputSpecs()[0].name;
-  const char* yName = OutputSpecs()[0].name;
+  const char* xName = CachedSpecs().in[0].name;
+  const char* yName = CachedSpecs().out[0].name;
   const std::string allowed =
       form.description == nullptr
           ? Concat("peers may still read ", xName, " while ", yName, " is written")
@@ -201,8 +223,8 @@ void OperationBase::CheckWorkspaceAliasing(const VariantPack& pack,
            "outputs are final, so give the workspace its own memory");
     }
   };
-  check(pack.inTensors, InputSpecs(), "inTensors");
-  check(pack.outTensors, OutputSpecs(), "outTensors");
+  check(pack.inTensors, CachedSpecs().in, "inTensors");
+  check(pack.outTensors, CachedSpecs().out, "outTensors");
 }
 
 void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
@@ -210,7 +232,7 @@ void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
   for (const auto& t : pack.inTensors) in.push_back(t.desc);
   std::vector<TensorDesc> inferred;
   InferShapeImpl(in, inferred);
-  const std::vector<TensorSpec> specs = OutputSpecs();
+  const std::vector<TensorSpec>& specs = CachedSpecs().out;
   for (size_t i = 0; i < inferred.size() && i < pack.outTensors.size(); ++i) {
     const TensorDesc& got = pack.outTensors[i].desc;
     if (got.dtype != inferred[i].dtype) {
@@ -229,7 +251,7 @@ void OperationBase::CheckOutputsMatchInferred(const VariantPack& pack) const {
 Status OperationBase::InferShape(const std::vector<TensorDesc>& inTensorDescs,
                                  std::vector<TensorDesc>& outTensorDescs) const {
   return Guarded([&] {
-    CheckDescs(inTensorDescs, InputSpecs(), ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
+    CheckDescs(inTensorDescs, CachedSpecs().in, ERROR_INVALID_IN_TENSOR_NUM, "inTensors");
     std::vector<TensorDesc> out;
     InferShapeImpl(inTensorDescs, out);
     std::vector<TensorSpec> outSpecs = OutputSpecs();
@@ -283,19 +305,24 @@ void OperationBase::RunSharingFailure(Context* context, Body&& body) {
 Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceSize,
                             Context* context) {
   return Guarded([&] {
+    // The descs of the last successful Setup passed the checks that read nothing else; the data,
+    // the host counts (PrepareImpl), the aliasing and the workspace size are checked every time.
+    const bool sameDescs = setUp_ && SameDescsAsSetup(variantPack);
     setUp_ = false;
     uint64_t size = 0;
     RunSharingFailure(context, [&] {
-      CheckTensorsOf(variantPack, /*descsToo=*/true);
-      CheckOutputsMatchInferred(variantPack);
+      CheckTensorsOf(variantPack, /*descsToo=*/!sameDescs);
+      if (!sameDescs) CheckOutputsMatchInferred(variantPack);
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
       size = WorkspaceSizeImpl(variantPack);
       AcquireCommunicator(context);
     });
-    setupDescs_.clear();
-    for (const auto& t : variantPack.inTensors) setupDescs_.push_back(t.desc);
-    for (const auto& t : variantPack.outTensors) setupDescs_.push_back(t.desc);
+    if (!sameDescs) {
+      setupDescs_.clear();
+      for (const auto& t : variantPack.inTensors) setupDescs_.push_back(t.desc);
+      for (const auto& t : variantPack.outTensors) setupDescs_.push_back(t.desc);
+    }
     setupWorkspaceSize_ = size;
     workspaceSize = size;
     setUp_ = true;
@@ -310,11 +337,7 @@ Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace
     }
     CallSignature signature;
     RunSharingFailure(context, [&] {
-      std::vector<TensorDesc> descs;
-      descs.reserve(variantPack.inTensors.size() + variantPack.outTensors.size());
-      for (const auto& t : variantPack.inTensors) descs.push_back(t.desc);
-      for (const auto& t : variantPack.outTensors) descs.push_back(t.desc);
-      if (descs != setupDescs_) {
+      if (!SameDescsAsSetup(variantPack)) {
         Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
              ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");
       }

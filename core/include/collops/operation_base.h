@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,16 @@ class OperationBase : public Operation {
   /// data (shape carriers aside), for every op (ERROR_INVALID_PARAM, as any other aliasing).
   void CheckWorkspaceAliasing(const VariantPack& pack, const uint8_t* workspace) const;
   void AcquireCommunicator(Context* context);
+  /// Whether the pack's descs (inputs, then outputs) are those of the last successful Setup.
+  bool SameDescsAsSetup(const VariantPack& pack) const;
+  /// InputSpecs() and OutputSpecs(), asked once: they follow from the params, which an operation
+  /// never changes, and every Setup and Execute reads them.
+  struct Specs {
+    std::vector<TensorSpec> in;
+    std::vector<TensorSpec> out;
+    std::vector<TensorSpec> outAnyDtype;  ///< `out` with every dtype allowed (checked by inference)
+  };
+  const Specs& CachedSpecs() const;
   /// Runs a rank-local step; if it throws, a collective op first tells its peers through the
   /// signature exchange they are about to enter, so they fail at once instead of timing out.
   template <class Body>
@@ -155,7 +166,11 @@ class OperationBase : public Operation {
   std::string name_;
   CommParam commParam_;
   std::shared_ptr<Communicator> comm_;
+  mutable std::once_flag specsOnce_;
+  mutable Specs specs_;
   bool setUp_ = false;
+  /// The descs of the last successful Setup: a Setup of the same descs skips the checks that
+  /// depend on them alone (their dtypes, dims and sizes; the outputs against inference).
   std::vector<TensorDesc> setupDescs_;
   uint64_t setupWorkspaceSize_ = 0;
 };

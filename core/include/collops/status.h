@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace collops {
@@ -63,12 +65,42 @@ class Error : public std::runtime_error {
   Status status_;
 };
 
-/// Builds a message from streamable pieces: Concat("rank ", 3, " of ", 4).
+namespace detail {
+
+// Appends `piece` as `std::ostream << piece` would write it. Text, characters and integers are
+// appended directly: Concat builds names on every call of some hot paths (OperationTorch's slot
+// names), where constructing an ostringstream costs more than the collective it names.
+template <class T>
+void AppendStreamed(std::string& out, const T& piece) {
+  using U = std::decay_t<T>;
+  if constexpr (std::is_same_v<U, char> || std::is_same_v<U, signed char> ||
+                std::is_same_v<U, unsigned char>) {
+    out.push_back(static_cast<char>(piece));  // a character, as ostream writes char types
+  } else if constexpr (std::is_array_v<T> &&
+                       std::is_same_v<std::remove_cv_t<std::remove_extent_t<T>>, char>) {
+    out.append(piece);  // a string literal or char buffer, up to its NUL as ostream writes it
+  } else if constexpr (std::is_same_v<U, const char*> || std::is_same_v<U, char*>) {
+    if (piece != nullptr) out.append(piece);  // ostream writes nothing for a null pointer
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view> && !std::is_pointer_v<U>) {
+    out.append(std::string_view(piece));  // std::string, std::string_view
+  } else if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool>) {
+    out.append(std::to_string(piece));
+  } else {
+    std::ostringstream stream;  // floats, bool, pointers, enums, torch types: ostream's format
+    stream << piece;
+    out.append(stream.str());
+  }
+}
+
+}  // namespace detail
+
+/// Builds a message from streamable pieces, each as `std::ostream <<` writes it:
+/// Concat("rank ", 3, " of ", 4).
 template <class... Args>
 std::string Concat(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
-  return out.str();
+  std::string out;
+  (detail::AppendStreamed(out, args), ...);
+  return out;
 }
 
 /// Text another process wrote into a fixed field of `capacity` bytes, for a message: its bytes up
