@@ -40,13 +40,14 @@ import time
 import torch
 import torch.multiprocessing as mp
 
+# Importing collops registers torch.classes.OperationTorch; the module itself is not used by name.
 try:
-    import collops
+    import collops  # noqa: F401
 except ImportError as first_error:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "python"))
     try:
-        import collops
+        import collops  # noqa: F401
     except ImportError:
         raise first_error
 

@@ -104,7 +104,7 @@ def case_all_reduce_quant_errors(ctx, seed=None):
     ]
     for quant_type, x, scale, offset, status, needle in rules:
         op = golden.make_op("AllReduceOperation", quant_param(ctx, quant_type, 1))
-        _expect_failure(lambda: op.execute([x, scale, offset]), status, needle,
+        _expect_failure(lambda op=op, inputs=[x, scale, offset]: op.execute(inputs), status, needle,
                         f"{ctx} quantType {quant_type} x {tuple(x.shape)} scale "
                         f"{tuple(scale.shape)} offset {tuple(offset.shape)}")
     op = golden.make_op("AllReduceOperation", quant_param(ctx, 1, 1))
