@@ -21,6 +21,7 @@ puts ranks 0,1 in the first network namespace and 2,3 in the second (each rank j
 namespace with setns(2) before torch.distributed starts; the parent and its pipes stay where they
 are), with the TCP store on --master-addr and GLOO_SOCKET_IFNAME=--ifname.
 """
+
 import ctypes
 import json
 import os
@@ -86,8 +87,9 @@ class Case:
             self.x = values(rank, counts[rank]).repeat(world)
             self.y = torch.zeros(n)
             self.golden = torch.cat([values(r, counts[r]) for r in range(world)])
-            self.run = lambda: dist.all_to_all_single(self.y, self.x, counts,
-                                                      [counts[rank]] * world)
+            self.run = lambda: dist.all_to_all_single(
+                self.y, self.x, counts, [counts[rank]] * world
+            )
             self.result = lambda: self.y
             self.note = "gloo all_gather needs equal blocks: all_to_all_single of the own block"
         elif op in ("reducescatter", "reducescatterv"):
@@ -95,7 +97,7 @@ class Case:
             start = sum(counts[:rank])
             self.src, self.x = x, x.clone()
             self.lo, self.hi = start, start + counts[rank]
-            self.golden = sum(values(r, n) for r in range(world))[self.lo:self.hi]
+            self.golden = sum(values(r, n) for r in range(world))[self.lo : self.hi]
             self.y = None
             self.run = self._reducescatter
             self.result = lambda: self.y
@@ -110,8 +112,9 @@ class Case:
                 recv = [uneven_split(n, world, j)[rank] for j in range(world)]
                 peer_off = [sum(uneven_split(n, world, j)[:rank]) for j in range(world)]
             self.x, self.y = x, torch.zeros(sum(recv))
-            self.golden = torch.cat([values(j, peer_off[j] + recv[j])[peer_off[j]:]
-                                     for j in range(world)])
+            self.golden = torch.cat(
+                [values(j, peer_off[j] + recv[j])[peer_off[j] :] for j in range(world)]
+            )
             self.run = lambda: dist.all_to_all_single(self.y, self.x, recv, send)
             self.result = lambda: self.y
         else:
@@ -122,7 +125,7 @@ class Case:
         if hasattr(self, "src"):
             self.x.copy_(self.src)
         y = getattr(self, "y", None)
-        for t in (y if isinstance(y, list) else [y]):
+        for t in y if isinstance(y, list) else [y]:
             if t is not None:
                 t.fill_(-1)
         if self.op == "broadcast" and self.rank != 0:
@@ -130,12 +133,14 @@ class Case:
 
     def _reducescatter(self):
         dist.all_reduce(self.x)
-        self.y = self.x[self.lo:self.hi].clone()
+        self.y = self.x[self.lo : self.hi].clone()
 
     def _sendrecv(self):
         # Both directions at once, as MPI_Sendrecv: post both, then wait for both.
-        reqs = [dist.isend(self.x, (self.rank + 1) % self.world),
-                dist.irecv(self.y, (self.rank - 1) % self.world)]
+        reqs = [
+            dist.isend(self.x, (self.rank + 1) % self.world),
+            dist.irecv(self.y, (self.rank - 1) % self.world),
+        ]
         for r in reqs:
             r.wait()
 
@@ -251,17 +256,23 @@ def main():
     if netns:
         hosts = netns.split(",")
         if not all(hosts) or world % len(hosts):
-            usage_error(f"--netns {netns}: give one namespace per host, and -r {world} ranks "
-                        "must split evenly over them")
+            usage_error(
+                f"--netns {netns}: give one namespace per host, and -r {world} ranks "
+                "must split evenly over them"
+            )
         per_host = world // len(hosts)
-        places = [(hosts[r // per_host], option("--master-addr"), option("--ifname", "eth0"))
-                  for r in range(world)]
+        places = [
+            (hosts[r // per_host], option("--master-addr"), option("--ifname", "eth0"))
+            for r in range(world)
+        ]
         port = 29500  # fresh namespaces: nothing else listens there
     ctx = mp.get_context("spawn")
     requests = [ctx.Queue() for _ in range(world)]
     results = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, world, port, requests, results, places[r]))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=rank_main, args=(r, world, port, requests, results, places[r]))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     for line in sys.stdin:
@@ -272,16 +283,29 @@ def main():
             q.put(req)
         got = sorted((results.get(timeout=600) for _ in range(world)), key=lambda r: r[0])
         error = "; ".join(f"rank {g[0]}: {g[5]}" for g in got if g[5])
-        row = {"system": "gloo", "op": req["op"], "dtype": "float32", "ranks": world,
-               "bytes": got[0][3], "count": got[0][3] // 4, "error": error, "note": got[0][4]}
+        row = {
+            "system": "gloo",
+            "op": req["op"],
+            "dtype": "float32",
+            "ranks": world,
+            "bytes": got[0][3],
+            "count": got[0][3] // 4,
+            "error": error,
+            "note": got[0][4],
+        }
         if not error:
             worst = sorted(max(g[1][i] for g in got) for i in range(req["iters"]))
             k = len(worst)
             med = worst[k // 2] if k % 2 else (worst[k // 2 - 1] + worst[k // 2]) / 2
             algbw = row["bytes"] / med / 1e9
-            row.update(time_med_us=med * 1e6, time_min_us=worst[0] * 1e6, algbw_gbs=algbw,
-                       busbw_gbs=algbw * factor(req["op"], world),
-                       wrong=sum(g[2] for g in got), iters=k)
+            row.update(
+                time_med_us=med * 1e6,
+                time_min_us=worst[0] * 1e6,
+                algbw_gbs=algbw,
+                busbw_gbs=algbw * factor(req["op"], world),
+                wrong=sum(g[2] for g in got),
+                iters=k,
+            )
         print(json.dumps(row), flush=True)
     for q in requests:
         q.put(None)

@@ -19,6 +19,7 @@ ratio to oneDNN called directly is bench/linear_blas.cpp's.
     python3 bench/linear_parallel.py                          # R=2, bf16 and f32, m 16,256,2048
     python3 bench/linear_parallel.py --dtypes bfloat16 --ms 256 --rounds 5
 """
+
 import argparse
 import json
 import os
@@ -38,8 +39,13 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 
 def _op(rank, world, **extra):
     op = torch.classes.OperationTorch.OperationTorch("LinearParallelOperation")
-    param = {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": "linear-bench",
-             **extra}
+    param = {
+        "rank": rank,
+        "rankSize": world,
+        "backend": "lccl",
+        "commDomain": "linear-bench",
+        **extra,
+    }
     result = json.loads(op.set_param(json.dumps(param)))
     assert result["result"] == 0, result
     return op
@@ -58,12 +64,14 @@ def _paths(rank, world, dtype, m, k, n, gloo):
         def call():
             os.environ["COLLOPS_ALGO_LINEARPARALLEL"] = algo
             linear.execute_out([x, w], [y])
+
         return call
 
     def mm_then(group):
         def call():
             torch.matmul(x, w.t(), out=p)
             dist.all_reduce(p, group=group)
+
         return call
 
     return {
@@ -80,8 +88,7 @@ def _paths(rank, world, dtype, m, k, n, gloo):
 def _rank(rank, world, store, args, results):
     import collops  # noqa: F401  (OperationTorch, the "collops" backend)
 
-    dist.init_process_group("collops", init_method=f"file://{store}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("collops", init_method=f"file://{store}", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
     # Both peers compute with the threads OperationTorch gives an lccl rank.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -108,8 +115,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--ranks", type=int, default=2)
     parser.add_argument("--dtypes", default="bfloat16,float32", type=lambda s: s.split(","))
-    parser.add_argument("--ms", default="16,256,2048",
-                        type=lambda s: [int(v) for v in s.split(",")])
+    parser.add_argument(
+        "--ms", default="16,256,2048", type=lambda s: [int(v) for v in s.split(",")]
+    )
     parser.add_argument("-k", type=int, default=4096)
     parser.add_argument("-n", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=7)
@@ -119,18 +127,29 @@ def main():
         parser.error(f"bad --dtypes {bad}" if bad else "ranks, rounds and m must be >= 1")
     per_rank = spawned_ranks.run(_rank, args.ranks, args, "linear-bench", join_seconds=120)
     rows = per_rank[0][1]
-    print(f"# LINEAR_ALL_REDUCE, R={args.ranks}, k={args.k}, n={args.n}; ms per call, median "
-          f"over {args.rounds} rounds of the max over ranks")
-    print("| dtype | m | " + " | ".join(PATHS) +
-          " | mm_collops ÷ op | mm_gloo ÷ op | serial ÷ overlap | op_serial ÷ product |")
+    print(
+        f"# LINEAR_ALL_REDUCE, R={args.ranks}, k={args.k}, n={args.n}; ms per call, median "
+        f"over {args.rounds} rounds of the max over ranks"
+    )
+    print(
+        "| dtype | m | "
+        + " | ".join(PATHS)
+        + " | mm_collops ÷ op | mm_gloo ÷ op | serial ÷ overlap | op_serial ÷ product |"
+    )
     print("|---|---|" + "---|" * (len(PATHS) + 4))
     for i, (dtype_name, m, _) in enumerate(rows):
-        t = {path: statistics.median(max(r[1][i][2][path][j] for r in per_rank)
-                                     for j in range(args.rounds)) for path in PATHS}
+        t = {
+            path: statistics.median(
+                max(r[1][i][2][path][j] for r in per_rank) for j in range(args.rounds)
+            )
+            for path in PATHS
+        }
         cells = " | ".join(f"{t[p]:.2f}" for p in PATHS)
-        print(f"| {dtype_name} | {m} | {cells} | {t['mm_collops'] / t['op']:.2f}× | "
-              f"{t['mm_gloo'] / t['op']:.2f}× | {t['op_serial'] / t['op_overlap']:.2f}× | "
-              f"{t['op_serial'] / t['product']:.2f}× |")
+        print(
+            f"| {dtype_name} | {m} | {cells} | {t['mm_collops'] / t['op']:.2f}× | "
+            f"{t['mm_gloo'] / t['op']:.2f}× | {t['op_serial'] / t['op_overlap']:.2f}× | "
+            f"{t['op_serial'] / t['product']:.2f}× |"
+        )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ give each part. Paths and their set-up are bench/python_paths.py's.
     python3 bench/profile_python_call.py --op allgather --size 65536 --keep /tmp/cg
 Needs valgrind and `import collops` (the torch binding, README.md).
 """
+
 import argparse
 import json
 import os
@@ -35,64 +36,118 @@ PATHS = ["execute", "execute_out", "ops", "dist", "noop"]
 # every part, is the Python interpreter and torch's own dispatch (pybind11, the c10 dispatcher,
 # torch.distributed's Python wrappers).
 CATEGORIES = [
-    ("argument conversion", {
-        "plus": [r"torch::jit::createStackForSchema\(", r"torch::jit::toPyObject\(",
-                 r"pybind11::detail::list_caster<std::vector<at::Tensor",
-                 r"pybind11::detail::type_caster<at::Tensor", r"THPVariable_Wrap\(",
-                 r"collops::PyTensors", r"collops::TensorsToPy"],
-        "minus": [],
-    }),
-    ("output allocation", {
-        "plus": [r"collops::\(anonymous namespace\)::OperationTorch::AllocateOutputs\(",
-                 r"collops::OperationTorch::AllocateOutputs\(",
-                 r"collops::OutputFor\(", r"THPVariable_dealloc\(",
-                 r"collops::ops_kernels::NewOutput"],
-        "minus": [],
-    }),
-    ("setup and host counts", {
-        "plus": [r"collops::OperationBase::Setup\(", r"collops::OperationBase::Execute\(",
-                 r"OperationTorch::Prepare\(", r"OperationTorch::BuildPlan\(",
-                 r"OperationTorch::PackCall\(", r"OperationTorch::SetupOp\("],
-        # Execute's data movement and agreement are parts of their own.
-        "minus": [r"collops::AllReduceOperation::ExecuteImpl\(",
-                  r"collops::AllGatherOperation::ExecuteImpl\(",
-                  r"collops::shm::ProcessCommunicator::Agree\(",
-                  r"collops::AllReduceOperation::SignatureImpl\(",
-                  r"collops::AllGatherOperation::SignatureImpl\("],
-    }),
-    ("GIL", {
-        "plus": [r"^PyEval_SaveThread$", r"^PyEval_RestoreThread$", r"^PyGILState_Ensure$",
-                 r"^PyGILState_Release$"],
-        "minus": [],
-    }),
-    ("agreement", {
-        "plus": [r"collops::shm::ProcessCommunicator::Agree\(",
-                 r"collops::shm::Transport::CheckCarriedAgreement\(",
-                 r"collops::AllReduceOperation::SignatureImpl\(",
-                 r"collops::AllGatherOperation::SignatureImpl\(",
-                 r"collops::VerifiedCommunicator::Signature"],
-        "minus": [],
-    }),
-    ("engine", {
-        "plus": [r"collops::shm::ProcessCommunicator::AllReduce\(",
-                 r"collops::shm::ProcessCommunicator::AllGatherBytes\(",
-                 r"collops::shm::ProcessCommunicator::AllGatherV\("],
-        "minus": [r"collops::shm::Transport::CheckCarriedAgreement\("],
-    }),
-    ("Work and future", {
-        "plus": [r"collops::CompletedWork::", r"c10d::Work::Work\(", r"c10d::Work::~Work\(",
-                 r"c10::ivalue::Future::markCompleted", r"c10d::Work::wait\(",
-                 r"collops::CompletedWork::wait", r"c10d::FakeWork"],
-        "minus": [],
-    }),
+    (
+        "argument conversion",
+        {
+            "plus": [
+                r"torch::jit::createStackForSchema\(",
+                r"torch::jit::toPyObject\(",
+                r"pybind11::detail::list_caster<std::vector<at::Tensor",
+                r"pybind11::detail::type_caster<at::Tensor",
+                r"THPVariable_Wrap\(",
+                r"collops::PyTensors",
+                r"collops::TensorsToPy",
+            ],
+            "minus": [],
+        },
+    ),
+    (
+        "output allocation",
+        {
+            "plus": [
+                r"collops::\(anonymous namespace\)::OperationTorch::AllocateOutputs\(",
+                r"collops::OperationTorch::AllocateOutputs\(",
+                r"collops::OutputFor\(",
+                r"THPVariable_dealloc\(",
+                r"collops::ops_kernels::NewOutput",
+            ],
+            "minus": [],
+        },
+    ),
+    (
+        "setup and host counts",
+        {
+            "plus": [
+                r"collops::OperationBase::Setup\(",
+                r"collops::OperationBase::Execute\(",
+                r"OperationTorch::Prepare\(",
+                r"OperationTorch::BuildPlan\(",
+                r"OperationTorch::PackCall\(",
+                r"OperationTorch::SetupOp\(",
+            ],
+            # Execute's data movement and agreement are parts of their own.
+            "minus": [
+                r"collops::AllReduceOperation::ExecuteImpl\(",
+                r"collops::AllGatherOperation::ExecuteImpl\(",
+                r"collops::shm::ProcessCommunicator::Agree\(",
+                r"collops::AllReduceOperation::SignatureImpl\(",
+                r"collops::AllGatherOperation::SignatureImpl\(",
+            ],
+        },
+    ),
+    (
+        "GIL",
+        {
+            "plus": [
+                r"^PyEval_SaveThread$",
+                r"^PyEval_RestoreThread$",
+                r"^PyGILState_Ensure$",
+                r"^PyGILState_Release$",
+            ],
+            "minus": [],
+        },
+    ),
+    (
+        "agreement",
+        {
+            "plus": [
+                r"collops::shm::ProcessCommunicator::Agree\(",
+                r"collops::shm::Transport::CheckCarriedAgreement\(",
+                r"collops::AllReduceOperation::SignatureImpl\(",
+                r"collops::AllGatherOperation::SignatureImpl\(",
+                r"collops::VerifiedCommunicator::Signature",
+            ],
+            "minus": [],
+        },
+    ),
+    (
+        "engine",
+        {
+            "plus": [
+                r"collops::shm::ProcessCommunicator::AllReduce\(",
+                r"collops::shm::ProcessCommunicator::AllGatherBytes\(",
+                r"collops::shm::ProcessCommunicator::AllGatherV\(",
+            ],
+            "minus": [r"collops::shm::Transport::CheckCarriedAgreement\("],
+        },
+    ),
+    (
+        "Work and future",
+        {
+            "plus": [
+                r"collops::CompletedWork::",
+                r"c10d::Work::Work\(",
+                r"c10d::Work::~Work\(",
+                r"c10::ivalue::Future::markCompleted",
+                r"c10d::Work::wait\(",
+                r"collops::CompletedWork::wait",
+                r"c10d::FakeWork",
+            ],
+            "minus": [],
+        },
+    ),
 ]
 WAIT_FUNCTIONS = [r"collops::shm::Transport::WaitAll\(", r"collops::shm::WaitWord::Wait"]
 
 
 def inclusive_counts(dump):
     """{function name: inclusive instructions} from callgrind_annotate."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     counts = {}
     for line in out.splitlines():
         m = re.match(r"\s*([0-9,]+) \([ 0-9.]+%\)\s+(\S.*?)(?: \[[^\]]*\])?$", line)
@@ -131,14 +186,17 @@ def split(counts, total, calls):
 
 # ---- the ranks ---------------------------------------------------------------------------------
 
+
 def worker(args):
     """One rank: every path's warm-up and timed calls; rank 0 brackets the timed ones with the
     marker calls callgrind watches."""
     import python_paths as pp
+
     rank, world = args.worker, args.ranks
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     env = pp.RankEnv(rank, world, args.store, use_ds=False)
     import torch.distributed as dist
+
     row = pp.Row(env, args.op, args.dtype, args.size)
     for path in args.paths.split(","):
         fn = row.calls[path]
@@ -156,9 +214,11 @@ def worker(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--op", default="allreduce", choices=["allreduce", "allgather"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -179,21 +239,57 @@ def main():
     out_dir = args.keep or tempfile.mkdtemp(prefix="collops-profile-")
     os.makedirs(out_dir, exist_ok=True)
     store = os.path.join(out_dir, f"store-{os.getpid()}")
-    env = dict(os.environ, COLLOPS_TIMEOUT="3600", OMP_NUM_THREADS="1",
-               COLLOPS_JOB_ID=f"profile-{os.getpid()}")
+    env = dict(
+        os.environ,
+        COLLOPS_TIMEOUT="3600",
+        OMP_NUM_THREADS="1",
+        COLLOPS_JOB_ID=f"profile-{os.getpid()}",
+    )
     # The interpreter itself (pyenv's python3 is a shell script valgrind would follow instead).
     python = os.path.realpath(sys.executable)
     me = os.path.abspath(__file__)
-    common = ["--ranks", str(args.ranks), "--op", args.op, "--dtype", args.dtype, "--size",
-              str(args.size), "--paths", args.paths, "--calls", str(args.calls), "--warmup",
-              str(args.warmup), "--store", store]
+    common = [
+        "--ranks",
+        str(args.ranks),
+        "--op",
+        args.op,
+        "--dtype",
+        args.dtype,
+        "--size",
+        str(args.size),
+        "--paths",
+        args.paths,
+        "--calls",
+        str(args.calls),
+        "--warmup",
+        str(args.warmup),
+        "--store",
+        store,
+    ]
     out_file = os.path.join(out_dir, "callgrind.%p")
-    procs = [subprocess.Popen(["valgrind", "--tool=callgrind", "--zero-before=getsid",
-                               "--dump-before=getpgrp", f"--callgrind-out-file={out_file}",
-                               python, me, "--worker", "0"] + common, env=env,
-                              stderr=subprocess.PIPE, text=True)]
-    procs += [subprocess.Popen([python, me, "--worker", str(r)] + common, env=env)
-              for r in range(1, args.ranks)]
+    procs = [
+        subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--zero-before=getsid",
+                "--dump-before=getpgrp",
+                f"--callgrind-out-file={out_file}",
+                python,
+                me,
+                "--worker",
+                "0",
+            ]
+            + common,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ]
+    procs += [
+        subprocess.Popen([python, me, "--worker", str(r)] + common, env=env)
+        for r in range(1, args.ranks)
+    ]
     started = time.time()
     codes = [p.wait(timeout=3600) for p in procs]
     stderr = procs[0].stderr.read()
@@ -206,25 +302,32 @@ def main():
     for path, dump in zip(paths, dumps):
         counts = inclusive_counts(dump)
         total = total_of(dump)
-        table[path] = {"total": total / args.calls,
-                       "parts": split(counts, total, args.calls),
-                       "waiting": matched(counts, WAIT_FUNCTIONS) / args.calls}
+        table[path] = {
+            "total": total / args.calls,
+            "parts": split(counts, total, args.calls),
+            "waiting": matched(counts, WAIT_FUNCTIONS) / args.calls,
+        }
     if args.json:
         print(json.dumps({"args": vars(args), "table": table}))
     else:
         parts = [p for p, _ in table[paths[0]]["parts"]]
-        print(f"# instructions per call, {args.op} {args.dtype} {args.size} B, R={args.ranks}, "
-              f"rank 0 under callgrind, {args.calls} calls per path "
-              f"({time.time() - started:.0f} s)")
+        print(
+            f"# instructions per call, {args.op} {args.dtype} {args.size} B, R={args.ranks}, "
+            f"rank 0 under callgrind, {args.calls} calls per path "
+            f"({time.time() - started:.0f} s)"
+        )
         print("| part | " + " | ".join(paths) + " |")
         print("|---|" + "---|" * len(paths))
         for i, part in enumerate(parts):
-            print(f"| {part} | " + " | ".join(f"{table[p]['parts'][i][1]:,.0f}" for p in paths)
-                  + " |")
-        print("| **total** | " + " | ".join(f"**{table[p]['total']:,.0f}**" for p in paths)
-              + " |")
-        print("| (of the engine: waiting for the peer) | "
-              + " | ".join(f"{table[p]['waiting']:,.0f}" for p in paths) + " |")
+            print(
+                f"| {part} | " + " | ".join(f"{table[p]['parts'][i][1]:,.0f}" for p in paths) + " |"
+            )
+        print("| **total** | " + " | ".join(f"**{table[p]['total']:,.0f}**" for p in paths) + " |")
+        print(
+            "| (of the engine: waiting for the peer) | "
+            + " | ".join(f"{table[p]['waiting']:,.0f}" for p in paths)
+            + " |"
+        )
     if not args.keep:
         shutil.rmtree(out_dir, ignore_errors=True)
 

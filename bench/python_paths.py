@@ -33,6 +33,7 @@ says whether its shared-memory kernel ran or DeepSpeed fell back to torch.distri
     python3 bench/python_paths.py --docs docs                     # also the docs section and plots
 Needs `import collops` (the torch binding, README.md) and collops-bench (--build).
 """
+
 import argparse
 import datetime
 import json
@@ -51,8 +52,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # is installed.
 sys.path.append(os.path.join(ROOT, "python"))
 
-PATHS = ["engine", "execute", "execute_out", "ops", "dist", "noop", "gloo", "deepspeed",
-         "ds_kernel"]
+PATHS = [
+    "engine",
+    "execute",
+    "execute_out",
+    "ops",
+    "dist",
+    "noop",
+    "gloo",
+    "deepspeed",
+    "ds_kernel",
+]
 OPS = ["allreduce", "allgather"]
 DTYPES = ["float32", "bfloat16"]
 MODES = ["sync", "loop"]
@@ -84,10 +94,12 @@ def comma_list(parse, allowed=None):
             if bad:
                 raise argparse.ArgumentTypeError(f"{bad} not among {allowed}")
         return items
+
     return inner
 
 
 # ---- the ranks -------------------------------------------------------------------------------
+
 
 class SpinBarrier:
     """A barrier outside every library under test (bench/spin_barrier.h in Python): each rank
@@ -117,6 +129,7 @@ class SpinBarrier:
 
 def _torch_dtype(name):
     import torch
+
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
@@ -127,12 +140,20 @@ class Row:
     def __init__(self, env, op, dtype, size):
         import torch
         import torch.distributed as dist
+
         self.calls, self.checks, self.notes = {}, {}, {}
         R, rank = env.world, env.rank
         t = _torch_dtype(dtype)
         esize = torch.empty((), dtype=t).element_size()
-        param = json.dumps({"rank": rank, "rankSize": R, "backend": "lccl", "commMode": 0,
-                            "commDomain": "python-paths"})
+        param = json.dumps(
+            {
+                "rank": rank,
+                "rankSize": R,
+                "backend": "lccl",
+                "commMode": 0,
+                "commDomain": "python-paths",
+            }
+        )
         gname = dist.group.WORLD.group_name
         if op == "allreduce":
             n = max(size // esize, 1)
@@ -173,7 +194,8 @@ class Row:
             self.checks = {
                 "execute": lambda: check_out_of_place(self.calls["execute"], lambda r: r[0]),
                 "execute_out": lambda: check_out_of_place(
-                    lambda: (out.fill_(-1), self.calls["execute_out"]()), lambda r: out),
+                    lambda: (out.fill_(-1), self.calls["execute_out"]()), lambda r: out
+                ),
                 "ops": lambda: check_out_of_place(self.calls["ops"], lambda r: r),
                 "dist": lambda: check_in_place(self.calls["dist"]),
                 "noop": lambda: 0,  # moves nothing by design
@@ -181,11 +203,13 @@ class Row:
             }
             if env.ds is not None:
                 import deepspeed.comm as dscomm
+
                 self.calls["deepspeed"] = lambda: dscomm.inference_all_reduce(y)
                 self.calls["ds_kernel"] = lambda: torch.ops.deepspeed.inference_all_reduce_(y)
                 for p in DS_PATHS:
-                    self.checks[p] = (lambda p=p: env.ds.checked(
-                        lambda: check_in_place(self.calls[p]), t))
+                    self.checks[p] = lambda p=p: env.ds.checked(
+                        lambda: check_in_place(self.calls[p]), t
+                    )
                     self.notes[p] = env.ds.path_taken(t)
         elif op == "allgather":
             n = max(size // esize // R, 1)  # each rank's block: S is the gathered output
@@ -242,6 +266,7 @@ class DeepSpeedShm:
         import deepspeed
         import deepspeed.comm as dscomm
         from deepspeed.utils import logger
+
         logger.setLevel("WARNING")
         deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False)
         self.cdb = dscomm.comm.cdb
@@ -249,20 +274,26 @@ class DeepSpeedShm:
 
     def path_taken(self, dtype):
         import torch
+
         if getattr(self.cdb, "shm_comm_op", None) is None:
             return "fallback: DeepSpeed built no shared-memory kernel"
-        if not (hasattr(torch.ops, "deepspeed")
-                and hasattr(torch.ops.deepspeed, "inference_all_reduce_")):
+        if not (
+            hasattr(torch.ops, "deepspeed")
+            and hasattr(torch.ops.deepspeed, "inference_all_reduce_")
+        ):
             return "fallback: torch.ops.deepspeed.inference_all_reduce_ is missing"
         need = 1 if dtype == torch.float32 else 2
         have = getattr(self.cdb, "shm_vector_kernel_level", 0)
         if have < need:
-            return (f"fallback: this CPU lacks the ISA of DeepSpeed's {dtype} kernel (level "
-                    f"{have} < {need}: avx2 for float32, avx512bw for 16-bit)")
+            return (
+                f"fallback: this CPU lacks the ISA of DeepSpeed's {dtype} kernel (level "
+                f"{have} < {need}: avx2 for float32, avx512bw for 16-bit)"
+            )
         return "shm"
 
     def checked(self, check, dtype):
         import torch.distributed as dist
+
         original, calls = dist.all_reduce, []
 
         def counting(*args, **kwargs):
@@ -276,8 +307,10 @@ class DeepSpeedShm:
             dist.all_reduce = original
         taken = self.path_taken(dtype)
         if calls and taken == "shm":
-            raise RuntimeError("DeepSpeed reached torch.distributed.all_reduce although its "
-                               "rule says the shared-memory kernel runs")
+            raise RuntimeError(
+                "DeepSpeed reached torch.distributed.all_reduce although its "
+                "rule says the shared-memory kernel runs"
+            )
         return wrong
 
 
@@ -286,9 +319,11 @@ class RankEnv:
         import torch.distributed as dist
         import collops  # noqa: F401  (OperationTorch, torch.ops.collops, the "collops" backend)
         import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+
         self.rank, self.world = rank, world
-        dist.init_process_group("cpu:collops", init_method=f"file://{store}", rank=rank,
-                                world_size=world)
+        dist.init_process_group(
+            "cpu:collops", init_method=f"file://{store}", rank=rank, world_size=world
+        )
         self.noop = dist.new_group(backend="fake")
         self.gloo = dist.new_group(backend="gloo")
         self.ds = DeepSpeedShm() if use_ds else None
@@ -296,8 +331,9 @@ class RankEnv:
 
 def _rank_main(rank, world, store, words, use_ds, conn):
     """A rank: answers the parent's commands on `conn` until "quit"."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_SIZE=str(world))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_SIZE=str(world)
+    )
     try:
         env = RankEnv(rank, world, store, use_ds)
         spin = SpinBarrier(words, world, rank)
@@ -352,6 +388,7 @@ def _rank_main(rank, world, store, words, use_ds, conn):
         except Exception as e:  # noqa: BLE001 -- the parent reports it
             conn.send(("error", f"rank {rank}: {type(e).__name__}: {e}"))
     import torch.distributed as dist
+
     dist.destroy_process_group()
 
 
@@ -360,16 +397,19 @@ class Ranks:
 
     def __init__(self, world, use_ds):
         import multiprocessing as mp
+
         ctx = mp.get_context("spawn")
         self.world = world
-        self.store = os.path.join(tempfile.gettempdir(), f"collops-python-paths-{os.getpid()}-"
-                                                         f"{world}")
+        self.store = os.path.join(
+            tempfile.gettempdir(), f"collops-python-paths-{os.getpid()}-{world}"
+        )
         self.words = ctx.RawArray("Q", world * SpinBarrier.STRIDE)
         self.conns, self.procs = [], []
         for r in range(world):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_rank_main,
-                            args=(r, world, self.store, self.words, use_ds, theirs))
+            p = ctx.Process(
+                target=_rank_main, args=(r, world, self.store, self.words, use_ds, theirs)
+            )
             p.start()
             self.conns.append(mine)
             self.procs.append(p)
@@ -382,8 +422,9 @@ class Ranks:
         replies, errors = [], []
         for r, c in enumerate(self.conns):
             if not c.poll(TIMEOUT_S):
-                errors.append(f"rank {r}: no answer within {TIMEOUT_S} s (exit code "
-                              f"{self.procs[r].exitcode})")
+                errors.append(
+                    f"rank {r}: no answer within {TIMEOUT_S} s (exit code {self.procs[r].exitcode})"
+                )
                 continue
             status, value = c.recv()
             (errors if status == "error" else replies).append(value)
@@ -408,6 +449,7 @@ class Ranks:
 
 # ---- the engine (collops-bench) ----------------------------------------------------------------
 
+
 def engine(args, op, dtype, world, size, mode, budget_s):
     """collops-bench's time for one row in `mode`: {"us": ..., "wrong": ...} or {"error": ...}.
     One probe run sets the iterations, as for the Python paths."""
@@ -415,9 +457,31 @@ def engine(args, op, dtype, world, size, mode, budget_s):
     timing = "spin" if mode == "sync" else "loop"
 
     def run(iters, warmup):
-        cmd = [exe, "-r", str(world), "--mode", "process", "-o", op, "-d", dtype, "-b", str(size),
-               "-e", str(size), "-w", str(warmup), "-n", str(iters), "--settle-ms", "50",
-               "--timing", timing, "-c", "--json"]
+        cmd = [
+            exe,
+            "-r",
+            str(world),
+            "--mode",
+            "process",
+            "-o",
+            op,
+            "-d",
+            dtype,
+            "-b",
+            str(size),
+            "-e",
+            str(size),
+            "-w",
+            str(warmup),
+            "-n",
+            str(iters),
+            "--settle-ms",
+            "50",
+            "--timing",
+            timing,
+            "-c",
+            "--json",
+        ]
         env = dict(os.environ, COLLOPS_SHM_BIND="1")
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
         lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
@@ -440,6 +504,7 @@ def iterations(per_call_s, budget_s, most):
 
 
 # ---- one row -----------------------------------------------------------------------------------
+
 
 def measure_row(args, ranks, op, dtype, size):
     """{path: {mode: {"us": ..., "wrong": ...} | {"error": ...}}, "notes": {...}} for one row,
@@ -498,6 +563,7 @@ def measure_row(args, ranks, op, dtype, size):
 
 # ---- verdicts and Markdown ---------------------------------------------------------------------
 
+
 def us_of(row, path, mode):
     r = row.get(path, {}).get(mode)
     if not r or "error" in r or r.get("wrong"):
@@ -550,29 +616,39 @@ def verdicts(op, size, row, mode):
 
 
 def markdown(results, meta, plots):
-    L = [SECTION_BEGIN, "## Python entry points (bench/python_paths.py)", "",
-         "Generated by `bench/python_paths.py` (also run by `bench/compare --python`); every "
-         "number in this section comes from the run described here.", ""]
+    L = [
+        SECTION_BEGIN,
+        "## Python entry points (bench/python_paths.py)",
+        "",
+        "Generated by `bench/python_paths.py` (also run by `bench/compare --python`); every "
+        "number in this section comes from the run described here.",
+        "",
+    ]
     for k, v in meta.items():
         L.append(f"- **{k}**: {v}")
-    L += ["",
-          "Per call, µs. `sync`: a barrier outside every library before each call (ranks spin on "
-          "words of their own in shared memory; `collops-bench --timing spin` for the engine), "
-          "the latency the max over ranks, the median over calls. `loop`: calls back to back, the "
-          "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
-          "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
-          "call). `execute`: OperationTorch.execute (outputs allocated per call); `execute_out`: "
-          "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `dist`: "
-          "torch.distributed on \"cpu:collops\"; `noop`: the same call on torch's registered no-op "
-          "backend (\"fake\"), torch's own cost; `gloo`; `deepspeed`: "
-          "`deepspeed.comm.inference_all_reduce`, `ds_kernel`: "
-          "`torch.ops.deepspeed.inference_all_reduce_` (DeepSpeed's shared-memory kernel; "
-          "DeepSpeed has no shared-memory all_gather). Targets: `execute` and `ops` ≤ 1.5 × "
-          "engine + 3 µs; `dist` ≤ noop + 1.5 × engine + 3 µs; faster than DeepSpeed; ≥ 20× gloo "
-          "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met).", ""]
+    L += [
+        "",
+        "Per call, µs. `sync`: a barrier outside every library before each call (ranks spin on "
+        "words of their own in shared memory; `collops-bench --timing spin` for the engine), "
+        "the latency the max over ranks, the median over calls. `loop`: calls back to back, the "
+        "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
+        "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
+        "call). `execute`: OperationTorch.execute (outputs allocated per call); `execute_out`: "
+        "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `dist`: "
+        'torch.distributed on "cpu:collops"; `noop`: the same call on torch\'s registered no-op '
+        'backend ("fake"), torch\'s own cost; `gloo`; `deepspeed`: '
+        "`deepspeed.comm.inference_all_reduce`, `ds_kernel`: "
+        "`torch.ops.deepspeed.inference_all_reduce_` (DeepSpeed's shared-memory kernel; "
+        "DeepSpeed has no shared-memory all_gather). Targets: `execute` and `ops` ≤ 1.5 × "
+        "engine + 3 µs; `dist` ≤ noop + 1.5 × engine + 3 µs; faster than DeepSpeed; ≥ 20× gloo "
+        "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met).",
+        "",
+    ]
     keys = sorted(results, key=lambda k: (k[0], k[1], k[2], k[3]))
-    combos = sorted({(op, dtype, R) for (op, dtype, R, _) in keys},
-                    key=lambda c: (OPS.index(c[0]), DTYPES.index(c[1]), c[2]))
+    combos = sorted(
+        {(op, dtype, R) for (op, dtype, R, _) in keys},
+        key=lambda c: (OPS.index(c[0]), DTYPES.index(c[1]), c[2]),
+    )
     paths = [p for p in PATHS if any(p in results[k] for k in keys)]
     misses = []
     for op, dtype, R in combos:
@@ -581,8 +657,9 @@ def markdown(results, meta, plots):
         if (op, dtype) in plots:
             L.append(f"![{op} {dtype}](img/{plots[(op, dtype)]})")
             L.append("")
-        notes = {n for k in keys if k[:3] == (op, dtype, R)
-                 for n in results[k].get("notes", {}).values()}
+        notes = {
+            n for k in keys if k[:3] == (op, dtype, R) for n in results[k].get("notes", {}).values()
+        }
         if notes:
             L.append("DeepSpeed: " + "; ".join(sorted(notes)) + ".")
             L.append("")
@@ -594,16 +671,29 @@ def markdown(results, meta, plots):
             size, row = k[3], results[k]
             for mode in MODES:
                 checks = verdicts(op, size, row, mode)
-                text = "; ".join(f"{what} {x:.2f}×" + ("" if met else " **missed**")
-                                 for what, x, met in checks)
-                L.append(f"| {human(size)} | {mode} | "
-                         + " | ".join(fmt(row, p, mode) for p in paths) + f" | {text} |")
-                misses += [f"- {op} {dtype} R={R} {human(size)} {mode}: {what} {x:.2f}×"
-                           for what, x, met in checks if not met]
+                text = "; ".join(
+                    f"{what} {x:.2f}×" + ("" if met else " **missed**") for what, x, met in checks
+                )
+                L.append(
+                    f"| {human(size)} | {mode} | "
+                    + " | ".join(fmt(row, p, mode) for p in paths)
+                    + f" | {text} |"
+                )
+                misses += [
+                    f"- {op} {dtype} R={R} {human(size)} {mode}: {what} {x:.2f}×"
+                    for what, x, met in checks
+                    if not met
+                ]
         L.append("")
     L += ["### Targets missed in this run", ""] + (misses or ["- none"]) + [""]
-    errors = [f"- {k} {p}: {v[m]['error']}" for k in keys for p, v in results[k].items()
-              if p != "notes" for m in MODES if "error" in v.get(m, {})]
+    errors = [
+        f"- {k} {p}: {v[m]['error']}"
+        for k in keys
+        for p, v in results[k].items()
+        if p != "notes"
+        for m in MODES
+        if "error" in v.get(m, {})
+    ]
     if errors:
         L += ["### Errors", ""] + sorted(set(errors)) + [""]
     L.append(SECTION_END)
@@ -617,7 +707,7 @@ def write_section(docs, text):
     old = open(path).read() if os.path.exists(path) else "# Performance\n\n"
     b, e = old.find(SECTION_BEGIN), old.find(SECTION_END)
     if b >= 0 and e > b:
-        new = old[:b] + text + old[e + len(SECTION_END) + 1:]
+        new = old[:b] + text + old[e + len(SECTION_END) + 1 :]
     else:
         notes = old.find("<!-- Everything below this line is written by people")
         at = notes if notes >= 0 else len(old)
@@ -630,17 +720,21 @@ def plot(results, op, dtype, img_dir):
     """docs/img/python-paths-<op>-<dtype>.png: µs per call against size, one panel per R and
     mode, one line per path."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     ranks = sorted({R for (o, d, R, s) in results if (o, d) == (op, dtype)})
     fig, axes = plt.subplots(len(ranks), len(MODES), figsize=(11, 4 * len(ranks)), squeeze=False)
     for i, R in enumerate(ranks):
         for j, mode in enumerate(MODES):
             ax = axes[i][j]
             for path in PATHS:
-                pts = [(s, us_of(results[(o, d, RR, s)], path, mode))
-                       for (o, d, RR, s) in sorted(results)
-                       if (o, d, RR) == (op, dtype, R)]
+                pts = [
+                    (s, us_of(results[(o, d, RR, s)], path, mode))
+                    for (o, d, RR, s) in sorted(results)
+                    if (o, d, RR) == (op, dtype, R)
+                ]
                 pts = [(s, t) for s, t in pts if t is not None]
                 if pts:
                     style = "--" if path in ("noop", "engine") else "-"
@@ -674,46 +768,63 @@ def loadavg():
 
 
 def cpu_text():
-    flags = sh("grep -m1 -o -w -E 'avx512bw|avx512_bf16|avx2' /proc/cpuinfo | sort -u | "
-               "tr '\\n' ' '")
+    flags = sh(
+        "grep -m1 -o -w -E 'avx512bw|avx512_bf16|avx2' /proc/cpuinfo | sort -u | tr '\\n' ' '"
+    )
     return f"{sh('lscpu | sed -n s/^Model.name:.//p').strip()} ({flags.strip() or 'no AVX2'})"
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
     ap.add_argument("--ranks", type=comma_list(int), default=[2])
     ap.add_argument("--ops", type=comma_list(str, OPS), default=OPS)
     ap.add_argument("--dtypes", type=comma_list(str, DTYPES), default=["float32"])
     ap.add_argument("--sizes", type=comma_list(parse_size), default=[4 << 10, 64 << 10, 1 << 20])
     ap.add_argument("--paths", type=comma_list(str, PATHS), default=PATHS)
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="measure every path of a row this many times in turn (the median)")
-    ap.add_argument("--budget-ms", type=float, default=150,
-                    help="about this long per path, mode and repeat (iterations: 5 to --max-iters)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure every path of a row this many times in turn (the median)",
+    )
+    ap.add_argument(
+        "--budget-ms",
+        type=float,
+        default=150,
+        help="about this long per path, mode and repeat (iterations: 5 to --max-iters)",
+    )
     ap.add_argument("--max-iters", type=int, default=2000)
     ap.add_argument("--no-deepspeed", action="store_true", help="leave DeepSpeed out")
-    ap.add_argument("--build", default=os.environ.get("COLLOPS_BUILD_DIR") or
-                    os.path.join(ROOT, "build"), help="CMake build with bench/collops-bench")
+    ap.add_argument(
+        "--build",
+        default=os.environ.get("COLLOPS_BUILD_DIR") or os.path.join(ROOT, "build"),
+        help="CMake build with bench/collops-bench",
+    )
     ap.add_argument("--docs", help="write the section of DOCS/performance.md and DOCS/img/ plots")
     ap.add_argument("--out", help="also write the raw rows (JSON lines) here")
     args = ap.parse_args()
-    if "engine" in args.paths and not os.access(os.path.join(args.build, "bench",
-                                                             "collops-bench"), os.X_OK):
+    if "engine" in args.paths and not os.access(
+        os.path.join(args.build, "bench", "collops-bench"), os.X_OK
+    ):
         sys.exit(f"python_paths: {args.build}/bench/collops-bench is not built (--build)")
     use_ds = not args.no_deepspeed and any(p in args.paths for p in DS_PATHS)
     if use_ds:
         try:
             import importlib.util
+
             use_ds = importlib.util.find_spec("deepspeed") is not None
         except ImportError:
             use_ds = False
         if not use_ds:
             print("python_paths: DeepSpeed is not installed: no DeepSpeed columns", flush=True)
     # DeepSpeed on its CPU accelerator; its shared-memory kernel names its segment after these.
-    os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(20000 + os.getpid() % 20000))
+    os.environ.update(
+        DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(20000 + os.getpid() % 20000)
+    )
     os.environ.setdefault("COLLOPS_JOB_ID", f"python-paths-{os.getpid()}")
     os.environ["COLLOPS_SHM_BIND"] = "1"  # the Python ranks pinned as collops-bench's are
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -731,13 +842,23 @@ def main():
                             row = measure_row(args, ranks, op, dtype, size)
                             results[(op, dtype, R, size)] = row
                             if raw:
-                                raw.write(json.dumps({"op": op, "dtype": dtype, "ranks": R,
-                                                      "bytes": size, **row}) + "\n")
+                                raw.write(
+                                    json.dumps(
+                                        {"op": op, "dtype": dtype, "ranks": R, "bytes": size, **row}
+                                    )
+                                    + "\n"
+                                )
                                 raw.flush()
-                            print(f"[{time.time() - t0:5.0f}s load {loadavg()}] {op} {dtype} "
-                                  f"R={R} {human(size)}: " + "; ".join(
-                                      f"{p} {fmt(row, p, 'sync')}/{fmt(row, p, 'loop')}"
-                                      for p in PATHS if p in row), flush=True)
+                            print(
+                                f"[{time.time() - t0:5.0f}s load {loadavg()}] {op} {dtype} "
+                                f"R={R} {human(size)}: "
+                                + "; ".join(
+                                    f"{p} {fmt(row, p, 'sync')}/{fmt(row, p, 'loop')}"
+                                    for p in PATHS
+                                    if p in row
+                                ),
+                                flush=True,
+                            )
             finally:
                 ranks.close()
     finally:
@@ -746,12 +867,13 @@ def main():
     git = sh(f"git -C {ROOT} rev-parse --short HEAD")
     torch_version = sh(sys.executable + " -c 'import torch; print(torch.__version__)'")
     meta = {
-        "command": " ".join(shlex.quote(a) for a in
-                            [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+        "command": " ".join(
+            shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]
+        ),
         "started (UTC)": started.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{cpu_text()}, {os.cpu_count()} cores, {platform.platform()}",
         "versions": f"collops {git}, torch {torch_version}, DeepSpeed "
-                    f"{ds_version or 'not installed'}, Python {platform.python_version()}",
+        f"{ds_version or 'not installed'}, Python {platform.python_version()}",
         "engine": f"{args.build}/bench/collops-bench",
         "load average (1/5/15 min) at end": loadavg(),
         "elapsed": f"{time.time() - t0:.0f} s",

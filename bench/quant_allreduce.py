@@ -15,6 +15,7 @@ checked against the float32 steps of its golden once, before the timing.
     python3 bench/quant_allreduce.py                         # R = 2 and 4, 256 KiB..16 MiB
     python3 bench/quant_allreduce.py --ranks 2 --sizes 1M --rounds 5
 """
+
 import argparse
 import json
 import os
@@ -36,8 +37,13 @@ UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 def _op(rank, world, **extra):
     op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    param = {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": "quant-bench",
-             **extra}
+    param = {
+        "rank": rank,
+        "rankSize": world,
+        "backend": "lccl",
+        "commDomain": "quant-bench",
+        **extra,
+    }
     result = json.loads(op.set_param(json.dumps(param)))
     assert result["result"] == 0, result
     return op
@@ -80,8 +86,10 @@ def _check(rank, world, elements, tensors):
     want = ((total.float() + world * offset.float()) * scale.float()).to(torch.float16)
     if not torch.equal(y, want):
         bad = (y != want).sum().item()
-        raise SystemExit(f"rank {rank}: quantised AllReduce of {elements} elements: {bad} "
-                         "elements differ from the golden")
+        raise SystemExit(
+            f"rank {rank}: quantised AllReduce of {elements} elements: {bad} "
+            "elements differ from the golden"
+        )
 
 
 def _rank(rank, world, store, args, results):
@@ -115,8 +123,9 @@ def parse_size(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, optional K or M)")
     size = int(m[1]) * UNITS[m[2].lower()]
     if size <= 0 or size % (2 * ROW) != 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a multiple of {2 * ROW} bytes "
-                                         f"(float16 rows of {ROW})")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a multiple of {2 * ROW} bytes (float16 rows of {ROW})"
+        )
     return size
 
 
@@ -126,28 +135,40 @@ def human(n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-r", "--ranks", default="2,4",
-                        type=lambda s: [int(v) for v in s.split(",")])
-    parser.add_argument("--sizes", default="256K,1M,4M,16M",
-                        type=lambda s: [parse_size(v) for v in s.split(",")],
-                        help="bytes of N float16 elements (the quantised x holds half of it)")
+    parser.add_argument(
+        "-r", "--ranks", default="2,4", type=lambda s: [int(v) for v in s.split(",")]
+    )
+    parser.add_argument(
+        "--sizes",
+        default="256K,1M,4M,16M",
+        type=lambda s: [parse_size(v) for v in s.split(",")],
+        help="bytes of N float16 elements (the quantised x holds half of it)",
+    )
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     if min(args.ranks) < 1 or args.rounds < 1:
         parser.error("ranks and rounds must be >= 1")
-    print(f"# Quantised AllReduce vs float16 AllReduce (lccl processes) and gloo's dequantise + "
-          f"all_reduce; ms per call, median over {args.rounds} rounds of the max over ranks")
+    print(
+        f"# Quantised AllReduce vs float16 AllReduce (lccl processes) and gloo's dequantise + "
+        f"all_reduce; ms per call, median over {args.rounds} rounds of the max over ranks"
+    )
     print("| R | float16 bytes | N | " + " | ".join(PATHS) + " | f16 ÷ quant | gloo_deq ÷ quant |")
     print("|---|---|---|" + "---|" * (len(PATHS) + 2))
     for world in args.ranks:
         per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
         for i, (size, _) in enumerate(per_rank[0][1]):
-            t = {path: statistics.median(max(r[1][i][1][path][j] for r in per_rank)
-                                         for j in range(args.rounds)) for path in PATHS}
+            t = {
+                path: statistics.median(
+                    max(r[1][i][1][path][j] for r in per_rank) for j in range(args.rounds)
+                )
+                for path in PATHS
+            }
             cells = " | ".join(f"{t[p]:.3f}" for p in PATHS)
-            print(f"| {world} | {human(size)} | {size // 2} | {cells} | "
-                  f"{t['f16'] / t['quant']:.2f}× | {t['gloo_deq'] / t['quant']:.2f}× |",
-                  flush=True)
+            print(
+                f"| {world} | {human(size)} | {size // 2} | {cells} | "
+                f"{t['f16'] / t['quant']:.2f}× | {t['gloo_deq'] / t['quant']:.2f}× |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The rank processes of a Python benchmark (bench/linear_parallel.py): R spawned processes of
 one host that meet through a FileStore, each reporting its rows on a queue, every exit code
 checked."""
+
 import os
 import queue
 import sys
@@ -27,8 +28,9 @@ def run(target, ranks, args, name, join_seconds=60):
     store = os.path.join(tempfile.gettempdir(), f"collops-{name}-{os.getpid()}")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(r, ranks, store, args, results))
-             for r in range(ranks)]
+    procs = [
+        ctx.Process(target=target, args=(r, ranks, store, args, results)) for r in range(ranks)
+    ]
     for p in procs:
         p.start()
     try:

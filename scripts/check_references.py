@@ -20,12 +20,21 @@ OUTSIDE = "refers to a document outside the repository"
 RULES = [
     (OUTSIDE, re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\batb_reference\.md\b")),
     (OUTSIDE, re.compile(r"\.\./shared\b|/shared/seeds\b|/work/shared\b")),
-    (OUTSIDE, re.compile(r"\bseeds?'|\bseed \d{3}\b|\bseeds? (?:documents?|docs|scripts?|texts?)\b",
-                         re.IGNORECASE)),
-    ("names an issue (say what holds, not which ticket asked for it)",
-     re.compile(r"\bissues? #?\d+\b|\(#\d+\)", re.IGNORECASE)),
-    ("carries a date (history belongs in git and CHANGELOG.md's versions)",
-     re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")),
+    (
+        OUTSIDE,
+        re.compile(
+            r"\bseeds?'|\bseed \d{3}\b|\bseeds? (?:documents?|docs|scripts?|texts?)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "names an issue (say what holds, not which ticket asked for it)",
+        re.compile(r"\bissues? #?\d+\b|\(#\d+\)", re.IGNORECASE),
+    ),
+    (
+        "carries a date (history belongs in git and CHANGELOG.md's versions)",
+        re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b"),
+    ),
 ]
 # Files whose text is not prose of this project, or that record measurements with their date.
 SKIP = {"LICENSE", "scripts/check_references.py"}

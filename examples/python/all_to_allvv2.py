@@ -14,6 +14,7 @@ Run (after building the library, see python/collops/README.md):
     python3 examples/python/all_to_allvv2.py
 Prints one PASS line per rank and dtype, and exits nonzero if any rank fails or hangs.
 """
+
 import json
 import os
 import sys
@@ -55,9 +56,11 @@ def compute_out_tensor_dim1(recv_counts):
 def golden_compare(out_tensor, golden_tensor):
     """collops: data movement must be exact. ATB's script writes rank 1's golden as a flat
     [2, 3, 4, 5, 2] while the output is [1, 5], so values are compared flat."""
-    return (out_tensor.dtype == golden_tensor.dtype
-            and out_tensor.numel() == golden_tensor.numel()
-            and torch.equal(out_tensor.flatten(), golden_tensor.flatten()))
+    return (
+        out_tensor.dtype == golden_tensor.dtype
+        and out_tensor.numel() == golden_tensor.numel()
+        and torch.equal(out_tensor.flatten(), golden_tensor.flatten())
+    )
 
 
 def report(line):
@@ -70,27 +73,42 @@ def main_worker(rank, world_size, inTensorDtypes, sizes, random_seed):
     failures = []  # collops: every dtype is tried and reported; the exit code says if any failed
     # init process group
     torch_npu.npu.set_device(int(rank))
-    print(f'========== Process {rank} started, using device npu:{rank}.==========')
+    print(f"========== Process {rank} started, using device npu:{rank}.==========")
     # init all_to_allvv2_operation
     op_name = "AllToAllVV2Operation"
-    all_to_allvv2_operation = torch.classes.OperationTorch.OperationTorch(
-        "AllToAllVV2Operation")
+    all_to_allvv2_operation = torch.classes.OperationTorch.OperationTorch("AllToAllVV2Operation")
     torch.manual_seed(random_seed)
     low = -100
     high = 100
     for inTensorDtype in inTensorDtypes:
-        inTensors=[torch.tensor([[0,1,2,3],[4,5,6,7]],dtype=inTensorDtype),torch.tensor([[0,1,2],[3,4,6]],dtype=inTensorDtype)]
-        GoldenTensors=[torch.tensor([[0,1,0,1]],dtype=inTensorDtype),torch.tensor([2,3,4,5,2],dtype=inTensorDtype)]
-        acl_param = json.dumps({"rank": rank, "rankSize": world_size,"rankRoot": 0, "backend": "hccl"})
-        run_param = json.dumps({"sendCounts": sendcount[rank], "sdispls": senddisp[rank], "recvCounts": recvout[rank], "rdispls": recvdis[rank]})
+        inTensors = [
+            torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=inTensorDtype),
+            torch.tensor([[0, 1, 2], [3, 4, 6]], dtype=inTensorDtype),
+        ]
+        GoldenTensors = [
+            torch.tensor([[0, 1, 0, 1]], dtype=inTensorDtype),
+            torch.tensor([2, 3, 4, 5, 2], dtype=inTensorDtype),
+        ]
+        acl_param = json.dumps(
+            {"rank": rank, "rankSize": world_size, "rankRoot": 0, "backend": "hccl"}
+        )
+        run_param = json.dumps(
+            {
+                "sendCounts": sendcount[rank],
+                "sdispls": senddisp[rank],
+                "recvCounts": recvout[rank],
+                "rdispls": recvdis[rank],
+            }
+        )
         host_list = [sendcount[rank], senddisp[rank], recvout[rank], recvdis[rank]]
         host_tensors = [np.array(tensor) for tensor in host_list]
         host_tensors = [torch.from_numpy(tensor).to(torch.int64) for tensor in host_tensors]
         host_tensors = [tensor.npu() for tensor in host_tensors]
         # collops: ATB ignores these results; a rejected param must not pass silently.
-        for what, result in (("set_param", all_to_allvv2_operation.set_param(acl_param)),
-                             ("set_varaintpack_param",
-                              all_to_allvv2_operation.set_varaintpack_param(run_param))):
+        for what, result in (
+            ("set_param", all_to_allvv2_operation.set_param(acl_param)),
+            ("set_varaintpack_param", all_to_allvv2_operation.set_varaintpack_param(run_param)),
+        ):
             if json.loads(result)["result"] != 0:
                 raise RuntimeError(f"rank {rank}: {op_name}.{what} failed: {result}")
         print(f"host_tensors={host_tensors}")
@@ -103,7 +121,15 @@ def main_worker(rank, world_size, inTensorDtypes, sizes, random_seed):
         print(f"atb_input5 = {atb_input5}")
         try:  # collops: a failing execute raises RuntimeError with the status and message
             result1 = all_to_allvv2_operation.execute(
-                [inTensors[rank].npu(), host_tensors[0], host_tensors[1], host_tensors[2], host_tensors[3], atb_input5])
+                [
+                    inTensors[rank].npu(),
+                    host_tensors[0],
+                    host_tensors[1],
+                    host_tensors[2],
+                    host_tensors[3],
+                    atb_input5,
+                ]
+            )
         except RuntimeError as error:
             report(f"rank {rank}: {op_name} {inTensorDtype}: FAIL: {error}")
             failures.append(inTensorDtype)
@@ -116,8 +142,10 @@ def main_worker(rank, world_size, inTensorDtypes, sizes, random_seed):
         if golden_compare(acl_out_tensor.cpu(), GoldenTensors[rank]):
             report(f"rank {rank}: {op_name} {inTensorDtype}: PASS {acl_out_tensor.tolist()}")
         else:
-            report(f"rank {rank}: {op_name} {inTensorDtype}: FAIL: got {acl_out_tensor}, "
-                   f"expected {GoldenTensors[rank]}")
+            report(
+                f"rank {rank}: {op_name} {inTensorDtype}: FAIL: got {acl_out_tensor}, "
+                f"expected {GoldenTensors[rank]}"
+            )
             failures.append(inTensorDtype)
     if failures:
         sys.exit(1)
@@ -128,15 +156,25 @@ class TestAllToAllVV2(unittest.TestCase):
         world_size = 2
         random_seed = 123
         sizes = [[3, 4]]
-        set_start_method('spawn', force=True)
+        set_start_method("spawn", force=True)
         # collops: one job key per run, so two runs on one host never meet in a rendezvous,
         # and a lost rank ends in a minute rather than the 300 s default.
         os.environ.setdefault("COLLOPS_JOB_ID", f"all_to_allvv2-{os.getpid()}-{time.time_ns()}")
         os.environ.setdefault("COLLOPS_TIMEOUT", "60")
         process_list = []
-        inTensorDtypes = [torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float16, torch.bfloat16]
+        inTensorDtypes = [
+            torch.int8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.float32,
+            torch.float16,
+            torch.bfloat16,
+        ]
         for i in range(world_size):
-            p = Process(target=main_worker,args=(i,world_size, inTensorDtypes, sizes, random_seed))
+            p = Process(
+                target=main_worker, args=(i, world_size, inTensorDtypes, sizes, random_seed)
+            )
             p.start()
             process_list.append(p)
         # collops: join every rank under one deadline and check every exit code.
@@ -151,8 +189,10 @@ class TestAllToAllVV2(unittest.TestCase):
             elif p.exitcode != 0:
                 failed.append(f"rank {rank} exit code {p.exitcode}")
         self.assertEqual(failed, [], "; ".join(failed))
-        print(f"AllToAllVV2Operation: all {world_size} ranks passed "
-              f"{len(inTensorDtypes)} dtypes", flush=True)
+        print(
+            f"AllToAllVV2Operation: all {world_size} ranks passed {len(inTensorDtypes)} dtypes",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

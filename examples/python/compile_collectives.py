@@ -9,6 +9,7 @@ join raises if either exits nonzero.
 Run (after building the library, see python/collops/README.md):
     python3 examples/python/compile_collectives.py
 """
+
 import os
 import sys
 import tempfile
@@ -29,8 +30,9 @@ class AllReduceSingeGroup(torch.nn.Module):
 
 
 def example(rank, world_size, store):
-    torch.distributed.init_process_group("collops", init_method=f"file://{store}", rank=rank,
-                                         world_size=world_size)
+    torch.distributed.init_process_group(
+        "collops", init_method=f"file://{store}", rank=rank, world_size=world_size
+    )
     x = torch.ones([2, 2], dtype=torch.int32)
     y = torch.ones([2, 2], dtype=torch.int32)
     model = torch.compile(AllReduceSingeGroup(), fullgraph=True, dynamic=False)

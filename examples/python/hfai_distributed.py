@@ -5,6 +5,7 @@ pairwise_apply with f = x + y over four ranks, printing what hfai's docstrings s
 Run (after building the library, see python/collops/README.md):
     python3 examples/python/hfai_distributed.py
 """
+
 import os
 import sys
 import tempfile
@@ -17,8 +18,9 @@ import collops.distributed as dist  # noqa: E402
 
 
 def example(rank, world_size, store):
-    torch.distributed.init_process_group("collops", init_method=f"file://{store}", rank=rank,
-                                         world_size=world_size)
+    torch.distributed.init_process_group(
+        "collops", init_method=f"file://{store}", rank=rank, world_size=world_size
+    )
     # hfai's all_gather example has 2 ranks: a sub-group of ranks 0 and 1 (every rank must
     # call new_group).
     group = torch.distributed.new_group([0, 1])

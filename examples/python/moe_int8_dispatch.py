@@ -28,6 +28,7 @@ Run (after building the library, see python/collops/README.md):
     python3 examples/python/moe_int8_dispatch.py                # 2 ranks
     python3 examples/python/moe_int8_dispatch.py --ranks 4 --tokens 2048 --hidden 1024
 """
+
 import argparse
 import hashlib
 import json
@@ -44,8 +45,9 @@ import torch.multiprocessing as mp
 try:
     import collops  # noqa: F401
 except ImportError as first_error:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                    "python"))
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+    )
     try:
         import collops  # noqa: F401
     except ImportError:
@@ -78,8 +80,9 @@ class Routes:
 
         def rows_of(sender, dest):
             """(token, slot) pairs `sender` computes for tokens of `dest`, in sending order."""
-            t, slot = torch.nonzero((expert_rank == sender) & (owner_of[:, None] == dest),
-                                    as_tuple=True)
+            t, slot = torch.nonzero(
+                (expert_rank == sender) & (owner_of[:, None] == dest), as_tuple=True
+            )
             return t, slot
 
         self.send = [rows_of(rank, d) for d in range(world)]
@@ -121,8 +124,9 @@ class Ops:
     """The collops operations of one rank: AllToAllVV2 (counts as host tensors) and AllGather."""
 
     def __init__(self, rank, world, routes, hidden):
-        param = json.dumps({"rank": rank, "rankSize": world, "backend": "lccl",
-                            "commDomain": "moe-int8"})
+        param = json.dumps(
+            {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": "moe-int8"}
+        )
         self.alltoall = torch.classes.OperationTorch.OperationTorch("AllToAllVV2Operation")
         self.allgather = torch.classes.OperationTorch.OperationTorch("AllGatherOperation")
         for op in (self.alltoall, self.allgather):
@@ -180,7 +184,7 @@ def error_bounds(routes_all, rows_all, gold):
     for routes, rows in zip(routes_all, rows_all):
         start = 0
         for dest, (t, _) in enumerate(routes.send):
-            block = rows[start:start + len(t)].double()
+            block = rows[start : start + len(t)].double()
             start += len(t)
             half_step = (block.abs().amax(dim=1, keepdim=True) / 127 / 2).expand_as(block)
             quant_step.index_add_(0, t, half_step)
@@ -217,8 +221,13 @@ def worker(rank, world, args, results):
             times.append((time.perf_counter() - start) * 1e3)
         over = (err > bounds[name]).sum().item()
         digest = hashlib.sha256(y.numpy().tobytes()).hexdigest()
-        report[name] = {"error": err.max().item() / scale, "over": over, "times": times,
-                        "digest": digest, "dtype": str(y.dtype).replace("torch.", "")}
+        report[name] = {
+            "error": err.max().item() / scale,
+            "over": over,
+            "times": times,
+            "digest": digest,
+            "dtype": str(y.dtype).replace("torch.", ""),
+        }
     results.put((rank, report))
 
 
@@ -229,8 +238,9 @@ def next_report(results, procs):
             return results.get(timeout=1)
         except queue.Empty:
             if any(p.exitcode not in (None, 0) for p in procs):
-                sys.exit(f"moe_int8_dispatch: a rank failed (exit codes "
-                         f"{[p.exitcode for p in procs]})")
+                sys.exit(
+                    f"moe_int8_dispatch: a rank failed (exit codes {[p.exitcode for p in procs]})"
+                )
     sys.exit(f"moe_int8_dispatch: no report within {DEADLINE_SECONDS} s")
 
 
@@ -253,8 +263,9 @@ def main():
     os.environ.setdefault("COLLOPS_TIMEOUT", "60")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, args.ranks, args, results))
-             for r in range(args.ranks)]
+    procs = [
+        ctx.Process(target=worker, args=(r, args.ranks, args, results)) for r in range(args.ranks)
+    ]
     for p in procs:
         p.start()
     try:
@@ -266,19 +277,25 @@ def main():
                 p.kill()
     if any(p.exitcode != 0 for p in procs):
         sys.exit(f"moe_int8_dispatch: exit codes {[p.exitcode for p in procs]}")
-    print(f"MoE combine, R={args.ranks}, G={args.tokens} tokens, H={args.hidden}, "
-          f"E={args.experts}, top-{args.top_k}; error = max|y - exact| / max|exact|, time = "
-          f"median of {args.repeat} runs of the slowest rank")
+    print(
+        f"MoE combine, R={args.ranks}, G={args.tokens} tokens, H={args.hidden}, "
+        f"E={args.experts}, top-{args.top_k}; error = max|y - exact| / max|exact|, time = "
+        f"median of {args.repeat} runs of the slowest rank"
+    )
     failed = []
     for name in PIPELINES:
         per_rank = [reports[r][name] for r in range(args.ranks)]
         t = statistics.median(max(r["times"][i] for r in per_rank) for i in range(args.repeat))
         wire = "int8 + float32 scales" if name == "int8" else name
-        print(f"  {name:8s} wire {wire:22s} output {per_rank[0]['dtype']:8s} "
-              f"error {per_rank[0]['error']:.2e}  time {t:8.3f} ms")
+        print(
+            f"  {name:8s} wire {wire:22s} output {per_rank[0]['dtype']:8s} "
+            f"error {per_rank[0]['error']:.2e}  time {t:8.3f} ms"
+        )
         if any(r["over"] for r in per_rank):
-            failed.append(f"{name}: {[r['over'] for r in per_rank]} elements per rank beyond "
-                          "the rounding bound")
+            failed.append(
+                f"{name}: {[r['over'] for r in per_rank]} elements per rank beyond "
+                "the rounding bound"
+            )
         if len({r["digest"] for r in per_rank}) != 1:
             failed.append(f"{name}: the ranks' outputs differ")
     if failed:

@@ -11,6 +11,7 @@ calls, so nothing below knows it runs on CPU. Run with the shim path:
 
 mp.spawn joins every rank and raises when any fails, so the exit code tells.
 """
+
 import logging
 import unittest
 

@@ -12,14 +12,15 @@ from packaging.version import Version
 
 
 def torch_requirement():
-    """"torch==<the installed torch's public version>"."""
+    """ "torch==<the installed torch's public version>"."""
     try:
         installed = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         raise RuntimeError(
             "collops is built against the torch installed in the build environment, and there "
             "is none: install torch first (scripts/setup.sh installs torch==2.13.0) and build "
-            "with pip's --no-build-isolation") from None
+            "with pip's --no-build-isolation"
+        ) from None
     return f"torch=={Version(installed).public}"
 
 

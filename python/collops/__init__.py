@@ -14,6 +14,7 @@ the library is loaded before anything uses it, whichever module is imported firs
 
 ATB scripts that ``import torch_npu``: see :mod:`collops.compat`.
 """
+
 import torch  # noqa: F401  (first: the library resolves its torch symbols against it)
 
 # torch.distributed backend "collops", torch.ops.collops.* (graph-capturable collectives) with
@@ -41,6 +42,8 @@ def release_communicators(comm_domain=None):
     operation of that domain then makes a new one, which the peers must make too.
     """
     if comm_domain is not None and not isinstance(comm_domain, str):
-        raise TypeError(f"release_communicators: comm_domain must be a str or None, "
-                        f"got {type(comm_domain).__name__}")
+        raise TypeError(
+            f"release_communicators: comm_domain must be a str or None, "
+            f"got {type(comm_domain).__name__}"
+        )
     return _c10d_backend.factory().release_communicators(comm_domain)

@@ -5,6 +5,7 @@ The backend's factory lives in libcollops_torch.so, which also exports a tiny py
 the dynamic loader hands back the same image) and its ``create_backend`` is registered for CPU
 tensors. Afterwards ``dist.init_process_group("collops")`` and ``"cpu:collops,cuda:nccl"`` work.
 """
+
 import importlib.machinery
 import importlib.util
 import math
@@ -57,8 +58,10 @@ def default_or(group):
     if group is not None:
         return group
     if not dist.is_initialized():
-        raise RuntimeError("Default process group has not been initialized, please make sure to "
-                           "call init_process_group.")
+        raise RuntimeError(
+            "Default process group has not been initialized, please make sure to "
+            "call init_process_group."
+        )
     return dist.group.WORLD
 
 

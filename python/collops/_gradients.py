@@ -18,6 +18,7 @@ the backward is as fast, and as uneven, as the forward:
 torch's own ``_c10d_functional`` ops differentiate only "sum" reductions; these cover every op the
 forward takes.
 """
+
 import torch
 
 from . import _c10d_backend
@@ -124,6 +125,7 @@ def register(namespace, lib, native=(), set_kernel=None):
     register goes to `set_kernel(name, kernel)` instead (registered itself, it would be the
     Python on the path of every call)."""
     from torch._library import autograd as library_autograd
+
     for name, (backward, setup_context) in _FORMULAS.items():
         qualname = f"{namespace}::{name}"
         if name in native:
@@ -131,10 +133,15 @@ def register(namespace, lib, native=(), set_kernel=None):
             info = library_autograd.Info(backward, setup_context)
             set_kernel(name, library_autograd.make_autograd_impl(op, info))
         else:
-            torch.library.register_autograd(qualname, backward, setup_context=setup_context,
-                                            lib=lib)
+            torch.library.register_autograd(
+                qualname, backward, setup_context=setup_context, lib=lib
+            )
 
 
 # On import, as ops.py defines the ops on import: every op has its gradient from then on.
-register(_NS, _LIB, NATIVE,
-         lambda name, kernel: _c10d_backend.factory().set_python_kernel(name, "autograd", kernel))
+register(
+    _NS,
+    _LIB,
+    NATIVE,
+    lambda name, kernel: _c10d_backend.factory().set_python_kernel(name, "autograd", kernel),
+)

@@ -7,6 +7,7 @@ Where the library is looked for, first match wins:
   2. ``$COLLOPS_BUILD_DIR/torch_bindings/lib/libcollops_torch.so`` (a CMake build tree)
   3. ``lib/libcollops_torch.so`` in the package (where ``pip install`` puts it)
 """
+
 import os
 import sys
 
@@ -18,7 +19,8 @@ _LIB_NAME = "libcollops_torch.so"
 #: COLLOPS_BUILD_DIR at it (README.md, "Install").
 _HOW_TO_GET_IT = (
     "install the package (pip install --no-build-isolation <collops checkout>), or build it "
-    "(scripts/build.sh build in the checkout) and set COLLOPS_BUILD_DIR=<checkout>/build")
+    "(scripts/build.sh build in the checkout) and set COLLOPS_BUILD_DIR=<checkout>/build"
+)
 
 
 def _candidates():
@@ -26,8 +28,10 @@ def _candidates():
     if os.environ.get("COLLOPS_LIBRARY_DIR"):
         yield os.path.join(os.environ["COLLOPS_LIBRARY_DIR"], _LIB_NAME), "COLLOPS_LIBRARY_DIR"
     if os.environ.get("COLLOPS_BUILD_DIR"):
-        yield (os.path.join(os.environ["COLLOPS_BUILD_DIR"], "torch_bindings", "lib", _LIB_NAME),
-               "COLLOPS_BUILD_DIR")
+        yield (
+            os.path.join(os.environ["COLLOPS_BUILD_DIR"], "torch_bindings", "lib", _LIB_NAME),
+            "COLLOPS_BUILD_DIR",
+        )
     # Every directory of the package: an editable install's holds the source tree and the
     # install tree, whose lib/ has the library.
     for package_dir in sys.modules[__package__].__path__:
@@ -50,7 +54,9 @@ def library_path():
             break
     raise ImportError(
         "collops: the PyTorch binding library is not there; looked for "
-        + ", ".join(tried) + f". To get it: {_HOW_TO_GET_IT}")
+        + ", ".join(tried)
+        + f". To get it: {_HOW_TO_GET_IT}"
+    )
 
 
 def _already_registered():
@@ -92,13 +98,17 @@ def _check_atb_home(path):
     if not atb_home:
         return
     atb_lib = os.path.join(atb_home, "lib", _ATB_LIB_NAME)
-    if (os.path.isfile(atb_lib) and not os.path.samefile(atb_lib, path)
-            and not os.path.samefile(os.path.dirname(atb_lib), os.path.dirname(path))):
+    if (
+        os.path.isfile(atb_lib)
+        and not os.path.samefile(atb_lib, path)
+        and not os.path.samefile(os.path.dirname(atb_lib), os.path.dirname(path))
+    ):
         raise ImportError(
             f"collops: ATB_HOME_PATH's {atb_lib} and the library collops loads, {path}, are "
             "different files; an ATB script would load both, and torch aborts on the second. "
             "Point ATB_HOME_PATH and COLLOPS_BUILD_DIR / COLLOPS_LIBRARY_DIR at the same build, "
-            "or unset one of them.")
+            "or unset one of them."
+        )
 
 
 def _load():

@@ -9,6 +9,7 @@ program may end as soon as a call returns, so in every round the closer -- globa
 is a member, else the group's lowest rank -- returns last: it waits until every other member has
 made its last Store call of the round, then deletes the round's keys.
 """
+
 import itertools
 import pickle
 
@@ -18,9 +19,17 @@ import torch.distributed as dist
 from . import functional as F
 from ._c10d_backend import empty_shared
 
-__all__ = ["all_gather", "reduce_scatter", "all_gather_into_tensor_uneven",
-           "reduce_scatter_tensor_uneven", "pairwise_apply", "barrier", "broadcast", "gather",
-           "empty_shared"]
+__all__ = [
+    "all_gather",
+    "reduce_scatter",
+    "all_gather_into_tensor_uneven",
+    "reduce_scatter_tensor_uneven",
+    "pairwise_apply",
+    "barrier",
+    "broadcast",
+    "gather",
+    "empty_shared",
+]
 
 
 def _equal(sizes):
@@ -56,8 +65,10 @@ def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_o
 def _row_sizes(split_sizes, total_rows, world, what):
     if split_sizes is None:
         if total_rows % world:
-            raise ValueError(f"collops.distributed.{what}: {total_rows} rows do not split evenly "
-                             f"over {world} ranks; pass split sizes")
+            raise ValueError(
+                f"collops.distributed.{what}: {total_rows} rows do not split evenly "
+                f"over {world} ranks; pass split sizes"
+            )
         return [total_rows // world] * world
     return [int(s) for s in split_sizes]
 
@@ -67,8 +78,10 @@ def _copy_result(output, result, what):
     a larger output (and this rank's mistake must not corrupt it silently). Checked after the
     collective, so the peers are not left waiting in it."""
     if output.shape != result.shape:
-        raise ValueError(f"collops.distributed.{what}: output has shape {tuple(output.shape)}, "
-                         f"but the result has shape {tuple(result.shape)}")
+        raise ValueError(
+            f"collops.distributed.{what}: output has shape {tuple(output.shape)}, "
+            f"but the result has shape {tuple(result.shape)}"
+        )
     output.copy_(result)
 
 
@@ -80,26 +93,37 @@ def _done_work(output):
     return torch._C._distributed_c10d._create_work_from_future(future)
 
 
-def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None,
-                                  async_op=False):
+def all_gather_into_tensor_uneven(
+    output, input, output_split_sizes=None, group=None, async_op=False
+):
     """torch_npu's signature: rank i's `input` (output_split_sizes[i] rows) lands in `output`'s
     rows in rank order. None = equal splits of output. Returns None, or a completed Work when
     `async_op` (the collective has run by then, as every collops collective has)."""
-    sizes = _row_sizes(output_split_sizes, output.shape[0], dist.get_world_size(group),
-                       "all_gather_into_tensor_uneven")
+    sizes = _row_sizes(
+        output_split_sizes,
+        output.shape[0],
+        dist.get_world_size(group),
+        "all_gather_into_tensor_uneven",
+    )
     _copy_result(output, F.all_gather_v(input, sizes, group), "all_gather_into_tensor_uneven")
     return _done_work(output) if async_op else None
 
 
-def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM,
-                                 group=None, async_op=False):
+def reduce_scatter_tensor_uneven(
+    output, input, input_split_sizes=None, op=dist.ReduceOp.SUM, group=None, async_op=False
+):
     """torch_npu's signature: `input`'s rows split as input_split_sizes; rank r's `output` gets
     the reduction over ranks of split r. None = equal splits of input. Returns None, or a
     completed Work when `async_op`."""
-    sizes = _row_sizes(input_split_sizes, input.shape[0], dist.get_world_size(group),
-                       "reduce_scatter_tensor_uneven")
-    _copy_result(output, F.reduce_scatter_v(input, sizes, op, group),
-                 "reduce_scatter_tensor_uneven")
+    sizes = _row_sizes(
+        input_split_sizes,
+        input.shape[0],
+        dist.get_world_size(group),
+        "reduce_scatter_tensor_uneven",
+    )
+    _copy_result(
+        output, F.reduce_scatter_v(input, sizes, op, group), "reduce_scatter_tensor_uneven"
+    )
     return _done_work(output) if async_op else None
 
 
@@ -144,8 +168,10 @@ class _ObjectRound:
 
     def check_rank(self, rank, what):
         if rank not in self.members:
-            raise ValueError(f"collops.distributed.{what}: rank {rank} is not in the group "
-                             f"(its ranks are {self.members})")
+            raise ValueError(
+                f"collops.distributed.{what}: rank {rank} is not in the group "
+                f"(its ranks are {self.members})"
+            )
 
     def last_of(self, counter, expected):
         """True on the rank whose arrival brings `counter` to `expected`."""

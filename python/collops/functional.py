@@ -4,13 +4,23 @@ Every function returns a new tensor and is safe inside ``torch.compile(fullgraph
 is a ProcessGroup, a group name, or None for the default group; `op` is a reduce-op name
 ("sum", "avg", "prod", "max", "min") or a ``dist.ReduceOp``. Sizes count rows (dim 0).
 """
+
 import torch
 
 from . import ops as _ops  # defines torch.ops.collops.* and their reduce-op names
 from ._c10d_backend import default_or
 
-__all__ = ["group_name", "all_reduce", "all_gather", "all_gather_v", "reduce_scatter",
-           "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"]
+__all__ = [
+    "group_name",
+    "all_reduce",
+    "all_gather",
+    "all_gather_v",
+    "reduce_scatter",
+    "reduce_scatter_v",
+    "all_to_all",
+    "all_to_all_v",
+    "broadcast",
+]
 
 
 def group_name(group=None):
@@ -63,8 +73,9 @@ def all_to_all(x, group=None):
 
 def all_to_all_v(x, output_split_sizes, input_split_sizes, group=None):
     """``dist.all_to_all_single`` with split sizes (rows), as a value."""
-    return torch.ops.collops.all_to_all_v(x, list(output_split_sizes), list(input_split_sizes),
-                                          group_name(group))
+    return torch.ops.collops.all_to_all_v(
+        x, list(output_split_sizes), list(input_split_sizes), group_name(group)
+    )
 
 
 def broadcast(x, src=0, group=None):

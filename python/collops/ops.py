@@ -14,6 +14,7 @@ from even ones there by padding to the largest chunk, since those backends requi
 Reduce ops: "sum", "avg", "prod"/"product", "max", "min". Sizes and splits are counts of rows
 (dim 0).
 """
+
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _resolve_process_group
@@ -30,18 +31,21 @@ SCHEMAS = {
     "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",
     "all_gather_v": "all_gather_v(Tensor x, SymInt[] sizes, str group_name) -> Tensor",
     "reduce_scatter": "reduce_scatter(Tensor x, str op, str group_name) -> Tensor",
-    "reduce_scatter_v":
-        "reduce_scatter_v(Tensor x, SymInt[] sizes, str op, str group_name) -> Tensor",
+    "reduce_scatter_v": "reduce_scatter_v(Tensor x, SymInt[] sizes, str op, str group_name) -> Tensor",
     "all_to_all": "all_to_all(Tensor x, str group_name) -> Tensor",
     "all_to_all_v": "all_to_all_v(Tensor x, SymInt[] output_split_sizes, "
-                    "SymInt[] input_split_sizes, str group_name) -> Tensor",
+    "SymInt[] input_split_sizes, str group_name) -> Tensor",
     "broadcast": "broadcast(Tensor x, int src, str group_name) -> Tensor",
 }
 
 #: Every reduce-op name the ops take (lower-cased first), and the ReduceOp it means.
 REDUCE_OPS = {
-    "sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp.PRODUCT,
-    "product": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "prod": dist.ReduceOp.PRODUCT,
+    "product": dist.ReduceOp.PRODUCT,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
 }
 
 
@@ -67,8 +71,10 @@ def _reduce_op(op):
 def _rows(x, what):
     """x.shape[0], the rows the row-wise ops gather and scatter; a 0-dim x has none."""
     if x.dim() == 0:
-        raise ValueError(f"collops.{what}: needs a tensor of at least 1 dim (its rows are what "
-                         "moves), got a 0-dim tensor")
+        raise ValueError(
+            f"collops.{what}: needs a tensor of at least 1 dim (its rows are what "
+            "moves), got a 0-dim tensor"
+        )
     return x.shape[0]
 
 
@@ -126,7 +132,7 @@ def _all_gather_v(x, sizes, group_name):
     most = max(sizes)
     gathered = x.new_empty((world * most, *x.shape[1:]))
     _gather_into(gathered, _padded(x, most), pg)
-    return torch.cat([gathered[i * most: i * most + n] for i, n in enumerate(sizes)])
+    return torch.cat([gathered[i * most : i * most + n] for i, n in enumerate(sizes)])
 
 
 def _reduce_scatter(x, op, group_name):
@@ -160,8 +166,9 @@ def _all_to_all(x, group_name):
 def _all_to_all_v(x, output_split_sizes, input_split_sizes, group_name):
     pg = resolve_group(group_name)
     out = x.new_empty((sum(output_split_sizes), *x.shape[1:]))
-    _eager("all_to_all_single")(out, x.contiguous(), list(output_split_sizes),
-                           list(input_split_sizes), group=pg)
+    _eager("all_to_all_single")(
+        out, x.contiguous(), list(output_split_sizes), list(input_split_sizes), group=pg
+    )
     return out
 
 
@@ -185,18 +192,23 @@ _FAKES = {
     "all_gather": lambda x, g: x.new_empty((_world(g) * _rows(x, "all_gather"), *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
     "reduce_scatter": lambda x, op, g: x.new_empty(
-        (_rows(x, "reduce_scatter") // _world(g), *x.shape[1:])),
-    "reduce_scatter_v": lambda x, sizes, op, g: x.new_empty(
-        (sizes[_rank(g)], *x.shape[1:])),
+        (_rows(x, "reduce_scatter") // _world(g), *x.shape[1:])
+    ),
+    "reduce_scatter_v": lambda x, sizes, op, g: x.new_empty((sizes[_rank(g)], *x.shape[1:])),
     "all_to_all": lambda x, g: x.new_empty(x.shape),
     "all_to_all_v": lambda x, osz, isz, g: x.new_empty((sum(osz), *x.shape[1:])),
     "broadcast": lambda x, src, g: x.new_empty(x.shape),
 }
 
 _KERNELS = {
-    "all_reduce": _all_reduce, "all_gather": _all_gather, "all_gather_v": _all_gather_v,
-    "reduce_scatter": _reduce_scatter, "reduce_scatter_v": _reduce_scatter_v,
-    "all_to_all": _all_to_all, "all_to_all_v": _all_to_all_v, "broadcast": _broadcast,
+    "all_reduce": _all_reduce,
+    "all_gather": _all_gather,
+    "all_gather_v": _all_gather_v,
+    "reduce_scatter": _reduce_scatter,
+    "reduce_scatter_v": _reduce_scatter_v,
+    "all_to_all": _all_to_all,
+    "all_to_all_v": _all_to_all_v,
+    "broadcast": _broadcast,
 }
 
 
@@ -216,8 +228,9 @@ def _register():
             # what it supports.
             lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
         torch.library.register_fake(f"{_NS}::{name}", _FAKES[name], lib=lib)
-        torch.library._register_effectful_op(f"{_NS}::{name}", torch.library.EffectType.ORDERED,
-                                             lib=lib)
+        torch.library._register_effectful_op(
+            f"{_NS}::{name}", torch.library.EffectType.ORDERED, lib=lib
+        )
     return lib
 
 

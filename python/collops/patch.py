@@ -11,6 +11,7 @@ unchanged.
 DeepSpeed's ``deepspeed.comm`` wrappers of the same names are patched too: at once if it is
 imported, else by an import hook as soon as it is (the patch never imports DeepSpeed itself).
 """
+
 import enum
 import functools
 import importlib.abc
@@ -24,9 +25,17 @@ from . import functional as F
 
 __all__ = ["patch_torch_distributed", "unpatch_torch_distributed", "PATCHED"]
 
-PATCHED = ("all_reduce", "all_gather", "all_gather_single", "all_gather_into_tensor",
-           "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single", "all_to_all",
-           "broadcast")
+PATCHED = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_single",
+    "all_gather_into_tensor",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "all_to_all",
+    "broadcast",
+)
 _ORIGINALS = {}
 _DEEPSPEED_COMM = "deepspeed.comm"
 
@@ -37,8 +46,9 @@ def _reduce_op(op):
     if not isinstance(op, enum.Enum):
         return op
     if not hasattr(dist.ReduceOp, op.name):
-        raise ValueError(f"collops.patch_torch_distributed: reduce op {op} has no "
-                         "dist.ReduceOp of its name")
+        raise ValueError(
+            f"collops.patch_torch_distributed: reduce op {op} has no dist.ReduceOp of its name"
+        )
     return getattr(dist.ReduceOp, op.name)
 
 
@@ -62,13 +72,20 @@ def _reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, group=None, asyn
     output.copy_(F.reduce_scatter(input.reshape(-1), _reduce_op(op), group).view(output.shape))
 
 
-def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
-                       group=None, async_op=False, **_):
+def _all_to_all_single(
+    output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False, **_
+):
     world = dist.get_world_size(group)
-    out_splits = (list(output_split_sizes) if output_split_sizes is not None
-                  else [output.shape[0] // world] * world)
-    in_splits = (list(input_split_sizes) if input_split_sizes is not None
-                 else [input.shape[0] // world] * world)
+    out_splits = (
+        list(output_split_sizes)
+        if output_split_sizes is not None
+        else [output.shape[0] // world] * world
+    )
+    in_splits = (
+        list(input_split_sizes)
+        if input_split_sizes is not None
+        else [input.shape[0] // world] * world
+    )
     output.copy_(F.all_to_all_v(input, out_splits, in_splits, group))
 
 
@@ -88,11 +105,15 @@ def _broadcast(tensor, src=None, group=None, async_op=False, group_src=None, **_
 
 
 _COMPILED = {
-    "all_reduce": _all_reduce, "all_gather": _all_gather,
-    "all_gather_single": _all_gather_single, "all_gather_into_tensor": _all_gather_single,
-    "reduce_scatter_single": _reduce_scatter_single, "reduce_scatter_tensor": _reduce_scatter_single,
+    "all_reduce": _all_reduce,
+    "all_gather": _all_gather,
+    "all_gather_single": _all_gather_single,
+    "all_gather_into_tensor": _all_gather_single,
+    "reduce_scatter_single": _reduce_scatter_single,
+    "reduce_scatter_tensor": _reduce_scatter_single,
     "all_to_all_single": _all_to_all_single,
-    "all_to_all": _all_to_all, "broadcast": _broadcast,
+    "all_to_all": _all_to_all,
+    "broadcast": _broadcast,
 }
 
 
@@ -115,7 +136,9 @@ def _dispatching(name, original):
         async_op = argument(args, kwargs, "async_op", async_at, False)
         # A rank outside the group has no group name for the ops: torch's own call handles it
         # (eagerly it returns None with a warning).
-        outside = argument(args, kwargs, "group", group_at, None) is dist.GroupMember.NON_GROUP_MEMBER
+        outside = (
+            argument(args, kwargs, "group", group_at, None) is dist.GroupMember.NON_GROUP_MEMBER
+        )
         if torch.compiler.is_compiling() and not async_op and not outside:
             return compiled(*args, **kwargs)
         return original(*args, **kwargs)

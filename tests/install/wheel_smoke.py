@@ -27,8 +27,11 @@ def all_reduce_operation_torch(rank, domain):
     import collops  # noqa: F401  (registers OperationTorch in this process)
 
     op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    result = json.loads(op.set_param(json.dumps(
-        {"rank": rank, "rankSize": 2, "backend": "lccl", "commDomain": domain})))
+    result = json.loads(
+        op.set_param(
+            json.dumps({"rank": rank, "rankSize": 2, "backend": "lccl", "commDomain": domain})
+        )
+    )
     assert result["result"] == 0, result
     (y,) = op.execute([torch.arange(8.0) + 100 * rank])
     assert torch.equal(y, torch.arange(8.0) * 2 + 100), y
@@ -39,8 +42,9 @@ def all_reduce_distributed(rank, store_path):
 
     import collops  # noqa: F401  (registers the "collops" backend)
 
-    dist.init_process_group("cpu:collops", init_method=f"file://{store_path}", rank=rank,
-                            world_size=2)
+    dist.init_process_group(
+        "cpu:collops", init_method=f"file://{store_path}", rank=rank, world_size=2
+    )
     t = torch.full((5,), float(rank + 1))
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((5,), 3.0)), t
@@ -74,7 +78,8 @@ def main():
 
     wheel_version = importlib.metadata.version("collops")
     assert collops.__version__ == wheel_version == expected, (
-        f"collops.__version__ {collops.__version__}, wheel {wheel_version}, CMake {expected}")
+        f"collops.__version__ {collops.__version__}, wheel {wheel_version}, CMake {expected}"
+    )
     torch_public = torch.__version__.split("+")[0]
     requires = importlib.metadata.requires("collops")
     assert requires == [f"torch=={torch_public}"], requires
@@ -90,21 +95,30 @@ def main():
 
     # An ATB script: $ATB_HOME_PATH/lib/libatb_test_framework.so first, then collops.
     atb_home = os.path.dirname(lib_dir)
-    code = ("import os, torch\n"
-            "torch.classes.load_library(os.environ['ATB_HOME_PATH'] + "
-            "'/lib/libatb_test_framework.so')\n"
-            "import collops\n"
-            "torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
-            "maps = open('/proc/self/maps').read().splitlines()\n"
-            "paths = {line.split()[-1] for line in maps if 'libcollops_torch' in line}\n"
-            "assert paths == {os.path.realpath(collops.library_path())}, paths\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, ATB_HOME_PATH=atb_home), timeout=DEADLINE_S)
+    code = (
+        "import os, torch\n"
+        "torch.classes.load_library(os.environ['ATB_HOME_PATH'] + "
+        "'/lib/libatb_test_framework.so')\n"
+        "import collops\n"
+        "torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
+        "maps = open('/proc/self/maps').read().splitlines()\n"
+        "paths = {line.split()[-1] for line in maps if 'libcollops_torch' in line}\n"
+        "assert paths == {os.path.realpath(collops.library_path())}, paths\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, ATB_HOME_PATH=atb_home),
+        timeout=DEADLINE_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
-    print(f"wheel: collops {collops.__version__} from {os.path.dirname(collops.__file__)}: "
-          f"import, version, OperationTorch and cpu:collops all_reduce on 2 processes, "
-          f"the ATB alias: ok")
+    print(
+        f"wheel: collops {collops.__version__} from {os.path.dirname(collops.__file__)}: "
+        f"import, version, OperationTorch and cpu:collops all_reduce on 2 processes, "
+        f"the ATB alias: ok"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ decided by collops itself: COLLOPS_LIBRARY_DIR, else COLLOPS_BUILD_DIR/torch_bin
 an installed package's lib/. Nothing here imports collops, so tests that do not need the binding still
 run when it is not built.
 """
+
 import os
 import sys
 

@@ -12,6 +12,7 @@ ATB test scripts ``import torch_npu`` and call ``torch_npu.npu.set_device(rank)`
 The shim is opt-in on purpose: it is never installed into site-packages, so on a machine with a
 real NPU stack nothing is shadowed.
 """
+
 from .torch_npu import install as install_torch_npu
 
 __all__ = ["install_torch_npu"]

@@ -9,6 +9,7 @@ tensors), ``get_device_properties`` reports the host's memory, and the legacy te
 torch's CPU ones. Graph capture (``NPUGraph``) and the ACL runtime (``npurt``) have no CPU
 counterpart and are absent, as they are from a torch_npu build without them.
 """
+
 import contextlib
 import os
 import threading
@@ -18,15 +19,47 @@ from types import SimpleNamespace
 
 import torch
 
-__all__ = ["set_device", "current_device", "device_count", "is_available", "synchronize",
-           "Stream", "Event", "stream", "current_stream", "default_stream", "empty_cache",
-           "memory_allocated", "max_memory_allocated", "reset_max_memory_allocated",
-           "memory_cached", "max_memory_cached", "reset_max_memory_cached", "memory_reserved",
-           "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
-           "get_device_properties", "get_rng_state", "set_rng_state", "manual_seed",
-           "manual_seed_all", "seed", "seed_all", "initial_seed", "default_generators",
-           "is_bf16_supported", "check_device", "BFloat16Tensor", "ByteTensor", "DoubleTensor",
-           "FloatTensor", "HalfTensor", "IntTensor", "LongTensor"]
+__all__ = [
+    "set_device",
+    "current_device",
+    "device_count",
+    "is_available",
+    "synchronize",
+    "Stream",
+    "Event",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "empty_cache",
+    "memory_allocated",
+    "max_memory_allocated",
+    "reset_max_memory_allocated",
+    "memory_cached",
+    "max_memory_cached",
+    "reset_max_memory_cached",
+    "memory_reserved",
+    "max_memory_reserved",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "get_device_properties",
+    "get_rng_state",
+    "set_rng_state",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "default_generators",
+    "is_bf16_supported",
+    "check_device",
+    "BFloat16Tensor",
+    "ByteTensor",
+    "DoubleTensor",
+    "FloatTensor",
+    "HalfTensor",
+    "IntTensor",
+    "LongTensor",
+]
 
 _state = threading.local()
 _DEVICES = 8
@@ -41,16 +74,16 @@ def check_device(device):
     kind, _, index = text.partition(":")
     if kind in ("cpu", "npu") and (not index or index.isdigit()):
         return
-    raise RuntimeError(f"collops torch_npu shim: unsupported device {device!r} "
-                       "(cpu, npu, npu:<n>)")
+    raise RuntimeError(f"collops torch_npu shim: unsupported device {device!r} (cpu, npu, npu:<n>)")
 
 
 def set_device(device):
     """Records the device index (int, "npu:<n>"); tensors stay on CPU regardless."""
     check_device(device)
     text = str(device)
-    _state.device = int(text.split(":", 1)[1]) if ":" in text else (
-        device if isinstance(device, int) else 0)
+    _state.device = (
+        int(text.split(":", 1)[1]) if ":" in text else (device if isinstance(device, int) else 0)
+    )
 
 
 def current_device():
@@ -75,6 +108,7 @@ def synchronize(device=None):
 
 # Streams and events. Work is complete when its call returns, so every stream is idle, every
 # recorded event has happened, and an event's time is the moment it was recorded.
+
 
 class Event:
     """An event that has happened once recorded; with ``enable_timing``, ``elapsed_time`` gives
@@ -103,11 +137,14 @@ class Event:
         ``enable_timing=True``."""
         for event in (self, end_event):
             if not event.enable_timing:
-                raise RuntimeError("collops torch_npu shim: elapsed_time needs both events "
-                                   "created with enable_timing=True")
+                raise RuntimeError(
+                    "collops torch_npu shim: elapsed_time needs both events "
+                    "created with enable_timing=True"
+                )
             if event._recorded_at is None:
-                raise RuntimeError("collops torch_npu shim: elapsed_time needs both events "
-                                   "recorded")
+                raise RuntimeError(
+                    "collops torch_npu shim: elapsed_time needs both events recorded"
+                )
         return (end_event._recorded_at - self._recorded_at) * 1000.0
 
 
@@ -170,6 +207,7 @@ def stream(s):
 # Memory. Tensors are CPU tensors, so the device allocator that these counters describe holds
 # nothing, and has nothing to free.
 
+
 def empty_cache():
     """CPU memory is returned by the allocator; nothing is cached here."""
 
@@ -205,11 +243,15 @@ def get_device_properties(device=None):
     """The host as the device: its name and physical memory (``total_memory``, bytes)."""
     check_device(device)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return SimpleNamespace(name="CPU (collops torch_npu shim)", total_memory=memory,
-                           multi_processor_count=os.cpu_count() or 1)
+    return SimpleNamespace(
+        name="CPU (collops torch_npu shim)",
+        total_memory=memory,
+        multi_processor_count=os.cpu_count() or 1,
+    )
 
 
 # Random numbers: CPU tensors draw from torch's CPU generator, which every device index names.
+
 
 def get_rng_state(device="npu"):
     """The CPU generator's state."""

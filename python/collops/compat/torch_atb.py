@@ -16,6 +16,7 @@ through ``torch.classes.OperationTorch.OperationTorch`` (one binding, shared wit
 class). A param collops refuses, and a ``forward`` that fails, raise :class:`OperationError`
 carrying the ATB status code and name and the message, which names the field or tensor.
 """
+
 import enum
 import json
 import re
@@ -24,13 +25,23 @@ import torch
 
 import collops  # noqa: F401  (loads the OperationTorch library)
 
-__all__ = ["AclDataType", "CommMode", "OperationError", "Operation", "AllReduceParam",
-           "AllGatherParam", "BroadcastParam", "ReduceScatterParam", "AllToAllParam",
-           "LinearParallelParam"]
+__all__ = [
+    "AclDataType",
+    "CommMode",
+    "OperationError",
+    "Operation",
+    "AllReduceParam",
+    "AllGatherParam",
+    "BroadcastParam",
+    "ReduceScatterParam",
+    "AllToAllParam",
+    "LinearParallelParam",
+]
 
 
 class AclDataType(enum.IntEnum):
     """aclDataType, as torch_atb exports it (the values are also module attributes)."""
+
     ACL_DT_UNDEFINED = -1
     ACL_FLOAT = 0
     ACL_FLOAT16 = 1
@@ -71,9 +82,11 @@ class OperationError(RuntimeError):
 
 # ---- params ---------------------------------------------------------------------------------
 
+
 class _Param:
     """Base of the param classes: `_FIELDS` lists (snake_case name, JSON key, default) in ATB's
     positional order; `_OP` names the collops operation."""
+
     _OP = ""
     _FIELDS = ()
     __slots__ = ()
@@ -81,16 +94,20 @@ class _Param:
     def __init__(self, *args, **kwargs):
         names = [name for name, _, _ in self._FIELDS]
         if len(args) > len(names):
-            raise TypeError(f"{type(self).__name__}() takes at most {len(names)} positional "
-                            f"arguments ({len(args)} given)")
+            raise TypeError(
+                f"{type(self).__name__}() takes at most {len(names)} positional "
+                f"arguments ({len(args)} given)"
+            )
         for name, _, default in self._FIELDS:
             setattr(self, name, default() if callable(default) else default)
         for name, value in zip(names, args):
             setattr(self, name, value)
         for name, value in kwargs.items():
             if name not in names:
-                raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
-                                f"{name!r} (fields: {', '.join(names)})")
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument "
+                    f"{name!r} (fields: {', '.join(names)})"
+                )
             setattr(self, name, value)
 
     def _json(self):
@@ -102,10 +119,13 @@ class _Param:
             value = getattr(self, name)
             out[key] = int(value) if isinstance(value, enum.Enum) else value
         if getattr(self, "hccl_comm", None) is not None:
-            raise OperationError(1, "ERROR_INVALID_PARAM",
-                                 f"{type(self).__name__}.hccl_comm: an external HCCL communicator "
-                                 "does not exist on CPU; leave it None (the operation makes its "
-                                 "communicator from comm_domain)")
+            raise OperationError(
+                1,
+                "ERROR_INVALID_PARAM",
+                f"{type(self).__name__}.hccl_comm: an external HCCL communicator "
+                "does not exist on CPU; leave it None (the operation makes its "
+                "communicator from comm_domain)",
+            )
         return out
 
     def __repr__(self):
@@ -126,16 +146,26 @@ class _Param:
 
 def _comm_fields(backend="hccl"):
     """ATB's communication fields in its usual order."""
-    return (("rank", "rank", 0), ("rank_size", "rankSize", 0), ("rank_root", "rankRoot", 0),
-            ("backend", "backend", backend), ("hccl_comm", None, None),
-            ("comm_mode", "commMode", CommMode.COMM_MULTI_PROCESS),
-            ("rank_table_file", "rankTableFile", ""), ("comm_domain", "commDomain", ""))
+    return (
+        ("rank", "rank", 0),
+        ("rank_size", "rankSize", 0),
+        ("rank_root", "rankRoot", 0),
+        ("backend", "backend", backend),
+        ("hccl_comm", None, None),
+        ("comm_mode", "commMode", CommMode.COMM_MULTI_PROCESS),
+        ("rank_table_file", "rankTableFile", ""),
+        ("comm_domain", "commDomain", ""),
+    )
 
 
 def _param_class(name, op, fields, methods=None):
     names = tuple(f[0] for f in fields)
-    namespace = {"_OP": op, "_FIELDS": fields, "__slots__": names, "__doc__":
-                 f"ATB's {name}: fields {', '.join(names)}; runs collops' {op}."}
+    namespace = {
+        "_OP": op,
+        "_FIELDS": fields,
+        "__slots__": names,
+        "__doc__": f"ATB's {name}: fields {', '.join(names)}; runs collops' {op}.",
+    }
     namespace.update(methods or {})
     return type(name, (_Param,), namespace)
 
@@ -170,25 +200,38 @@ def _all_reduce_inputs(self):
 
 
 AllReduceParam = _param_class(
-    "AllReduceParam", "AllReduceOperation",
-    _COMM[:3] + (("all_reduce_type", "allReduceType", "sum"),) + _COMM[3:]
-    + (("quant_type", "quantType", _AllReduceQuantType.QUANT_TYPE_UNQUANT),
-       ("out_data_type", "outDataType", AclDataType.ACL_DT_UNDEFINED)),
-    {"_json": _all_reduce_json, "_input_num": _all_reduce_inputs})
+    "AllReduceParam",
+    "AllReduceOperation",
+    _COMM[:3]
+    + (("all_reduce_type", "allReduceType", "sum"),)
+    + _COMM[3:]
+    + (
+        ("quant_type", "quantType", _AllReduceQuantType.QUANT_TYPE_UNQUANT),
+        ("out_data_type", "outDataType", AclDataType.ACL_DT_UNDEFINED),
+    ),
+    {"_json": _all_reduce_json, "_input_num": _all_reduce_inputs},
+)
 AllReduceParam.QuantType = _AllReduceQuantType
 
 AllGatherParam = _param_class("AllGatherParam", "AllGatherOperation", _COMM)
 
-BroadcastParam = _param_class("BroadcastParam", "BroadcastOperation", _COMM,
-                              {"_output_num": lambda self: 0})
+BroadcastParam = _param_class(
+    "BroadcastParam", "BroadcastOperation", _COMM, {"_output_num": lambda self: 0}
+)
 
 ReduceScatterParam = _param_class(
-    "ReduceScatterParam", "ReduceScatterOperation",
-    _COMM[:3] + (("reduce_type", "reduceType", "sum"),) + _comm_fields("lccl")[4:5]
-    + (_comm_fields("lccl")[5], _comm_fields("lccl")[3]) + _COMM[6:])
+    "ReduceScatterParam",
+    "ReduceScatterOperation",
+    _COMM[:3]
+    + (("reduce_type", "reduceType", "sum"),)
+    + _comm_fields("lccl")[4:5]
+    + (_comm_fields("lccl")[5], _comm_fields("lccl")[3])
+    + _COMM[6:],
+)
 
-AllToAllParam = _param_class("AllToAllParam", "AllToAllOperation",
-                             _COMM + (("transpose", "transpose", False),))
+AllToAllParam = _param_class(
+    "AllToAllParam", "AllToAllOperation", _COMM + (("transpose", "transpose", False),)
+)
 
 
 class _ParallelType(enum.IntEnum):
@@ -216,56 +259,80 @@ class _LinearQuantType(enum.IntEnum):
 class TwoDimTPInfo:
     """ATB's LinearParallelParam.TwoDimTPInfo (for ALL_GATHER_LINEAR_REDUCE_SCATTER, which collops
     does not run): only its defaults are accepted."""
+
     __slots__ = ("ag_dim", "rs_dim", "inner_dim_is_ag")
 
     def __init__(self, ag_dim=0, rs_dim=0, inner_dim_is_ag=1):
         self.ag_dim, self.rs_dim, self.inner_dim_is_ag = ag_dim, rs_dim, inner_dim_is_ag
 
     def __repr__(self):
-        return (f"TwoDimTPInfo(ag_dim={self.ag_dim}, rs_dim={self.rs_dim}, "
-                f"inner_dim_is_ag={self.inner_dim_is_ag})")
+        return (
+            f"TwoDimTPInfo(ag_dim={self.ag_dim}, rs_dim={self.rs_dim}, "
+            f"inner_dim_is_ag={self.inner_dim_is_ag})"
+        )
 
 
 def _linear_parallel_json(self):
     info = self.two_dim_TP_info
     if (info.ag_dim, info.rs_dim, info.inner_dim_is_ag) != (0, 0, 1):
-        raise OperationError(1, "ERROR_INVALID_PARAM",
-                             f"LinearParallelParam.two_dim_TP_info = {info!r}: 2-D tensor "
-                             "parallelism (ALL_GATHER_LINEAR_REDUCE_SCATTER) is not supported")
+        raise OperationError(
+            1,
+            "ERROR_INVALID_PARAM",
+            f"LinearParallelParam.two_dim_TP_info = {info!r}: 2-D tensor "
+            "parallelism (ALL_GATHER_LINEAR_REDUCE_SCATTER) is not supported",
+        )
     return _Param._json(self)
 
 
 LinearParallelParam = _param_class(
-    "LinearParallelParam", "LinearParallelOperation",
-    (("trans_weight", "transWeight", True),) + _COMM[:3]
-    + (("has_residual", "hasResidual", False),) + _COMM[3:7]
-    + (("type", "type", _ParallelType.LINEAR_ALL_REDUCE),
-       ("keep_intermediate", "keepIntermediate", False),
-       ("quant_type", "quantType", _LinearQuantType.QUANT_TYPE_UNQUANT),
-       ("quant_group_size", "quantGroupSize", 0),
-       ("out_data_type", "outDataType", AclDataType.ACL_DT_UNDEFINED),
-       _COMM[7], ("two_dim_TP_info", None, TwoDimTPInfo)),
-    {"_json": _linear_parallel_json,
-     "_input_num": lambda self: 3 if self.has_residual else 2,
-     "_output_num": lambda self: 2 if self.keep_intermediate else 1})
+    "LinearParallelParam",
+    "LinearParallelOperation",
+    (("trans_weight", "transWeight", True),)
+    + _COMM[:3]
+    + (("has_residual", "hasResidual", False),)
+    + _COMM[3:7]
+    + (
+        ("type", "type", _ParallelType.LINEAR_ALL_REDUCE),
+        ("keep_intermediate", "keepIntermediate", False),
+        ("quant_type", "quantType", _LinearQuantType.QUANT_TYPE_UNQUANT),
+        ("quant_group_size", "quantGroupSize", 0),
+        ("out_data_type", "outDataType", AclDataType.ACL_DT_UNDEFINED),
+        _COMM[7],
+        ("two_dim_TP_info", None, TwoDimTPInfo),
+    ),
+    {
+        "_json": _linear_parallel_json,
+        "_input_num": lambda self: 3 if self.has_residual else 2,
+        "_output_num": lambda self: 2 if self.keep_intermediate else 1,
+    },
+)
 LinearParallelParam.ParallelType = _ParallelType
 LinearParallelParam.QuantType = _LinearQuantType
 LinearParallelParam.TwoDimTPInfo = TwoDimTPInfo
 
-_PARAM_CLASSES = (AllReduceParam, AllGatherParam, BroadcastParam, ReduceScatterParam,
-                  AllToAllParam, LinearParallelParam)
+_PARAM_CLASSES = (
+    AllReduceParam,
+    AllGatherParam,
+    BroadcastParam,
+    ReduceScatterParam,
+    AllToAllParam,
+    LinearParallelParam,
+)
 
 
 # ---- the operation --------------------------------------------------------------------------
+
 
 class Operation:
     """ATB's torch_atb.Operation: built from a param, run by ``forward(tensors) -> list``."""
 
     def __init__(self, param):
         if not isinstance(param, _PARAM_CLASSES):
-            raise TypeError(f"torch_atb.Operation: expected one of "
-                            f"{', '.join(c.__name__ for c in _PARAM_CLASSES)}, "
-                            f"got {type(param).__name__}")
+            raise TypeError(
+                f"torch_atb.Operation: expected one of "
+                f"{', '.join(c.__name__ for c in _PARAM_CLASSES)}, "
+                f"got {type(param).__name__}"
+            )
         self._param_name = type(param).__name__
         self._name = param._OP
         self._input_num = param._input_num()
@@ -273,8 +340,11 @@ class Operation:
         self._op = torch.classes.OperationTorch.OperationTorch(param._OP)
         result = json.loads(self._op.set_param(json.dumps(param._json())))
         if result["result"] != 0:
-            raise OperationError(result["result"], _status_name(result["message"], result),
-                                 f"torch_atb.Operation({self._param_name}): {result['message']}")
+            raise OperationError(
+                result["result"],
+                _status_name(result["message"], result),
+                f"torch_atb.Operation({self._param_name}): {result['message']}",
+            )
 
     @property
     def name(self):
@@ -298,25 +368,41 @@ class Operation:
             match = _STATUS.search(text)
             if match is None:
                 raise
-            raise OperationError(int(match.group(2)), match.group(1),
-                                 f"torch_atb.Operation({self._param_name}).forward: "
-                                 f"{text[match.end():]}") from None
+            raise OperationError(
+                int(match.group(2)),
+                match.group(1),
+                f"torch_atb.Operation({self._param_name}).forward: {text[match.end() :]}",
+            ) from None
 
     def __repr__(self):
-        return (f"op name: {self._name}, input_num: {self._input_num}, "
-                f"output_num: {self._output_num}")
+        return (
+            f"op name: {self._name}, input_num: {self._input_num}, output_num: {self._output_num}"
+        )
 
 
 _STATUS_NAMES = {
-    0: "NO_ERROR", 1: "ERROR_INVALID_PARAM", 3: "ERROR_INTERNAL_ERROR",
-    5: "ERROR_INVALID_IN_TENSOR_NUM", 6: "ERROR_INVALID_TENSOR_DTYPE",
-    7: "ERROR_INVALID_TENSOR_FORMAT", 8: "ERROR_INVALID_TENSOR_DIM", 9: "ERROR_INVALID_TENSOR_SIZE",
-    13: "ERROR_INVALID_TENSOR_INI_MATCH", 14: "ERROR_INVALID_TENSOR_ADDR",
-    15: "ERROR_INVALID_TENSOR_NUM", 16: "ERROR_INVALID_TENSOR_DIM_NUM",
-    19: "ERROR_INVALID_CONTEXT_ADDR", 22: "ERROR_INVALID_WORKSPACE_SIZE",
-    23: "ERROR_INVALID_WORKSPACE_ADDR", 25: "ERROR_COMM_FAIL", 27: "ERROR_OUT_OF_HOST_MEMORY",
-    28: "ERROR_COMM_EMPTY", 100: "ERROR_TIMEOUT", 101: "ERROR_PEER_LOST",
-    102: "ERROR_RANK_MISMATCH", 103: "ERROR_BACKEND_UNAVAILABLE",
+    0: "NO_ERROR",
+    1: "ERROR_INVALID_PARAM",
+    3: "ERROR_INTERNAL_ERROR",
+    5: "ERROR_INVALID_IN_TENSOR_NUM",
+    6: "ERROR_INVALID_TENSOR_DTYPE",
+    7: "ERROR_INVALID_TENSOR_FORMAT",
+    8: "ERROR_INVALID_TENSOR_DIM",
+    9: "ERROR_INVALID_TENSOR_SIZE",
+    13: "ERROR_INVALID_TENSOR_INI_MATCH",
+    14: "ERROR_INVALID_TENSOR_ADDR",
+    15: "ERROR_INVALID_TENSOR_NUM",
+    16: "ERROR_INVALID_TENSOR_DIM_NUM",
+    19: "ERROR_INVALID_CONTEXT_ADDR",
+    22: "ERROR_INVALID_WORKSPACE_SIZE",
+    23: "ERROR_INVALID_WORKSPACE_ADDR",
+    25: "ERROR_COMM_FAIL",
+    27: "ERROR_OUT_OF_HOST_MEMORY",
+    28: "ERROR_COMM_EMPTY",
+    100: "ERROR_TIMEOUT",
+    101: "ERROR_PEER_LOST",
+    102: "ERROR_RANK_MISMATCH",
+    103: "ERROR_BACKEND_UNAVAILABLE",
 }
 
 

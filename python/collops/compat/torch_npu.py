@@ -8,6 +8,7 @@ torch.distributed backend "hccl" as a collops group for CPU tensors, and adds
 ``torch_npu.distributed``'s uneven collectives (:mod:`collops.compat.torch_npu_distributed`).
 Tensors therefore stay CPU tensors, which is what OperationTorch and collops groups work on.
 """
+
 import sys
 
 import torch
@@ -22,8 +23,9 @@ _ACL_FORMAT_ND = 2
 def npu_format_cast(tensor, acl_format):
     """ATB scripts cast to ND (2) before running ops; on CPU every tensor already is ND."""
     if int(acl_format) != _ACL_FORMAT_ND:
-        raise RuntimeError(f"collops torch_npu shim: only ND (2) format exists on CPU, "
-                           f"got acl format {acl_format}")
+        raise RuntimeError(
+            f"collops torch_npu shim: only ND (2) format exists on CPU, got acl format {acl_format}"
+        )
     return tensor
 
 
@@ -102,9 +104,11 @@ def _register_hccl():
     import torch.distributed as dist
 
     from .. import _c10d_backend
+
     if dist.is_available() and not hasattr(dist.Backend, "HCCL"):
-        dist.Backend.register_backend("hccl", _c10d_backend.factory().create_backend,
-                                      devices=["cpu"])
+        dist.Backend.register_backend(
+            "hccl", _c10d_backend.factory().create_backend, devices=["cpu"]
+        )
 
 
 def real_torch_npu():
@@ -118,11 +122,14 @@ def install():
     this = sys.modules[__name__]
     existing = real_torch_npu()
     if existing is not None:
-        raise RuntimeError("collops torch_npu shim: a real torch_npu is already imported "
-                           f"({getattr(existing, '__file__', existing)}); not shadowing it")
+        raise RuntimeError(
+            "collops torch_npu shim: a real torch_npu is already imported "
+            f"({getattr(existing, '__file__', existing)}); not shadowing it"
+        )
     sys.modules["torch_npu"] = this
     sys.modules["torch_npu.npu"] = npu
     from . import torch_npu_distributed
+
     sys.modules["torch_npu.distributed"] = torch_npu_distributed
     this.distributed = torch_npu_distributed
     torch.npu = npu

@@ -18,6 +18,7 @@ Unchanged scripts put ``<repo>/python/torch_npu_shim`` on ``PYTHONPATH``, whose 
 package re-exports this module; the torch_npu shim there maps ``init_process_group("hccl")`` and
 ``.to("npu:<n>")`` to CPU (:mod:`collops.compat.torch_npu`).
 """
+
 import torch
 
 from ..patch import patch_torch_distributed
@@ -29,8 +30,10 @@ __all__ = ["patch_for_hcom", "patch_for_hcom_allreduce", "get_npu_backend", "Com
 def _refuse_beside_a_real_torch_npu():
     loaded = real_torch_npu()
     if loaded is not None:
-        raise RuntimeError("collops torchair shim: a real torch_npu is imported "
-                           f"({getattr(loaded, '__file__', loaded)}); use the real torchair")
+        raise RuntimeError(
+            "collops torchair shim: a real torch_npu is imported "
+            f"({getattr(loaded, '__file__', loaded)}); use the real torchair"
+        )
 
 
 def patch_for_hcom():
@@ -69,7 +72,9 @@ def get_npu_backend(*, compiler_config=None):
     """A ``torch.compile`` backend: inductor, whatever `compiler_config` holds."""
     _refuse_beside_a_real_torch_npu()
     if compiler_config is not None and not isinstance(compiler_config, _Options):
-        raise TypeError("collops torchair shim: compiler_config must be a "
-                        f"torchair.configs.compiler_config.CompilerConfig, got "
-                        f"{type(compiler_config).__name__}")
+        raise TypeError(
+            "collops torchair shim: compiler_config must be a "
+            f"torchair.configs.compiler_config.CompilerConfig, got "
+            f"{type(compiler_config).__name__}"
+        )
     return torch._dynamo.lookup_backend("inductor")

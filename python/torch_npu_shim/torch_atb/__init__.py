@@ -7,6 +7,7 @@ Enable it as the torch_npu shim is enabled::
 This module is replaced by :mod:`collops.compat.torch_atb` in ``sys.modules``; importing it also
 loads collops (``torch.classes.OperationTorch``), which runs the operations.
 """
+
 import sys
 
 from collops.compat import torch_atb as _torch_atb

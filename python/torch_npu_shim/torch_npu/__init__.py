@@ -7,6 +7,7 @@ Enable it for unchanged ATB scripts with::
 Importing it loads collops (so ``torch.classes.OperationTorch.OperationTorch`` exists) and
 replaces this module with :mod:`collops.compat.torch_npu` in ``sys.modules``.
 """
+
 import sys
 
 _collops_shim = True  # lets install() replace this module rather than refuse: set before it runs

@@ -6,6 +6,7 @@ conversion, -b > -e (an empty table), -w -1, and bench/compare's options (a job 
 performance.md full of errors). Every run here has an address-space limit and a deadline, so a
 regression fails in seconds instead of eating the machine's memory. Also run by ctest (BenchOptions) against the build it belongs to.
 """
+
 import importlib.machinery
 import importlib.util
 import os
@@ -28,8 +29,10 @@ DEADLINE = 20  # seconds: every refusal takes milliseconds, an mpirun start abou
 
 def limit_memory(gib=2):
     """preexec_fn: an address-space cap, so a runaway allocation fails fast instead."""
+
     def apply():
         resource.setrlimit(resource.RLIMIT_AS, (gib << 30, gib << 30))
+
     return apply
 
 
@@ -41,8 +44,14 @@ def tool(name):
 
 
 def run(argv, gib=2, env=None):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE,
-                          preexec_fn=limit_memory(gib), env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        preexec_fn=limit_memory(gib),
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 # (argv after the tool, words the first line of stderr must contain): every tool reads these.
@@ -91,18 +100,21 @@ NOT_FOR_MEMLIMIT = [
     (["-r", "2"], ["-r", "does not apply to collops-memlimit"]),
 ]
 
-CASES = ([(t, argv, words) for t in BENCH_TOOLS for argv, words in EVERY_TOOL] +
-         [(t, argv, words) for t in BENCH_TOOLS[:2] for argv, words in OP_TOOLS] +
-         [("collops-bench", argv, words) for argv, words in BENCH_ONLY] +
-         [("collops-mpi-bench", ["-r", "2"], ["-r", "does not apply to collops-mpi-bench"]),
-          ("collops-mpi-bench", ["--shared"], ["--shared", "does not apply"]),
-          ("collops-mpi-bench", ["--timing", "loop"], ["--timing", "does not apply"]),
-          ("collops-mpi-bench", ["-d", "int8", "-e", "4G"], ["-e 4G", "MPI count"])] +
-         [("collops-memlimit", argv, words) for argv, words in NOT_FOR_MEMLIMIT])
+CASES = (
+    [(t, argv, words) for t in BENCH_TOOLS for argv, words in EVERY_TOOL]
+    + [(t, argv, words) for t in BENCH_TOOLS[:2] for argv, words in OP_TOOLS]
+    + [("collops-bench", argv, words) for argv, words in BENCH_ONLY]
+    + [
+        ("collops-mpi-bench", ["-r", "2"], ["-r", "does not apply to collops-mpi-bench"]),
+        ("collops-mpi-bench", ["--shared"], ["--shared", "does not apply"]),
+        ("collops-mpi-bench", ["--timing", "loop"], ["--timing", "does not apply"]),
+        ("collops-mpi-bench", ["-d", "int8", "-e", "4G"], ["-e 4G", "MPI count"]),
+    ]
+    + [("collops-memlimit", argv, words) for argv, words in NOT_FOR_MEMLIMIT]
+)
 
 
-@pytest.mark.parametrize("name,argv,words", CASES,
-                         ids=[f"{t}:{' '.join(a)}" for t, a, _ in CASES])
+@pytest.mark.parametrize("name,argv,words", CASES, ids=[f"{t}:{' '.join(a)}" for t, a, _ in CASES])
 def test_a_bad_option_exits_2_naming_it(name, argv, words):
     done = run([tool(name)] + argv)
     first = (done.stderr.splitlines() or [""])[0]
@@ -120,10 +132,15 @@ def test_help_prints_the_usage_on_stdout_and_exits_0(name):
     assert done.stdout.startswith(f"usage: {name}"), done.stdout
     for option in ("-b SIZE", "-e SIZE", "-f N", "-w N", "-n N", "--json"):
         assert option in done.stdout
-    applies = {"-o OP": name != "collops-memlimit", "-c [0|1]": name != "collops-memlimit",
-               "--settle-ms": name != "collops-memlimit", "--mode": name == "collops-bench",
-               "--shared": name == "collops-bench", "--algorithms": name == "collops-bench",
-               "--timing": name == "collops-bench"}
+    applies = {
+        "-o OP": name != "collops-memlimit",
+        "-c [0|1]": name != "collops-memlimit",
+        "--settle-ms": name != "collops-memlimit",
+        "--mode": name == "collops-bench",
+        "--shared": name == "collops-bench",
+        "--algorithms": name == "collops-bench",
+        "--timing": name == "collops-bench",
+    }
     for option, listed in applies.items():
         assert (option in done.stdout) == listed, (option, done.stdout)
 
@@ -131,16 +148,38 @@ def test_help_prints_the_usage_on_stdout_and_exits_0(name):
 def test_algorithms_lists_every_knob_and_runs_nothing():
     done = run([tool("collops-bench"), "--algorithms"])
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    for knob in ("ALLREDUCE", "ALLGATHER", "BROADCAST", "REDUCESCATTER", "ALLTOALL", "SENDRECV",
-                 "BARRIER"):
+    for knob in (
+        "ALLREDUCE",
+        "ALLGATHER",
+        "BROADCAST",
+        "REDUCESCATTER",
+        "ALLTOALL",
+        "SENDRECV",
+        "BARRIER",
+    ):
         assert f"`COLLOPS_ALGO_{knob}`" in done.stdout, (knob, done.stdout)
     assert "| `rsag` |" in done.stdout and "collops-process" not in done.stdout, done.stdout
 
 
 def test_c_takes_nccl_tests_0_or_1_and_a_bare_c_still_checks():
     bench = tool("collops-bench")
-    base = ["-r", "2", "--mode", "thread", "-b", "64", "-e", "64", "-w", "0", "-n", "1",
-            "--settle-ms", "0", "--json"]
+    base = [
+        "-r",
+        "2",
+        "--mode",
+        "thread",
+        "-b",
+        "64",
+        "-e",
+        "64",
+        "-w",
+        "0",
+        "-n",
+        "1",
+        "--settle-ms",
+        "0",
+        "--json",
+    ]
     for argv, checked in ((["-c"], True), (["-c", "1"], True), (["-c", "0"], False), ([], False)):
         done = run([bench] + argv + base, env={"COLLOPS_TIMEOUT": "15"})
         assert done.returncode == 0, done.stderr
@@ -152,9 +191,31 @@ def test_c_takes_nccl_tests_0_or_1_and_a_bare_c_still_checks():
 def test_every_timing_runs_and_says_which_it_was(mode):
     bench = tool("collops-bench")
     for timing in ("barrier", "spin", "loop"):
-        done = run([bench, "-r", "2", "--mode", mode, "-b", "4K", "-e", "4K", "-w", "1", "-n",
-                    "3", "--settle-ms", "0", "--timing", timing, "-c", "--json"],
-                   gib=64, env={"COLLOPS_TIMEOUT": "15"})  # lccl reserves its shared heaps
+        done = run(
+            [
+                bench,
+                "-r",
+                "2",
+                "--mode",
+                mode,
+                "-b",
+                "4K",
+                "-e",
+                "4K",
+                "-w",
+                "1",
+                "-n",
+                "3",
+                "--settle-ms",
+                "0",
+                "--timing",
+                timing,
+                "-c",
+                "--json",
+            ],
+            gib=64,
+            env={"COLLOPS_TIMEOUT": "15"},
+        )  # lccl reserves its shared heaps
         assert done.returncode == 0, done.stderr
         row = done.stdout.strip().splitlines()[-1]
         assert f'"timing": "{timing}"' in row and '"wrong": 0' in row, row
@@ -162,8 +223,10 @@ def test_every_timing_runs_and_says_which_it_was(mode):
 
 def test_memlimit_reports_a_size_it_cannot_allocate_as_a_failed_row():
     # 512 MiB needs about 2.5 GiB of buffers: under a 1 GiB address-space cap that fails.
-    done = run([tool("collops-memlimit"), "-b", "512M", "-e", "512M", "-w", "0", "-n", "1",
-                "--json"], gib=1)
+    done = run(
+        [tool("collops-memlimit"), "-b", "512M", "-e", "512M", "-w", "0", "-n", "1", "--json"],
+        gib=1,
+    )
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "out of memory" in done.stderr
     rows = done.stdout.splitlines()
@@ -173,20 +236,32 @@ def test_memlimit_reports_a_size_it_cannot_allocate_as_a_failed_row():
 def mpirun(np, argv):
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not installed")
-    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "COLLOPS_JOB_ID": f"bench-options-{os.getpid()}", "COLLOPS_TIMEOUT": "15"}
+    env = {
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "COLLOPS_JOB_ID": f"bench-options-{os.getpid()}",
+        "COLLOPS_TIMEOUT": "15",
+    }
     # mpirun's own start-up maps more than a small cap allows: the limit applies to the ranks
     # through the tools' refusal alone, which allocates nothing.
-    return subprocess.run(["mpirun", "-np", str(np)] + argv, capture_output=True, text=True,
-                          timeout=DEADLINE * 3, env=dict(os.environ, **env))
+    return subprocess.run(
+        ["mpirun", "-np", str(np)] + argv,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE * 3,
+        env=dict(os.environ, **env),
+    )
 
 
-SENDRECV_ALONE = ("mpirun -np 1: sendrecv needs at least 2 ranks (each rank sends to the next "
-                  "one and receives from the previous one, never from itself)")
+SENDRECV_ALONE = (
+    "mpirun -np 1: sendrecv needs at least 2 ranks (each rank sends to the next "
+    "one and receives from the previous one, never from itself)"
+)
 
 
-@pytest.mark.parametrize("name,argv", [("collops-mpi-bench", []),
-                                       ("collops-bench", ["--mode", "mpirun"])])
+@pytest.mark.parametrize(
+    "name,argv", [("collops-mpi-bench", []), ("collops-bench", ["--mode", "mpirun"])]
+)
 def test_sendrecv_on_one_rank_is_refused_by_both_benchmarks_in_the_same_words(name, argv):
     done = mpirun(1, [tool(name)] + argv + ["-o", "sendrecv", "-b", "64", "-e", "64", "-n", "1"])
     assert done.returncode != 0, done.stdout
@@ -230,8 +305,12 @@ def test_compare_refuses_a_bad_option_before_doing_anything(argv, words, tmp_pat
     docs = tmp_path / "docs"
     # --layout 1 wherever the case is not about --layout: a bug could never reach namespaces.
     extra = [] if "--layout" in argv else ["--layout", "1"]
-    done = run([sys.executable, COMPARE] + argv + extra + ["--docs", str(docs), "--build",
-                                                           str(tmp_path / "no-build")])
+    done = run(
+        [sys.executable, COMPARE]
+        + argv
+        + extra
+        + ["--docs", str(docs), "--build", str(tmp_path / "no-build")]
+    )
     assert done.returncode == USAGE_EXIT, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -251,7 +330,14 @@ def load_compare():
 def test_compare_reads_sizes_as_the_benchmarks_do():
     compare = load_compare()
     assert compare.parse_sizes("256,1k,4K,2m,3M,1g,1G") == [
-        256, 1 << 10, 4 << 10, 2 << 20, 3 << 20, 1 << 30, 1 << 30]
+        256,
+        1 << 10,
+        4 << 10,
+        2 << 20,
+        3 << 20,
+        1 << 30,
+        1 << 30,
+    ]
     assert compare.parse_ranks("1,2,4") == [1, 2, 4]
     assert compare.parse_ops("allreduce,sendrecv") == ["allreduce", "sendrecv"]
     assert compare.parse_layouts("1,2x2,3x1") == ["1", (2, 2), (3, 1)]
@@ -263,8 +349,10 @@ def test_compare_documents_the_layout_the_benchmarks_use():
     assert "allgatherv there is all_to_all_single" in text
 
 
-@pytest.mark.parametrize("argv,words", [(["-r", "0"], "-r 0"), (["-r", "x"], "-r x"),
-                                        (["-r", "1", "--netns", "a,b"], "--netns a,b")])
+@pytest.mark.parametrize(
+    "argv,words",
+    [(["-r", "0"], "-r 0"), (["-r", "x"], "-r x"), (["-r", "1", "--netns", "a,b"], "--netns a,b")],
+)
 def test_gloo_worker_refuses_a_bad_rank_count(argv, words):
     pytest.importorskip("torch")
     done = run([sys.executable, GLOO_WORKER] + argv, gib=8)

@@ -2,6 +2,7 @@
 "collops" group's CPU tensors they run without Python, every argument rule raises the ValueError
 the ops document, results equal the same op over gloo (the independent golden) for every dtype
 and layout the kernels treat apart, and a call that records gradients still gets them."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,6 +14,7 @@ WORLD = 2
 
 def _native():
     from collops import _c10d_backend
+
     return _c10d_backend.factory()
 
 
@@ -24,6 +26,7 @@ class _Replaced:
 
     def __enter__(self):
         from collops import ops, _gradients  # noqa: F401
+
         native = _native()
 
         def refuse(*args):
@@ -37,14 +40,20 @@ class _Replaced:
     def __exit__(self, *exc):
         # Registering collops again registers every Python kernel again.
         from collops import ops
+
         native = _native()
         if self.kind == "eager":
             for name in ops.NATIVE:
                 native.set_python_kernel(name, "eager", ops._KERNELS[name])
         else:
             from collops import _gradients
-            _gradients.register(ops._NS, ops._LIB, ops.NATIVE,
-                                lambda n, k: native.set_python_kernel(n, "autograd", k))
+
+            _gradients.register(
+                ops._NS,
+                ops._LIB,
+                ops.NATIVE,
+                lambda n, k: native.set_python_kernel(n, "autograd", k),
+            )
         return False
 
 
@@ -73,7 +82,7 @@ def _calls(rank, g, golden=False):
         ("all_reduce_complex", lambda: ops.all_reduce(torch.complex(x, -x), "sum", g)),
         ("all_gather", lambda: ops.all_gather(x, g)),
         ("all_gather_strided", lambda: ops.all_gather(x.t(), g)),
-        ("all_gather_v", lambda: ops.all_gather_v(x[:sizes[rank]], sizes, g)),
+        ("all_gather_v", lambda: ops.all_gather_v(x[: sizes[rank]], sizes, g)),
         ("reduce_scatter", lambda: ops.reduce_scatter(x, "sum", g)),
         ("reduce_scatter_v", lambda: ops.reduce_scatter_v(x, sizes, "max", g)),
         ("all_to_all", lambda: ops.all_to_all(x, g)),
@@ -88,8 +97,9 @@ def _same_as_gloo(ctx):
     with _Replaced("eager") as replaced:  # the collops group's calls never reach Python
         got = {name: call() for name, call in mine.items()}
         # The default group by "" is the collops group too.
-        assert torch.equal(torch.ops.collops.all_reduce(torch.ones(2), "sum", ""),
-                           torch.full((2,), 2.0))
+        assert torch.equal(
+            torch.ops.collops.all_reduce(torch.ones(2), "sum", ""), torch.full((2,), 2.0)
+        )
         assert not replaced.calls
         # A gloo group's calls do reach the Python kernel.
         with pytest.raises(RuntimeError, match="the Python eager kernel was called"):
@@ -134,24 +144,44 @@ def _argument_rules(ctx):
     g = dist.group.WORLD.group_name
     x = torch.ones(4, 2)
     cases = [
-        (lambda: ops.all_reduce(x, "mean", g),
-         r"collops: unknown reduce op 'mean'; use one of \['avg', 'max', 'min', 'prod', "
-         r"'product', 'sum'\]"),
-        (lambda: ops.all_gather(torch.tensor(1.0), g), r"collops.all_gather: needs a tensor of "
-         r"at least 1 dim"),
+        (
+            lambda: ops.all_reduce(x, "mean", g),
+            r"collops: unknown reduce op 'mean'; use one of \['avg', 'max', 'min', 'prod', "
+            r"'product', 'sum'\]",
+        ),
+        (
+            lambda: ops.all_gather(torch.tensor(1.0), g),
+            r"collops.all_gather: needs a tensor of "
+            r"at least 1 dim",
+        ),
         (lambda: ops.all_gather_v(x, [4], g), r"collops.all_gather_v: 1 sizes for a group of 2"),
-        (lambda: ops.all_gather_v(x, [4, -1], g), r"collops.all_gather_v: negative size in "
-         r"\[4, -1\]"),
-        (lambda: ops.all_gather_v(x, [3, 3], g), rf"collops.all_gather_v: sizes\[{ctx.rank}\] = "
-         r"3 but this rank's input has 4 rows"),
-        (lambda: ops.reduce_scatter(torch.ones(3), "sum", g), r"collops.reduce_scatter: 3 rows "
-         r"do not split over 2 ranks; use reduce_scatter_v"),
-        (lambda: ops.reduce_scatter_v(x, [1, 2], "sum", g), r"collops.reduce_scatter_v: sizes "
-         r"sum to 3 but the input has 4 rows"),
+        (
+            lambda: ops.all_gather_v(x, [4, -1], g),
+            r"collops.all_gather_v: negative size in "
+            r"\[4, -1\]",
+        ),
+        (
+            lambda: ops.all_gather_v(x, [3, 3], g),
+            rf"collops.all_gather_v: sizes\[{ctx.rank}\] = "
+            r"3 but this rank's input has 4 rows",
+        ),
+        (
+            lambda: ops.reduce_scatter(torch.ones(3), "sum", g),
+            r"collops.reduce_scatter: 3 rows "
+            r"do not split over 2 ranks; use reduce_scatter_v",
+        ),
+        (
+            lambda: ops.reduce_scatter_v(x, [1, 2], "sum", g),
+            r"collops.reduce_scatter_v: sizes "
+            r"sum to 3 but the input has 4 rows",
+        ),
         (lambda: ops.reduce_scatter_v(x, [1, 3], "nope", g), r"unknown reduce op 'nope'"),
         (lambda: ops.all_to_all_v(x, [2, 2, 0], [2, 2], g), r"collops.all_to_all_v: 3 sizes"),
-        (lambda: ops.all_to_all_v(x, [2, 2], [5, -1], g), r"collops.all_to_all_v: negative "
-         r"size in \[5, -1\]"),
+        (
+            lambda: ops.all_to_all_v(x, [2, 2], [5, -1], g),
+            r"collops.all_to_all_v: negative "
+            r"size in \[5, -1\]",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):

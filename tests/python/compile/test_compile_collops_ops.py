@@ -5,6 +5,7 @@ op is compiled in a function that also computes around it; the uneven ops are ca
 sizes that change between calls. Every compiled result must equal eager, and torch._dynamo must
 report no graph break. The padded fallbacks are compiled over a gloo group too.
 """
+
 import warnings
 
 import torch
@@ -24,25 +25,46 @@ def _cases(rank, world, g):
 
     size_sets = [[2, 3], [4, 1], [1, 5], [3, 3]]
     return [
-        ("all_reduce", lambda x: F.all_reduce(x * 2, "sum", g) + 1,
-         [(torch.arange(6.0).view(2, 3) + rank,)]),
-        ("all_reduce_max", lambda x: F.all_reduce(x, "max", g),
-         [(torch.arange(4.0) * (rank + 1),)]),
-        ("all_gather", lambda x: F.all_gather(x + 1, g) * 2,
-         [(torch.arange(6.0).view(2, 3) + rank,)]),
-        ("all_gather_v", lambda x, s: F.all_gather_v(x, s, g).sum(1),
-         [(uneven_rows(s), s) for s in size_sets]),
-        ("reduce_scatter", lambda x: F.reduce_scatter(x, "sum", g) - 1,
-         [(torch.arange(8.0).view(4, 2) * (rank + 1),)]),
-        ("reduce_scatter_v", lambda x, s: F.reduce_scatter_v(x * 2, s, "sum", g),
-         [(torch.arange(sum(s) * 2.0).view(-1, 2) + rank, s) for s in size_sets]),
-        ("all_to_all", lambda x: F.all_to_all(x, g),
-         [(torch.arange(4.0) + 10 * rank,)]),
-        ("all_to_all_v", lambda x, o, i: F.all_to_all_v(x, o, i, g) + 0,
-         [(torch.arange(sum(i) * 2.0).view(-1, 2) + 100 * rank, o, i)
-          for o, i in _a2a_splits(rank)]),
-        ("broadcast", lambda x: F.broadcast(x * 3, 1, g),
-         [(torch.arange(5.0) + rank,)]),
+        (
+            "all_reduce",
+            lambda x: F.all_reduce(x * 2, "sum", g) + 1,
+            [(torch.arange(6.0).view(2, 3) + rank,)],
+        ),
+        (
+            "all_reduce_max",
+            lambda x: F.all_reduce(x, "max", g),
+            [(torch.arange(4.0) * (rank + 1),)],
+        ),
+        (
+            "all_gather",
+            lambda x: F.all_gather(x + 1, g) * 2,
+            [(torch.arange(6.0).view(2, 3) + rank,)],
+        ),
+        (
+            "all_gather_v",
+            lambda x, s: F.all_gather_v(x, s, g).sum(1),
+            [(uneven_rows(s), s) for s in size_sets],
+        ),
+        (
+            "reduce_scatter",
+            lambda x: F.reduce_scatter(x, "sum", g) - 1,
+            [(torch.arange(8.0).view(4, 2) * (rank + 1),)],
+        ),
+        (
+            "reduce_scatter_v",
+            lambda x, s: F.reduce_scatter_v(x * 2, s, "sum", g),
+            [(torch.arange(sum(s) * 2.0).view(-1, 2) + rank, s) for s in size_sets],
+        ),
+        ("all_to_all", lambda x: F.all_to_all(x, g), [(torch.arange(4.0) + 10 * rank,)]),
+        (
+            "all_to_all_v",
+            lambda x, o, i: F.all_to_all_v(x, o, i, g) + 0,
+            [
+                (torch.arange(sum(i) * 2.0).view(-1, 2) + 100 * rank, o, i)
+                for o, i in _a2a_splits(rank)
+            ],
+        ),
+        ("broadcast", lambda x: F.broadcast(x * 3, 1, g), [(torch.arange(5.0) + rank,)]),
     ]
 
 
@@ -90,8 +112,15 @@ def _opchecks(ctx, group_name):
         (ops.reduce_scatter.default, (x, "sum", group_name)),
         (ops.reduce_scatter_v.default, (torch.ones(4, 2) + rank, [1, 3], "sum", group_name)),
         (ops.all_to_all.default, (x, group_name)),
-        (ops.all_to_all_v.default, (torch.arange(6.0).view(3, 2), [1, 2] if rank == 0 else
-                                    [2, 1], [1, 2] if rank == 0 else [2, 1], group_name)),
+        (
+            ops.all_to_all_v.default,
+            (
+                torch.arange(6.0).view(3, 2),
+                [1, 2] if rank == 0 else [2, 1],
+                [1, 2] if rank == 0 else [2, 1],
+                group_name,
+            ),
+        ),
         (ops.broadcast.default, (x, 0, group_name)),
     ]
     for op, args in checks:
@@ -119,7 +148,7 @@ def _job(ctx):
             a = F.all_gather(torch.full((2,), float(ctx.rank)), g)
             assert torch.equal(a, torch.tensor([0.0, 0.0, 1.0, 1.0]))
             r = F.reduce_scatter(torch.arange(4.0) * (ctx.rank + 1), "sum", g)
-            assert torch.equal(r, torch.arange(4.0)[2 * ctx.rank:][:2] * 3)
+            assert torch.equal(r, torch.arange(4.0)[2 * ctx.rank :][:2] * 3)
 
     names = _compile_and_compare(ctx, None)
     checked = _opchecks(ctx, F.group_name())
@@ -167,8 +196,9 @@ def _moe_job(ctx):
             x, dest = _moe_inputs(rank, step, world)
             tokens, combined = compiled(x, dest, world)
             # Golden: every source rank's tokens for this rank, source by source, in order.
-            want = torch.cat([xs[ds == rank] for xs, ds in
-                              (_moe_inputs(j, step, world) for j in range(world))])
+            want = torch.cat(
+                [xs[ds == rank] for xs, ds in (_moe_inputs(j, step, world) for j in range(world))]
+            )
             torch.testing.assert_close(tokens, want, rtol=0, atol=0)
             torch.testing.assert_close(combined, x * 2 + 1)
     assert not counters["graph_break"], dict(counters["graph_break"])

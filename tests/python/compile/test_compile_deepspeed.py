@@ -2,6 +2,7 @@
 a graph-captured collops op, both as on an NPU host (DeepSpeed picks its NPU accelerator, which
 finds the torch_npu shim) and on DeepSpeed's CPU accelerator; patching never imports DeepSpeed,
 and DeepSpeed imported after the patch is patched. scripts/setup.sh installs DeepSpeed."""
+
 import importlib.util
 import os
 import sys
@@ -17,8 +18,9 @@ SHIM_DIR = os.path.join(PYTHON_DIR, "torch_npu_shim")
 
 
 def _require_deepspeed():
-    assert importlib.util.find_spec("deepspeed") is not None, \
+    assert importlib.util.find_spec("deepspeed") is not None, (
         "DeepSpeed is not installed: scripts/setup.sh installs it"
+    )
 
 
 class _RowParallelLinear(torch.nn.Module):
@@ -28,13 +30,13 @@ class _RowParallelLinear(torch.nn.Module):
     def __init__(self, weight, rank, world):
         super().__init__()
         shard = weight.shape[1] // world
-        self.weight = torch.nn.Parameter(weight[:, rank * shard:(rank + 1) * shard].clone())
+        self.weight = torch.nn.Parameter(weight[:, rank * shard : (rank + 1) * shard].clone())
         self.rank, self.shard = rank, shard
 
     def forward(self, x):
         import deepspeed.comm as ds_comm
 
-        y = x[:, self.rank * self.shard:(self.rank + 1) * self.shard] @ self.weight.t()
+        y = x[:, self.rank * self.shard : (self.rank + 1) * self.shard] @ self.weight.t()
         ds_comm.all_reduce(y)
         return torch.relu(y)
 
@@ -47,12 +49,13 @@ def _compile_and_check(ctx):
     layer = _RowParallelLinear(weight, ctx.rank, ctx.world_size)
     graphs = []
     with torch.no_grad():
-        got = torch.compile(layer, fullgraph=True,
-                            backend=lambda gm, _: graphs.append(gm) or gm.forward)(x)
+        got = torch.compile(
+            layer, fullgraph=True, backend=lambda gm, _: graphs.append(gm) or gm.forward
+        )(x)
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert {"collops.all_reduce", "collops.all_reduce.default"} & targets, targets
     want = torch.relu(x @ weight.t())
-    torch.testing.assert_close(got, want, rtol=2 ** -11, atol=2 ** -11)
+    torch.testing.assert_close(got, want, rtol=2**-11, atol=2**-11)
     return layer, x, want
 
 
@@ -87,11 +90,21 @@ def _ask_like_npu_accelerator(accelerator):
     assert accelerator.initial_seed() == 5
     accelerator.manual_seed_all(5)
     assert accelerator.default_generator(1).initial_seed() == 5
-    for ask in ("memory_allocated", "max_memory_allocated", "memory_cached", "max_memory_cached",
-                "memory_reserved", "max_memory_reserved"):
+    for ask in (
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_cached",
+        "max_memory_cached",
+        "memory_reserved",
+        "max_memory_reserved",
+    ):
         assert getattr(accelerator, ask)() == 0, ask
-    for ask in ("reset_max_memory_allocated", "reset_max_memory_cached",
-                "reset_peak_memory_stats", "empty_cache"):
+    for ask in (
+        "reset_max_memory_allocated",
+        "reset_max_memory_cached",
+        "reset_peak_memory_stats",
+        "empty_cache",
+    ):
         getattr(accelerator, ask)()
     assert accelerator.memory_stats() == {}
     assert accelerator.total_memory() > 0 and accelerator.available_memory() > 0
@@ -122,7 +135,7 @@ def _through_the_shims(ctx):
     assert hasattr(ds_comm.all_reduce, "__collops_original__"), "imported later, left unpatched"
     layer, x, want = _compile_and_check(ctx)
     with torch.no_grad():  # uncompiled, the call goes through DeepSpeed's backend to "hccl"
-        torch.testing.assert_close(layer(x), want, rtol=2 ** -11, atol=2 ** -11)
+        torch.testing.assert_close(layer(x), want, rtol=2**-11, atol=2**-11)
     return True
 
 
@@ -132,8 +145,9 @@ def test_deepspeed_all_reduce_compiles_fullgraph_through_the_npu_shims(monkeypat
     # CANN's environment on an NPU host, which DeepSpeed's NPU op builders read at init; empty:
     # no CANN here, so DeepSpeed builds no NPU op.
     monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path))
-    assert all(run_group_job(WORLD, _through_the_shims, backend="hccl",
-                             before_init=_as_on_an_npu_host))
+    assert all(
+        run_group_job(WORLD, _through_the_shims, backend="hccl", before_init=_as_on_an_npu_host)
+    )
 
 
 def _on_the_cpu_accelerator(ctx):

@@ -1,5 +1,6 @@
 """collops.patch_torch_distributed(): dist.* collectives inside torch.compile(fullgraph=True)
 become collops ops (no graph break) with eager's results, including a tensor-parallel MLP."""
+
 import torch
 import torch.distributed as dist
 
@@ -25,8 +26,9 @@ def _dist_calls(x, rank, world):
     splits_in = [1, 2] if rank == 0 else [3, 1]
     splits_out = [1, 3] if rank == 0 else [2, 1]
     a2a = torch.empty(sum(splits_out), 2)
-    dist.all_to_all_single(a2a, torch.arange(sum(splits_in) * 2.0).view(-1, 2) + 10 * rank,
-                           splits_out, splits_in)
+    dist.all_to_all_single(
+        a2a, torch.arange(sum(splits_in) * 2.0).view(-1, 2) + 10 * rank, splits_out, splits_in
+    )
     even = torch.empty(4)
     dist.all_to_all_single(even, torch.arange(4.0) + 10 * rank)
     outs = [torch.empty(r + rank + 1) for r in range(world)]
@@ -45,8 +47,8 @@ class _TensorParallelMLP(torch.nn.Module):
         torch.manual_seed(0)
         full1, full2 = torch.randn(hidden, dim), torch.randn(dim, hidden)
         shard = hidden // world
-        self.fc1 = torch.nn.Parameter(full1[rank * shard:(rank + 1) * shard].clone())
-        self.fc2 = torch.nn.Parameter(full2[:, rank * shard:(rank + 1) * shard].clone())
+        self.fc1 = torch.nn.Parameter(full1[rank * shard : (rank + 1) * shard].clone())
+        self.fc2 = torch.nn.Parameter(full2[:, rank * shard : (rank + 1) * shard].clone())
         self.full = (full1, full2)
 
     def forward(self, x):
@@ -70,8 +72,9 @@ def _job(ctx):
     # The compiled graph really holds collops ops (it is not the original dist calls).
     graphs = []
     torch._dynamo.reset()
-    torch.compile(_dist_calls, fullgraph=True,
-                  backend=lambda gm, _: graphs.append(gm) or gm.forward)(x, rank, world)
+    torch.compile(
+        _dist_calls, fullgraph=True, backend=lambda gm, _: graphs.append(gm) or gm.forward
+    )(x, rank, world)
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
     assert any("collops" in t for t in targets), targets
     # ... and none is left to Dynamo's own remapping onto torch's functional collectives.
@@ -93,8 +96,14 @@ def _job(ctx):
 
 def test_patched_dist_calls_and_tensor_parallel_mlp_compile_fullgraph():
     targets = run_group_job(WORLD, _job)[0]
-    for op in ("all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all_v",
-               "broadcast"):
+    for op in (
+        "all_reduce",
+        "all_gather",
+        "all_gather_v",
+        "reduce_scatter",
+        "all_to_all_v",
+        "broadcast",
+    ):
         assert {f"collops.{op}", f"collops.{op}.default"} & set(targets), (op, targets)
 
 
@@ -106,6 +115,7 @@ def _constants_job(ctx):
     rank, world = ctx.rank, ctx.world_size
     collops.patch_torch_distributed()
     try:
+
         def step(x):
             t = torch.tensor([1.0])
             dist.all_reduce(t)
@@ -118,8 +128,11 @@ def _constants_job(ctx):
         got = torch.compile(step, fullgraph=True)(torch.zeros(2))
     finally:
         collops.patch.unpatch_torch_distributed()
-    want = (torch.full((2,), float(world)), torch.full((world,), 2.0),
-            torch.tensor([(3.0 + rank) * world]))
+    want = (
+        torch.full((2,), float(world)),
+        torch.full((world,), 2.0),
+        torch.tensor([(3.0 + rank) * world]),
+    )
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
     return True

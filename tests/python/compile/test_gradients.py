@@ -8,18 +8,23 @@ zeros for prod, uneven splits, and a chain of collectives (MoE dispatch and retu
 backward runs the collectives in reverse. Over a collops group and over gloo (the uneven ops'
 padded fallbacks).
 """
+
 import torch
 import torch.distributed as dist
 
 from c10d_ranks import run_group_job
 
 WORLD = 3
-ROWS = [2, 0, 3]                              # uneven rows per rank (all_gather_v)
-SEND = [[1, 0, 2], [2, 1, 1], [0, 3, 1]]      # SEND[i][j]: rows rank i sends to rank j
+ROWS = [2, 0, 3]  # uneven rows per rank (all_gather_v)
+SEND = [[1, 0, 2], [2, 1, 1], [0, 3, 1]]  # SEND[i][j]: rows rank i sends to rank j
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
-_TORCH_REDUCE = {"sum": lambda s: s.sum(0), "avg": lambda s: s.mean(0),
-                 "max": lambda s: s.amax(0), "min": lambda s: s.amin(0),
-                 "prod": lambda s: s.prod(0)}
+_TORCH_REDUCE = {
+    "sum": lambda s: s.sum(0),
+    "avg": lambda s: s.mean(0),
+    "max": lambda s: s.amax(0),
+    "min": lambda s: s.amin(0),
+    "prod": lambda s: s.prod(0),
+}
 
 
 def _input(op, rank, rows):
@@ -43,28 +48,73 @@ def _cases():
     R = WORLD
     cases = []
     for op in REDUCE_OPS:
-        cases.append((f"all_reduce/{op}", op, lambda r: 4,
-                      lambda x, g, op=op: F.all_reduce(x, op, g),
-                      lambda xs, op=op: [_TORCH_REDUCE[op](torch.stack(xs))] * R))
-        cases.append((f"reduce_scatter/{op}", op, lambda r: 2 * R,
-                      lambda x, g, op=op: F.reduce_scatter(x, op, g),
-                      lambda xs, op=op: list(_TORCH_REDUCE[op](torch.stack(xs)).chunk(R))))
-        cases.append((f"reduce_scatter_v/{op}", op, lambda r: sum(ROWS),
-                      lambda x, g, op=op: F.reduce_scatter_v(x, ROWS, op, g),
-                      lambda xs, op=op: list(_TORCH_REDUCE[op](torch.stack(xs)).split(ROWS))))
+        cases.append(
+            (
+                f"all_reduce/{op}",
+                op,
+                lambda r: 4,
+                lambda x, g, op=op: F.all_reduce(x, op, g),
+                lambda xs, op=op: [_TORCH_REDUCE[op](torch.stack(xs))] * R,
+            )
+        )
+        cases.append(
+            (
+                f"reduce_scatter/{op}",
+                op,
+                lambda r: 2 * R,
+                lambda x, g, op=op: F.reduce_scatter(x, op, g),
+                lambda xs, op=op: list(_TORCH_REDUCE[op](torch.stack(xs)).chunk(R)),
+            )
+        )
+        cases.append(
+            (
+                f"reduce_scatter_v/{op}",
+                op,
+                lambda r: sum(ROWS),
+                lambda x, g, op=op: F.reduce_scatter_v(x, ROWS, op, g),
+                lambda xs, op=op: list(_TORCH_REDUCE[op](torch.stack(xs)).split(ROWS)),
+            )
+        )
     cases += [
-        ("all_gather", "sum", lambda r: 2, lambda x, g: F.all_gather(x, g),
-         lambda xs: [torch.cat(xs)] * R),
-        ("all_gather_v", "sum", lambda r: ROWS[r], lambda x, g: F.all_gather_v(x, ROWS, g),
-         lambda xs: [torch.cat(xs)] * R),
-        ("all_to_all", "sum", lambda r: 2 * R, lambda x, g: F.all_to_all(x, g),
-         lambda xs: [torch.cat([x.chunk(R)[j] for x in xs]) for j in range(R)]),
-        ("all_to_all_v", "sum", lambda r: sum(SEND[r]),
-         lambda x, g: F.all_to_all_v(x, [SEND[i][_rank(g)] for i in range(R)], SEND[_rank(g)], g),
-         lambda xs: [torch.cat([x.split(SEND[i])[j] for i, x in enumerate(xs)])
-                     for j in range(R)]),
-        ("broadcast", "sum", lambda r: 3, lambda x, g: F.broadcast(x, 1, g),
-         lambda xs: [xs[1]] * R),
+        (
+            "all_gather",
+            "sum",
+            lambda r: 2,
+            lambda x, g: F.all_gather(x, g),
+            lambda xs: [torch.cat(xs)] * R,
+        ),
+        (
+            "all_gather_v",
+            "sum",
+            lambda r: ROWS[r],
+            lambda x, g: F.all_gather_v(x, ROWS, g),
+            lambda xs: [torch.cat(xs)] * R,
+        ),
+        (
+            "all_to_all",
+            "sum",
+            lambda r: 2 * R,
+            lambda x, g: F.all_to_all(x, g),
+            lambda xs: [torch.cat([x.chunk(R)[j] for x in xs]) for j in range(R)],
+        ),
+        (
+            "all_to_all_v",
+            "sum",
+            lambda r: sum(SEND[r]),
+            lambda x, g: F.all_to_all_v(
+                x, [SEND[i][_rank(g)] for i in range(R)], SEND[_rank(g)], g
+            ),
+            lambda xs: [
+                torch.cat([x.split(SEND[i])[j] for i, x in enumerate(xs)]) for j in range(R)
+            ],
+        ),
+        (
+            "broadcast",
+            "sum",
+            lambda r: 3,
+            lambda x, g: F.broadcast(x, 1, g),
+            lambda xs: [xs[1]] * R,
+        ),
         # MoE: dispatch rows, transform them, send them back, then gather every rank's result.
         ("moe_round_trip", "sum", lambda r: sum(SEND[r]), _moe_round_trip, _moe_reference),
     ]
@@ -122,9 +172,13 @@ def _job(ctx):
             want = _reference_grad(reference, xs, ctx.rank)
             fn = torch.compile(call, fullgraph=True) if compiled else call
             got = _distributed_grad(fn, xs[ctx.rank], ctx.rank, group)
-            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12,
-                                       msg=lambda m, name=name, compiled=compiled:
-                                       f"{name} (compiled={compiled}): {m}")
+            torch.testing.assert_close(
+                got,
+                want,
+                rtol=1e-12,
+                atol=1e-12,
+                msg=lambda m, name=name, compiled=compiled: f"{name} (compiled={compiled}): {m}",
+            )
             checked.append((name, compiled, dist.get_backend(group)))
         assert not counters["graph_break"], dict(counters["graph_break"])
     return checked

@@ -1,6 +1,7 @@
 """The torch.distributed backend "collops": every collective against golden values computed
 independently on each rank, futures, strided tensors, sub-groups, a clear dtype error, and the
 group under TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+
 import os
 
 import pytest
@@ -22,24 +23,33 @@ def _collectives(ctx):
     others = [_data(r) for r in range(world)]
 
     # allreduce: every ReduceOp the backend maps, reductions in several dtypes.
-    golden = {dist.ReduceOp.SUM: torch.stack(others).sum(0),
-              dist.ReduceOp.PRODUCT: torch.stack(others).prod(0),
-              dist.ReduceOp.MIN: torch.stack(others).min(0).values,
-              dist.ReduceOp.MAX: torch.stack(others).max(0).values,
-              dist.ReduceOp.AVG: torch.stack(others).mean(0)}
+    golden = {
+        dist.ReduceOp.SUM: torch.stack(others).sum(0),
+        dist.ReduceOp.PRODUCT: torch.stack(others).prod(0),
+        dist.ReduceOp.MIN: torch.stack(others).min(0).values,
+        dist.ReduceOp.MAX: torch.stack(others).max(0).values,
+        dist.ReduceOp.AVG: torch.stack(others).mean(0),
+    }
     for op, want in golden.items():
         t = _data(rank)
         dist.all_reduce(t, op=op)
         torch.testing.assert_close(t, want, msg=f"allreduce {op}")
-    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bfloat16,
-                  torch.float16):
+    for dtype in (
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.bfloat16,
+        torch.float16,
+    ):
         t = _data(rank, dtype=dtype)
         dist.all_reduce(t)
         want = torch.stack([_data(r, dtype=dtype).float() for r in range(world)]).sum(0)
-        torch.testing.assert_close(t.float(), want, atol=0, rtol=2 ** -7)
+        torch.testing.assert_close(t.float(), want, atol=0, rtol=2**-7)
         assert t.dtype == dtype
     # float64 keeps what float32 would lose; complex is reduced as its (real, imag) pairs.
-    fine = [_data(r, dtype=torch.float64) + 2.0 ** -40 * (r + 1) for r in range(world)]
+    fine = [_data(r, dtype=torch.float64) + 2.0**-40 * (r + 1) for r in range(world)]
     t = fine[rank].clone()
     dist.all_reduce(t)
     assert torch.equal(t, sum(fine)), (t, sum(fine))
@@ -50,10 +60,12 @@ def _collectives(ctx):
         assert torch.equal(t, sum(z)), dtype
     # bool as gloo and NCCL reduce it: SUM/MAX = any, PRODUCT/MIN = all; results stay bool.
     flags = [torch.tensor([r == 0, True, False, r == world - 1]) for r in range(world)]
-    for op, want in ((dist.ReduceOp.SUM, torch.stack(flags).any(0)),
-                     (dist.ReduceOp.MAX, torch.stack(flags).any(0)),
-                     (dist.ReduceOp.PRODUCT, torch.stack(flags).all(0)),
-                     (dist.ReduceOp.MIN, torch.stack(flags).all(0))):
+    for op, want in (
+        (dist.ReduceOp.SUM, torch.stack(flags).any(0)),
+        (dist.ReduceOp.MAX, torch.stack(flags).any(0)),
+        (dist.ReduceOp.PRODUCT, torch.stack(flags).all(0)),
+        (dist.ReduceOp.MIN, torch.stack(flags).all(0)),
+    ):
         t = flags[rank].clone()
         dist.all_reduce(t, op=op)
         assert t.dtype == torch.bool and torch.equal(t, want), (op, t)
@@ -93,20 +105,22 @@ def _collectives(ctx):
     part = torch.empty(4)
     dist.reduce_scatter_single(part, big)
     full = sum(torch.arange(world * 4, dtype=torch.float32) * (r + 1) for r in range(world))
-    assert torch.equal(part, full[rank * 4:(rank + 1) * 4])
+    assert torch.equal(part, full[rank * 4 : (rank + 1) * 4])
 
     # all_to_all_single: even, and uneven (rank r sends j+1 rows of width 2 to rank j).
     src = torch.arange(world * 2.0) + 100 * rank
     dst = torch.empty(world * 2)
     dist.all_to_all_single(dst, src)
-    assert torch.equal(dst, torch.cat([torch.arange(rank * 2.0, rank * 2 + 2) + 100 * j
-                                       for j in range(world)]))
+    assert torch.equal(
+        dst, torch.cat([torch.arange(rank * 2.0, rank * 2 + 2) + 100 * j for j in range(world)])
+    )
     in_splits = [j + 1 for j in range(world)]
     src = torch.cat([torch.full((j + 1, 2), float(10 * rank + j)) for j in range(world)])
     dst = torch.empty((rank + 1) * world, 2)
     dist.all_to_all_single(dst, src, [rank + 1] * world, in_splits)
-    assert torch.equal(dst, torch.cat([torch.full((rank + 1, 2), float(10 * j + rank))
-                                       for j in range(world)]))
+    assert torch.equal(
+        dst, torch.cat([torch.full((rank + 1, 2), float(10 * j + rank)) for j in range(world)])
+    )
     # all_to_all (lists, sizes per pair).
     ins = [torch.full((rank + j + 1,), float(rank * 10 + j)) for j in range(world)]
     outs = [torch.empty(j + rank + 1) for j in range(world)]
@@ -129,8 +143,9 @@ def _collectives(ctx):
     if rank == 0:
         assert all(torch.equal(gl[r], others[r]) for r in range(world))
     out = torch.empty(3)
-    dist.scatter(out, [torch.full((3,), float(r)) for r in range(world)] if rank == 1 else None,
-                 src=1)
+    dist.scatter(
+        out, [torch.full((3,), float(r)) for r in range(world)] if rank == 1 else None, src=1
+    )
     assert torch.equal(out, torch.full((3,), float(rank)))
     dist.barrier()
 
@@ -147,6 +162,7 @@ def _collectives(ctx):
 
     # Coalesced variants, as functional collectives issue them.
     import torch.distributed._functional_collectives as funcol
+
     a, b = _data(rank), _data(rank, n=3)
     ra, rb = funcol.all_reduce_coalesced([a, b], "sum", dist.group.WORLD)
     torch.testing.assert_close(ra, golden[dist.ReduceOp.SUM])
@@ -154,16 +170,17 @@ def _collectives(ctx):
     ga, gb = funcol.all_gather_single_coalesced([a, b], dist.group.WORLD)
     assert torch.equal(ga, torch.cat(others))
     assert torch.equal(gb, torch.cat([_data(r, n=3) for r in range(world)]))
-    sa, = funcol.reduce_scatter_single_coalesced([torch.arange(world * 2.0)], "sum", [0],
-                                                 dist.group.WORLD)
+    (sa,) = funcol.reduce_scatter_single_coalesced(
+        [torch.arange(world * 2.0)], "sum", [0], dist.group.WORLD
+    )
     assert torch.equal(sa, world * torch.arange(rank * 2.0, rank * 2 + 2))
 
     # Reductions on a dtype collops cannot reduce, or AVG of integers, fail on every rank with a
     # message before any data moves, never hang.
-    for bad, op, message in ((torch.ones(2, dtype=torch.uint16), dist.ReduceOp.SUM,
-                              "reductions support"),
-                             (torch.ones(2, dtype=torch.int32), dist.ReduceOp.AVG,
-                              "AVG needs a floating-point tensor")):
+    for bad, op, message in (
+        (torch.ones(2, dtype=torch.uint16), dist.ReduceOp.SUM, "reductions support"),
+        (torch.ones(2, dtype=torch.int32), dist.ReduceOp.AVG, "AVG needs a floating-point tensor"),
+    ):
         try:
             dist.all_reduce(bad, op=op)
         except RuntimeError as e:
@@ -190,8 +207,9 @@ def _subgroups(ctx):
     if rank in (1, 2):
         outs = [torch.empty(1 + i) for i in range(2)]
         dist.all_gather(outs, torch.full((1 + dist.get_rank(g12),), float(rank)), group=g12)
-        assert torch.equal(outs[0], torch.tensor([1.0])) and torch.equal(outs[1],
-                                                                         torch.tensor([2.0, 2.0]))
+        assert torch.equal(outs[0], torch.tensor([1.0])) and torch.equal(
+            outs[1], torch.tensor([2.0, 2.0])
+        )
     t = torch.ones(3)
     dist.all_reduce(t)  # the world group still works after the sub-groups ran
     assert torch.equal(t, torch.full((3,), 3.0))
@@ -228,8 +246,9 @@ def _shared_buffers(ctx):
     assert x.shape == (n,) and x.dtype == torch.float32 and in_lccl_segment(x)
     x.copy_(torch.arange(n, dtype=torch.float32) % 89 * (rank + 1))
     dist.all_reduce(x)
-    torch.testing.assert_close(x, torch.arange(n, dtype=torch.float32) % 89
-                               * (world * (world + 1) / 2), atol=0, rtol=0)
+    torch.testing.assert_close(
+        x, torch.arange(n, dtype=torch.float32) % 89 * (world * (world + 1) / 2), atol=0, rtol=0
+    )
 
     # all_to_all_single, uneven splits, int8 (the MoE dispatch pattern), shared input and output.
     split = [(rank + j) % 3 * 20000 + 1 for j in range(world)]
@@ -238,9 +257,16 @@ def _shared_buffers(ctx):
     src.copy_((torch.arange(sum(split)) % 101 + rank).to(torch.int8))
     out = cdist.empty_shared(sum(recv), torch.int8)
     dist.all_to_all_single(out, src, recv, split)
-    want = torch.cat([((torch.arange(sum((j + d) % 3 * 20000 + 1 for d in range(world))) % 101 + j)
-                       .to(torch.int8))[sum((j + d) % 3 * 20000 + 1 for d in range(rank)):][:recv[j]]
-                      for j in range(world)])
+    want = torch.cat(
+        [
+            (
+                (torch.arange(sum((j + d) % 3 * 20000 + 1 for d in range(world))) % 101 + j).to(
+                    torch.int8
+                )
+            )[sum((j + d) % 3 * 20000 + 1 for d in range(rank)) :][: recv[j]]
+            for j in range(world)
+        ]
+    )
     assert torch.equal(out, want)
 
     # Other shapes and dtypes view the same kind of memory.
@@ -274,10 +300,15 @@ def _under_debug_detail(ctx):
     assert torch.equal(t, torch.full((4,), float(sum(range(world)))))
     split = [rank + j + 1 for j in range(world)]
     out = torch.empty(sum(j + rank + 1 for j in range(world)), dtype=torch.int8)
-    dist.all_to_all_single(out, torch.full((sum(split),), rank, dtype=torch.int8),
-                           [j + rank + 1 for j in range(world)], split)
-    assert torch.equal(out, torch.cat([torch.full((j + rank + 1,), j, dtype=torch.int8)
-                                       for j in range(world)]))
+    dist.all_to_all_single(
+        out,
+        torch.full((sum(split),), rank, dtype=torch.int8),
+        [j + rank + 1 for j in range(world)],
+        split,
+    )
+    assert torch.equal(
+        out, torch.cat([torch.full((j + rank + 1,), j, dtype=torch.int8) for j in range(world)])
+    )
     dist.barrier()
     assert backend._get_sequence_number_for_group() == before + 3
     numbers = [None] * world
@@ -311,8 +342,10 @@ def _under_debug_detail(ctx):
     ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step in range(2):
-        batches = [torch.randn(3, 4, generator=torch.Generator().manual_seed(10 * step + r))
-                   for r in range(world)]
+        batches = [
+            torch.randn(3, 4, generator=torch.Generator().manual_seed(10 * step + r))
+            for r in range(world)
+        ]
         ddp(batches[rank]).pow(2).sum().backward()
         ddp_opt.step()
         ddp_opt.zero_grad()
@@ -339,14 +372,22 @@ def test_c10d_backend_under_torch_distributed_debug_detail():
 def _dtype_mismatches(ctx):
     # The tensor forms move bytes as they are, so another output dtype would reinterpret them
     # (int32 outputs held the bits of 1.0f); gloo refuses such calls as well.
-    with pytest.raises(RuntimeError, match=r"all_gather_into_tensor output has dtype Int but the "
-                                           r"input has Float"):
-        dist.all_gather_into_tensor(torch.zeros(2 * ctx.world_size, dtype=torch.int32),
-                                    torch.ones(2))
-    with pytest.raises(RuntimeError, match=r"reduce_scatter_tensor output has dtype Float but the "
-                                           r"input has Double"):
-        dist.reduce_scatter_tensor(torch.zeros(2), torch.ones(2 * ctx.world_size,
-                                                              dtype=torch.float64))
+    with pytest.raises(
+        RuntimeError,
+        match=r"all_gather_into_tensor output has dtype Int but the "
+        r"input has Float",
+    ):
+        dist.all_gather_into_tensor(
+            torch.zeros(2 * ctx.world_size, dtype=torch.int32), torch.ones(2)
+        )
+    with pytest.raises(
+        RuntimeError,
+        match=r"reduce_scatter_tensor output has dtype Float but the "
+        r"input has Double",
+    ):
+        dist.reduce_scatter_tensor(
+            torch.zeros(2), torch.ones(2 * ctx.world_size, dtype=torch.float64)
+        )
     # The group goes on.
     t = torch.ones(2)
     dist.all_reduce(t)
@@ -362,8 +403,11 @@ def _scatter_list_lengths(ctx):
     # (torch itself refuses an empty list.) A longer list must not be ignored, nor a shorter one,
     # on more ranks, read counts past the end of the packed list.
     for wrong in (2, 3):
-        with pytest.raises(RuntimeError, match=rf"scatter needs 1 tensors in scatter_list on the "
-                                               rf"root, got {wrong}"):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"scatter needs 1 tensors in scatter_list on the "
+            rf"root, got {wrong}",
+        ):
             dist.scatter(out, [torch.ones(2)] * wrong, src=0)
     dist.scatter(out, [torch.full((2,), 3.0)], src=0)
     assert torch.equal(out, torch.full((2,), 3.0))
@@ -386,8 +430,10 @@ def _gather_dtypes_that_disagree(ctx):
     # The group goes on, and complex (moved as bytes) still gathers.
     out = [torch.zeros(2, dtype=torch.complex64) for _ in range(ctx.world_size)]
     dist.all_gather(out, torch.full((2,), complex(ctx.rank, 1), dtype=torch.complex64))
-    assert all(torch.equal(o, torch.full((2,), complex(r, 1), dtype=torch.complex64))
-               for r, o in enumerate(out))
+    assert all(
+        torch.equal(o, torch.full((2,), complex(r, 1), dtype=torch.complex64))
+        for r, o in enumerate(out)
+    )
 
 
 def test_c10d_backend_gathers_refuse_ranks_whose_dtypes_disagree():
@@ -405,8 +451,9 @@ def _broadcast_and_all_to_all_dtypes_that_disagree(ctx):
     # The group goes on, in elements: uneven rows of float64 (rank r sends r + 1 rows to each).
     mine = torch.full((2 * (ctx.rank + 1), 2), float(ctx.rank), dtype=torch.float64)
     out = torch.zeros(3, 2, dtype=torch.float64)
-    dist.all_to_all_single(out, mine, output_split_sizes=[1, 2],
-                           input_split_sizes=[ctx.rank + 1] * 2)
+    dist.all_to_all_single(
+        out, mine, output_split_sizes=[1, 2], input_split_sizes=[ctx.rank + 1] * 2
+    )
     assert torch.equal(out, torch.tensor([[0.0] * 2, [1.0] * 2, [1.0] * 2], dtype=torch.float64))
     return True
 
@@ -418,8 +465,11 @@ def test_c10d_backend_broadcast_and_all_to_all_refuse_ranks_whose_dtypes_disagre
 def _sparse_tensors(ctx):
     # A sparse COO tensor reached is_contiguous(): "unsupported memory format option Contiguous".
     sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
-    with pytest.raises(RuntimeError, match=r"allreduce takes dense \(strided\) tensors, got "
-                                           r"Sparse.*call .to_dense\(\) first"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"allreduce takes dense \(strided\) tensors, got "
+        r"Sparse.*call .to_dense\(\) first",
+    ):
         dist.all_reduce(sparse)
     t = sparse.to_dense()
     dist.all_reduce(t)

@@ -3,6 +3,7 @@ default group and a new_group subgroup, commDomain = the group's name), 2 and 3 
 independent goldens; the error rules (not initialised, unknown group, rank/rankSize disagreeing,
 Send/Recv mismatch). Each rank is a real process running c10d_engine_rank.py, as it would run on
 its own host; every rank has a deadline and its exit code is checked."""
+
 import os
 import re
 import socket
@@ -28,19 +29,28 @@ def run_job(world_size, **env_extra):
     """Runs c10d_engine_rank.py as `world_size` processes over 127.0.0.1; returns each rank's
     output. Fails naming every rank that exited nonzero or outlived the deadline (then killed)."""
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world_size),
-               COLLOPS_JOB_ID=f"c10d-engine-{os.getpid()}-{time.time_ns()}",
-               PYTHONPATH=os.pathsep.join([PYTHON_DIR, env.get("PYTHONPATH", "")]))
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(world_size),
+        COLLOPS_JOB_ID=f"c10d-engine-{os.getpid()}-{time.time_ns()}",
+        PYTHONPATH=os.pathsep.join([PYTHON_DIR, env.get("PYTHONPATH", "")]),
+    )
     env.setdefault("COLLOPS_TIMEOUT", "60")
     env.update(env_extra)
     # COLLOPS_TEST_HOST_IDS="a,a,b,b": rank r pretends to be on host ids[r] (COLLOPS_HOST_ID).
     host_ids = env.pop("COLLOPS_TEST_HOST_IDS", "")
     host_ids = host_ids.split(",") if host_ids else None
-    procs = [subprocess.Popen(
-        [sys.executable, RANK_SCRIPT],
-        env=dict(env, RANK=str(r), **({"COLLOPS_HOST_ID": host_ids[r]} if host_ids else {})),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for r in range(world_size)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, RANK_SCRIPT],
+            env=dict(env, RANK=str(r), **({"COLLOPS_HOST_ID": host_ids[r]} if host_ids else {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world_size)
+    ]
     deadline = time.monotonic() + DEADLINE
     outputs, failures = [], []
     for rank, p in enumerate(procs):
@@ -49,8 +59,9 @@ def run_job(world_size, **env_extra):
         except subprocess.TimeoutExpired:
             p.kill()
             out, _ = p.communicate()
-            failures.append(f"--- rank {rank}: still running after {DEADLINE:.0f} s (killed)\n"
-                            f"{out[-3000:]}")
+            failures.append(
+                f"--- rank {rank}: still running after {DEADLINE:.0f} s (killed)\n{out[-3000:]}"
+            )
             outputs.append(out)
             continue
         outputs.append(out)
@@ -88,13 +99,17 @@ def test_quantised_all_reduce_at_four_ranks():
 def test_c10d_over_a_collops_group():
     """Any ProcessGroup works: here the default group is torch.distributed's "collops" backend
     (lccl underneath), and backend "c10d" rides on it."""
-    outputs = run_job(2, COLLOPS_TEST_GROUP_BACKEND="collops",
-                      COLLOPS_TEST_CASES="all_reduce,all_gather_v,reduce_scatter_v,all_to_allv,"
-                                         "send_recv,p2p_mismatch")
+    outputs = run_job(
+        2,
+        COLLOPS_TEST_GROUP_BACKEND="collops",
+        COLLOPS_TEST_CASES="all_reduce,all_gather_v,reduce_scatter_v,all_to_allv,"
+        "send_recv,p2p_mismatch",
+    )
     assert "rank 1: reduce_scatter_v domain '': PASS" in outputs[1]
 
 
 # ---- the "collops" torch.distributed backend across (pretend) hosts ----------------------------
+
 
 def _with_engine(ctx, body):
     """body(ctx), and the engine the default group ran it on."""
@@ -161,11 +176,22 @@ def _reinit_between_ops(ctx, store_dir):
 
     import collops  # noqa: F401
 
-    param = json.dumps({"rank": ctx.rank, "rankSize": ctx.world_size, "backend": "c10d",
-                        "commDomain": "", "allReduceType": "sum"})
+    param = json.dumps(
+        {
+            "rank": ctx.rank,
+            "rankSize": ctx.world_size,
+            "backend": "c10d",
+            "commDomain": "",
+            "allReduceType": "sum",
+        }
+    )
     for round_ in range(2):
-        dist.init_process_group("gloo", init_method=f"file://{store_dir}/store{round_}",
-                                rank=ctx.rank, world_size=ctx.world_size)
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{store_dir}/store{round_}",
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+        )
         try:
             op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
             assert json.loads(op.set_param(param))["result"] == 0

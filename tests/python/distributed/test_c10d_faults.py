@@ -4,6 +4,7 @@ every later call on the group fails fast instead of starting a new rendezvous th
 whole timeout for the dead rank. On one host (lccl) and on 2 pretend hosts x 2 ranks
 (hierarchical: lccl inside a host, gloo between; there the survivors learn it from lccl, from
 gloo's closed connection, or from a local leader that exited after its own error)."""
+
 import os
 import signal
 import time
@@ -88,19 +89,22 @@ def _killed_beside_a_forked_child(ctx, pid_dir):
 
 def test_a_rank_killed_while_its_forked_child_holds_its_files_is_reported_as_lost(tmp_path):
     with pytest.raises(rank_harness.RankFailure) as failure:
-        run_group_job(3, _killed_beside_a_forked_child, str(tmp_path), timeout=120,
-                      group_timeout=TIMEOUT)
+        run_group_job(
+            3, _killed_beside_a_forked_child, str(tmp_path), timeout=120, group_timeout=TIMEOUT
+        )
     report = str(failure.value)
     assert "1 of 3 process ranks failed" in report, report
     assert "rank 2: killed by signal 9" in report, report
 
 
-@pytest.mark.parametrize("world, hosts", [(3, None), (4, (0, 0, 1, 1))],
-                         ids=["one-host", "pretend-hosts"])
+@pytest.mark.parametrize(
+    "world, hosts", [(3, None), (4, (0, 0, 1, 1))], ids=["one-host", "pretend-hosts"]
+)
 def test_a_killed_rank_is_reported_as_lost_by_every_other_rank(world, hosts):
     with pytest.raises(rank_harness.RankFailure) as failure:
-        run_group_job(world, _killed_mid_collective, hosts, timeout=120, hosts=hosts,
-                      group_timeout=TIMEOUT)
+        run_group_job(
+            world, _killed_mid_collective, hosts, timeout=120, hosts=hosts, group_timeout=TIMEOUT
+        )
     # Only the victim failed: every survivor saw the loss and passed its checks.
     report = str(failure.value)
     assert f"1 of {world} process ranks failed" in report, report

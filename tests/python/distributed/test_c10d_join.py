@@ -1,6 +1,7 @@
 """How the ranks of a "collops" group find each other through torch's Store when the Store keeps
 keys of an earlier attempt (torchrun keeps one Store for every restart of a job): a restarted job
 trains on, a stale token is never taken, and a rank that never joins is named."""
+
 import datetime
 import os
 import subprocess
@@ -27,11 +28,13 @@ def _backend_on(port, rank, world, seconds, delay):
     import collops  # noqa: F401  (registers the backend; loads the factory)
     from collops import _c10d_backend
 
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
-                          timeout=datetime.timedelta(seconds=60))
+    store = dist.TCPStore(
+        "127.0.0.1", port, world, is_master=False, timeout=datetime.timedelta(seconds=60)
+    )
     time.sleep(delay)
-    return _c10d_backend.factory().create_backend(store, rank, world,
-                                                  datetime.timedelta(seconds=seconds))
+    return _c10d_backend.factory().create_backend(
+        store, rank, world, datetime.timedelta(seconds=seconds)
+    )
 
 
 def _all_reduce_after_stale_token(ctx, port):
@@ -46,8 +49,13 @@ def _all_reduce_after_stale_token(ctx, port):
 def _server_with(keys):
     import torch.distributed as dist
 
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                           timeout=datetime.timedelta(seconds=60))
+    server = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=60),
+    )
     for key, value in keys.items():
         server.set(key, value)
     return server
@@ -56,8 +64,12 @@ def _server_with(keys):
 @pytest.mark.parametrize("world", [2, 3])
 def test_a_stale_token_in_the_store_is_not_taken(world):
     server = _server_with({STALE_TOKEN_KEY: "c10d.stale-token-of-a-dead-attempt"})
-    assert rank_harness.run_process_ranks(world, _all_reduce_after_stale_token, server.port,
-                                          timeout=120) == [True] * world
+    assert (
+        rank_harness.run_process_ranks(
+            world, _all_reduce_after_stale_token, server.port, timeout=120
+        )
+        == [True] * world
+    )
 
 
 def _join_or_stay_away(ctx, port, absent):
@@ -82,13 +94,31 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
 
 
 def test_torchrun_restarts_a_job_whose_rank_died(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [PYTHON_DIR, os.environ.get("PYTHONPATH", "")]), COLLOPS_TIMEOUT="30")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([PYTHON_DIR, os.environ.get("PYTHONPATH", "")]),
+        COLLOPS_TIMEOUT="30",
+    )
     # --log-dir: else torchrun leaves a torchelastic_* directory in /tmp.
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc-per-node", "2", "--max-restarts", "1",
-                          "--log-dir", str(tmp_path), RESTARTED_JOB],
-                         env=env, capture_output=True, text=True, timeout=180)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "--log-dir",
+            str(tmp_path),
+            RESTARTED_JOB,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     for rank in (0, 1):
         assert f"rank {rank} attempt 1 done on lccl" in run.stdout, run.stdout + run.stderr
@@ -100,10 +130,17 @@ def _create_then_leave(ctx, port):
     import collops  # noqa: F401  (registers the backend; loads the factory)
     from collops import _c10d_backend
 
-    store = dist.TCPStore("127.0.0.1", port, ctx.world_size, is_master=ctx.rank == 0,
-                          wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
-    backend = _c10d_backend.factory().create_backend(store, ctx.rank, ctx.world_size,
-                                                     datetime.timedelta(seconds=30))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        ctx.world_size,
+        is_master=ctx.rank == 0,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    backend = _c10d_backend.factory().create_backend(
+        store, ctx.rank, ctx.world_size, datetime.timedelta(seconds=30)
+    )
     del backend, store  # rank 0's Store server goes with it: that rank has nothing else to do
     return "created"
 
@@ -118,5 +155,6 @@ def test_the_store_host_may_leave_once_its_group_exists(attempt):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert rank_harness.run_process_ranks(4, _create_then_leave, port,
-                                          timeout=120) == ["created"] * 4
+    assert (
+        rank_harness.run_process_ranks(4, _create_then_leave, port, timeout=120) == ["created"] * 4
+    )

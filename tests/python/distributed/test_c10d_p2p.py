@@ -2,6 +2,7 @@
 at once and complete when waited on, so rings in which every rank sends first
 (batch_isend_irecv, isend then recv) finish instead of timing out, and mismatches raise on both
 sides without poisoning the group."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,11 +18,17 @@ def _rings(ctx):
     rank, world = ctx.rank, ctx.world_size
     right, left = (rank + 1) % world, (rank - 1) % world
     # 0 elements, a few, and 1 MiB (the lccl single-copy path) in several dtypes.
-    for n, dtype in ((0, torch.float32), (5, torch.int64), (1 << 18, torch.float32),
-                     (3000, torch.int8)):
+    for n, dtype in (
+        (0, torch.float32),
+        (5, torch.int64),
+        (1 << 18, torch.float32),
+        (3000, torch.int8),
+    ):
         got = torch.full((n,), -1, dtype=dtype)
-        ops = [dist.P2POp(dist.isend, _message(rank, right, n, dtype), right),
-               dist.P2POp(dist.irecv, got, left)]
+        ops = [
+            dist.P2POp(dist.isend, _message(rank, right, n, dtype), right),
+            dist.P2POp(dist.irecv, got, left),
+        ]
         if rank % 2:
             ops.reverse()
         works = dist.batch_isend_irecv(ops)
@@ -101,8 +108,11 @@ def _mismatch(ctx):
         work = dist.irecv(torch.zeros(4), 0)
     # The engine saw bytes; the message says so, or "20 elements of int8" would puzzle a user who
     # sent 5 float32.
-    with pytest.raises(RuntimeError, match=r"ERROR_RANK_MISMATCH.*rank 0 sends 20 elements"
-                                           r".*the counts are bytes"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ERROR_RANK_MISMATCH.*rank 0 sends 20 elements"
+        r".*the counts are bytes",
+    ):
         work.wait()
     assert work.is_completed() and not work.is_success()
     # The group still works.

@@ -4,6 +4,7 @@ the collops torch.distributed backend across pretend hosts (gloo between them); 
 float16/bfloat16 sums in float32 and divides before its one rounding, so it cannot overflow where
 the average itself fits. Goldens come from torch on each rank; NaNs are compared as bits (the
 canonical quiet NaN that lccl stores)."""
+
 import functools
 import json
 
@@ -13,8 +14,12 @@ import torch.distributed as dist
 from c10d_ranks import run_group_job
 
 NAN = float("nan")
-BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16,
-        torch.bfloat16: torch.int16}
+BITS = {
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
 
 
 def _nan_case(rank, world, n, dtype):
@@ -32,8 +37,12 @@ def _golden(xs, op):
 
 # The canonical quiet NaN that lccl stores for a NaN result (torch's own kernels may give other
 # NaN bits: torch.maximum on float64 gives 0xffffffffffffffff under AVX2).
-CANONICAL_NAN = {torch.float32: 0x7fc00000, torch.float64: 0x7ff8000000000000,
-                 torch.float16: 0x7e00, torch.bfloat16: 0x7fc0}
+CANONICAL_NAN = {
+    torch.float32: 0x7FC00000,
+    torch.float64: 0x7FF8000000000000,
+    torch.float16: 0x7E00,
+    torch.bfloat16: 0x7FC0,
+}
 
 
 def _assert_bits(got, want, what):
@@ -43,17 +52,30 @@ def _assert_bits(got, want, what):
     width = torch.finfo(got.dtype).bits
     mask = (1 << width) - 1
     got_bits = [b & mask for b in got.view(BITS[got.dtype]).tolist()]
-    want_bits = [CANONICAL_NAN[want.dtype] if w != w else b & mask
-                 for w, b in zip(want.tolist(), want.view(BITS[want.dtype]).tolist())]
-    assert got_bits == want_bits, (f"{what}: {[hex(b) for b in got_bits]} != "
-                                   f"{[hex(b) for b in want_bits]}")
+    want_bits = [
+        CANONICAL_NAN[want.dtype] if w != w else b & mask
+        for w, b in zip(want.tolist(), want.view(BITS[want.dtype]).tolist())
+    ]
+    assert got_bits == want_bits, (
+        f"{what}: {[hex(b) for b in got_bits]} != {[hex(b) for b in want_bits]}"
+    )
 
 
 def _operation(ctx, name, **params):
     op = torch.classes.OperationTorch.OperationTorch(name)
-    result = json.loads(op.set_param(json.dumps(
-        {"rank": ctx.rank, "rankSize": ctx.world_size, "backend": "c10d", "commDomain": "",
-         **params})))
+    result = json.loads(
+        op.set_param(
+            json.dumps(
+                {
+                    "rank": ctx.rank,
+                    "rankSize": ctx.world_size,
+                    "backend": "c10d",
+                    "commDomain": "",
+                    **params,
+                }
+            )
+        )
+    )
     assert result["result"] == 0, (name, params, result)
     return op
 
@@ -72,12 +94,18 @@ def _c10d_engine_nans(ctx):
             (y,) = _operation(ctx, "AllReduceOperation", allReduceType=op).execute([xs[rank]])
             _assert_bits(y, want, f"AllReduce {what}")
             (y,) = _operation(ctx, "ReduceScatterOperation", reduceType=op).execute([xs[rank]])
-            _assert_bits(y, want[rank * m:(rank + 1) * m], f"ReduceScatter {what}")
+            _assert_bits(y, want[rank * m : (rank + 1) * m], f"ReduceScatter {what}")
             counts, displs = [m] * world, [j * m for j in range(world)]
             (y,) = _operation(ctx, "ReduceScatterVOperation", reduceType=op).execute(
-                [xs[rank].reshape(-1, 2), longs(counts), longs(displs), longs([m]),
-                 torch.zeros(m // 2, dtype=torch.int8)])
-            _assert_bits(y, want[rank * m:(rank + 1) * m], f"ReduceScatterV {what}")
+                [
+                    xs[rank].reshape(-1, 2),
+                    longs(counts),
+                    longs(displs),
+                    longs([m]),
+                    torch.zeros(m // 2, dtype=torch.int8),
+                ]
+            )
+            _assert_bits(y, want[rank * m : (rank + 1) * m], f"ReduceScatterV {what}")
 
 
 def test_c10d_engine_max_and_min_let_nan_win_over_gloo():
@@ -118,10 +146,14 @@ def _avg(ctx):
 
     # Per rank: each pair's sum overflows the narrow type (float16 max 65504; bfloat16's sum
     # (2 - 2**-8) * 2**127 rounds to inf), while its average fits.
-    big, below = 2.0 ** 127, (1 - 2.0 ** -8) * 2.0 ** 127
-    cases = [(torch.float16, [[60000.0, 40000.0, 1.0, -65504.0, 3.0e-7],
-                              [60000.0, 40000.0, 2.0, -65504.0, 5.0e-7]]),
-             (torch.bfloat16, [[big, -big, 1.0, 7.0], [below, -below, 3.0, 1.0e-30]])]
+    big, below = 2.0**127, (1 - 2.0**-8) * 2.0**127
+    cases = [
+        (
+            torch.float16,
+            [[60000.0, 40000.0, 1.0, -65504.0, 3.0e-7], [60000.0, 40000.0, 2.0, -65504.0, 5.0e-7]],
+        ),
+        (torch.bfloat16, [[big, -big, 1.0, 7.0], [below, -below, 3.0, 1.0e-30]]),
+    ]
     for dtype, values in cases:
         xs = [torch.tensor(values[r], dtype=dtype) for r in range(world)]
         t = xs[rank].clone()
@@ -146,8 +178,11 @@ def test_collops_backend_avg_of_half_types_divides_before_rounding():
 
 def _bitwise(ctx):
     rank, world = ctx.rank, ctx.world_size
-    folds = {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
-             dist.ReduceOp.BXOR: torch.bitwise_xor}
+    folds = {
+        dist.ReduceOp.BAND: torch.bitwise_and,
+        dist.ReduceOp.BOR: torch.bitwise_or,
+        dist.ReduceOp.BXOR: torch.bitwise_xor,
+    }
     g = torch.Generator().manual_seed(7)
     for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool):
         info = torch.iinfo(dtype) if dtype != torch.bool else None
@@ -155,8 +190,12 @@ def _bitwise(ctx):
             if dtype == torch.bool:
                 xs = [torch.randint(0, 2, shape, generator=g).bool() for _ in range(world)]
             else:
-                xs = [torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64)
-                      .to(dtype) for _ in range(world)]
+                xs = [
+                    torch.randint(info.min, info.max, shape, generator=g, dtype=torch.int64).to(
+                        dtype
+                    )
+                    for _ in range(world)
+                ]
             for op, fold in folds.items():
                 t = xs[rank].clone()
                 dist.all_reduce(t, op=op)
@@ -175,9 +214,11 @@ def _bitwise(ctx):
         float_error = None
     # Ranks that disagree (the op, bool against uint8, a gather of the same bytes) must not pair.
     mismatches = []
-    for mine in ({"op": dist.ReduceOp.BOR if rank == 0 else dist.ReduceOp.BAND},
-                 {"dtype": torch.bool if rank == 0 else torch.uint8},
-                 {"gather": rank == 0}):
+    for mine in (
+        {"op": dist.ReduceOp.BOR if rank == 0 else dist.ReduceOp.BAND},
+        {"dtype": torch.bool if rank == 0 else torch.uint8},
+        {"gather": rank == 0},
+    ):
         t = torch.ones(4, dtype=mine.get("dtype", torch.int32))
         try:
             if mine.get("gather"):

@@ -6,6 +6,7 @@ hierarchically: lccl inside a host, gloo between hosts (test_netns_c10d.py does 
 network namespaces).
 
 COLLOPS_TEST_SCHEDULE_SEED / COLLOPS_TEST_SCHEDULE_STEPS replay or lengthen a run (soak)."""
+
 import os
 
 import pytest

@@ -2,6 +2,7 @@
 whose peer never makes the matching call gets ERROR_TIMEOUT after that timeout, naming the peer
 and where the bound came from. Without timeout= (torch's 30-minute default), COLLOPS_TIMEOUT
 stays in charge."""
+
 import os
 import time
 
@@ -37,14 +38,23 @@ def _missed_call(ctx, timeout, collops_timeout, done_path):
     raise AssertionError("all_reduce without its peer returned")
 
 
-@pytest.mark.parametrize("timeout, collops_timeout, source", [
-    (3, 60, "the caller's timeout"),  # init_process_group's timeout wins over COLLOPS_TIMEOUT
-    (None, 3, "COLLOPS_TIMEOUT"),  # torch's default leaves COLLOPS_TIMEOUT in charge
-])
-def test_a_missed_call_fails_after_the_groups_timeout(timeout, collops_timeout, source,
-                                                       tmp_path):
-    results = run_group_job(2, _missed_call, timeout, collops_timeout, str(tmp_path / "done"),
-                            timeout=120, group_timeout=timeout)
+@pytest.mark.parametrize(
+    "timeout, collops_timeout, source",
+    [
+        (3, 60, "the caller's timeout"),  # init_process_group's timeout wins over COLLOPS_TIMEOUT
+        (None, 3, "COLLOPS_TIMEOUT"),  # torch's default leaves COLLOPS_TIMEOUT in charge
+    ],
+)
+def test_a_missed_call_fails_after_the_groups_timeout(timeout, collops_timeout, source, tmp_path):
+    results = run_group_job(
+        2,
+        _missed_call,
+        timeout,
+        collops_timeout,
+        str(tmp_path / "done"),
+        timeout=120,
+        group_timeout=timeout,
+    )
     elapsed, message = results[0]
     assert 2.5 <= elapsed < 15, (elapsed, message)
     assert "ERROR_TIMEOUT" in message and "rank 1" in message and source in message, message

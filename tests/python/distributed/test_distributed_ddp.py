@@ -1,5 +1,6 @@
 """DDP over "cpu:collops" trains exactly like DDP over gloo: same seed, same data, parameters
 allclose after every step."""
+
 import torch
 import torch.distributed as dist
 
@@ -19,8 +20,10 @@ def _job(ctx):
 
     gloo = dist.new_group(backend="gloo")
     # Small buckets, so several allreduces per step go through the comm hook's futures.
-    nets = {name: DDP(_model(), process_group=pg, bucket_cap_mb=0.0005)
-            for name, pg in (("collops", None), ("gloo", gloo))}
+    nets = {
+        name: DDP(_model(), process_group=pg, bucket_cap_mb=0.0005)
+        for name, pg in (("collops", None), ("gloo", gloo))
+    }
     compared = train_side_by_side(ctx.rank, nets, STEPS, ((16, 8), (16, 4)), lr=0.1)
     # Gradients were really averaged: both ranks hold identical parameters.
     flat = torch.cat([p.detach().reshape(-1) for p in nets["collops"].parameters()])

@@ -2,6 +2,7 @@
 seed, same data, full parameters equal after every step, in float32 and with bfloat16
 all-gathers (MixedPrecisionPolicy). 3 ranks and layer widths that do not divide by 3, so shards
 are padded and uneven."""
+
 import torch
 import torch.distributed as dist
 
@@ -19,8 +20,11 @@ def _model():
 def _sharded(mesh, mixed):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if mixed else MixedPrecisionPolicy())
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if mixed
+        else MixedPrecisionPolicy()
+    )
     model = _model()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
@@ -32,15 +36,20 @@ def _job(ctx, mixed):
     from torch.distributed.device_mesh import DeviceMesh
 
     gloo = dist.new_group(backend="gloo")
-    meshes = {"collops": DeviceMesh.from_group(dist.group.WORLD, "cpu"),
-              "gloo": DeviceMesh.from_group(gloo, "cpu")}
+    meshes = {
+        "collops": DeviceMesh.from_group(dist.group.WORLD, "cpu"),
+        "gloo": DeviceMesh.from_group(gloo, "cpu"),
+    }
     nets = {name: _sharded(mesh, mixed) for name, mesh in meshes.items()}
-    compared = train_side_by_side(ctx.rank, nets, STEPS, ((6, 10), (6, 5)), lr=0.05,
-                                  full=lambda p: p.full_tensor())
+    compared = train_side_by_side(
+        ctx.rank, nets, STEPS, ((6, 10), (6, 5)), lr=0.05, full=lambda p: p.full_tensor()
+    )
     # The parameters moved: training happened, not a no-op that leaves both equal.
     start = _model()
-    moved = [not torch.equal(p.full_tensor(), q)
-             for p, q in zip(nets["collops"].parameters(), start.parameters())]
+    moved = [
+        not torch.equal(p.full_tensor(), q)
+        for p, q in zip(nets["collops"].parameters(), start.parameters())
+    ]
     assert all(moved), moved
     return compared
 

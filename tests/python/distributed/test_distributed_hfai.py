@@ -1,6 +1,7 @@
 """collops.distributed (hfai.distributed's API): hfai's documented examples
 (examples/python/hfai_distributed.py) reproduced exactly, uneven tensor helpers, pairwise_apply
 with differing shapes, and the Store-backed object collectives."""
+
 import torch
 import torch.distributed as dist
 
@@ -53,13 +54,15 @@ def _four_ranks(ctx):
     splits = [r + 1 for r in range(world)]
     gathered = torch.empty(sum(splits), 2)
     cdist.all_gather_into_tensor_uneven(gathered, torch.full((rank + 1, 2), float(rank)), splits)
-    assert torch.equal(gathered, torch.cat([torch.full((r + 1, 2), float(r))
-                                            for r in range(world)]))
+    assert torch.equal(
+        gathered, torch.cat([torch.full((r + 1, 2), float(r)) for r in range(world)])
+    )
     part = torch.empty(rank + 1, 2)
-    cdist.reduce_scatter_tensor_uneven(part, torch.arange(sum(splits) * 2.0).view(-1, 2), splits,
-                                       op=dist.ReduceOp.MAX)
+    cdist.reduce_scatter_tensor_uneven(
+        part, torch.arange(sum(splits) * 2.0).view(-1, 2), splits, op=dist.ReduceOp.MAX
+    )
     start = sum(splits[:rank])
-    assert torch.equal(part, torch.arange(sum(splits) * 2.0).view(-1, 2)[start:start + rank + 1])
+    assert torch.equal(part, torch.arange(sum(splits) * 2.0).view(-1, 2)[start : start + rank + 1])
     even = torch.empty(2)
     cdist.reduce_scatter_tensor_uneven(even, torch.ones(2 * world))
     assert torch.equal(even, torch.full((2,), float(world)))
@@ -75,8 +78,11 @@ def _four_ranks(ctx):
         assert gl == [("rank", r) for r in range(world)]
     cdist.barrier()
     try:
-        cdist.all_gather([torch.empty(1), torch.empty(2), torch.empty(1), torch.empty(1)],
-                         torch.empty(1 if rank != 1 else 2), async_op=True)
+        cdist.all_gather(
+            [torch.empty(1), torch.empty(2), torch.empty(1), torch.empty(1)],
+            torch.empty(1 if rank != 1 else 2),
+            async_op=True,
+        )
     except ValueError as e:
         assert "equal sizes" in str(e)
     else:
@@ -87,8 +93,7 @@ def _four_ranks(ctx):
 def test_four_ranks_pairwise_uneven_and_objects():
     results = run_group_job(4, _four_ranks)
     # As hfai documents: rank r gets [r, r+1, r+2, r+3].
-    assert [r["pairwise"] for r in results] == [[float(r + j) for j in range(4)]
-                                               for r in range(4)]
+    assert [r["pairwise"] for r in results] == [[float(r + j) for j in range(4)] for r in range(4)]
 
 
 def _torch_npu_uneven(ctx):
@@ -106,8 +111,12 @@ def _torch_npu_uneven(ctx):
     inputs = [torch.tensor([1, 2], dtype=torch.int32), torch.tensor([4, 5, 6], dtype=torch.int32)]
     gold = torch.cat(inputs)
     out = torch.zeros(sum(splits), dtype=torch.int32)
-    assert npu_dist.all_gather_into_tensor_uneven(out, inputs[rank], output_split_sizes=splits,
-                                                  async_op=False) is None
+    assert (
+        npu_dist.all_gather_into_tensor_uneven(
+            out, inputs[rank], output_split_sizes=splits, async_op=False
+        )
+        is None
+    )
     assert torch.equal(out, gold), out
     out = torch.zeros(sum(splits), dtype=torch.int32)
     work = cdist.all_gather_into_tensor_uneven(out, inputs[rank], splits, None, True)
@@ -119,13 +128,17 @@ def _torch_npu_uneven(ctx):
     summed = torch.arange(5.0) * sum(r + 1 for r in range(world))
     start = sum(splits[:rank])
     part = torch.empty(splits[rank])
-    assert npu_dist.reduce_scatter_tensor_uneven(part, x, input_split_sizes=splits,
-                                                 op=dist.ReduceOp.SUM, async_op=False) is None
-    assert torch.equal(part, summed[start:start + splits[rank]]), part
+    assert (
+        npu_dist.reduce_scatter_tensor_uneven(
+            part, x, input_split_sizes=splits, op=dist.ReduceOp.SUM, async_op=False
+        )
+        is None
+    )
+    assert torch.equal(part, summed[start : start + splits[rank]]), part
     part = torch.empty(splits[rank])
     work = cdist.reduce_scatter_tensor_uneven(part, x, splits, dist.ReduceOp.MAX, None, True)
     assert work.wait()
-    assert torch.equal(part, (torch.arange(5.0) * world)[start:start + splits[rank]]), part
+    assert torch.equal(part, (torch.arange(5.0) * world)[start : start + splits[rank]]), part
     return "ok"
 
 

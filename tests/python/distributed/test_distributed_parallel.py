@@ -3,6 +3,7 @@
 the tensor-parallel MLP trains step for step like its unsplit copy, eager and compiled without a
 graph break, and a two-stage GPipe schedule returns the unsplit model's output, loss and gradients.
 """
+
 import torch
 import torch.distributed as dist
 
@@ -19,8 +20,11 @@ def _mlp():
 
 
 def _tensor_parallel(mesh):
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     return parallelize_module(_mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
 
@@ -77,8 +81,11 @@ def _pipeline_job(ctx):
     whole = torch.nn.Sequential(*_stages())
     mine = stages[ctx.rank]
     stage = PipelineStage(mine, ctx.rank, ctx.world_size, torch.device("cpu"))
-    schedule = ScheduleGPipe(stage, n_microbatches=4,
-                             loss_fn=lambda out, target: torch.nn.functional.mse_loss(out, target))
+    schedule = ScheduleGPipe(
+        stage,
+        n_microbatches=4,
+        loss_fn=lambda out, target: torch.nn.functional.mse_loss(out, target),
+    )
     data = torch.Generator().manual_seed(7)
     x, y = torch.randn(8, 8, generator=data), torch.randn(8, 3, generator=data)
     if ctx.rank == 0:
@@ -88,8 +95,9 @@ def _pipeline_job(ctx):
         out = schedule.step(target=y, losses=losses)
         torch.testing.assert_close(out, whole(x), rtol=1e-5, atol=1e-6)
         # GPipe's loss per microbatch of 2 rows; their mean is the whole batch's loss.
-        expected = [torch.nn.functional.mse_loss(whole(xm), ym)
-                    for xm, ym in zip(x.chunk(4), y.chunk(4))]
+        expected = [
+            torch.nn.functional.mse_loss(whole(xm), ym) for xm, ym in zip(x.chunk(4), y.chunk(4))
+        ]
         torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
     # The schedule divides the summed microbatch gradients by their number (scale_grads): for
     # equal microbatches, the gradients of the whole batch's mean loss.

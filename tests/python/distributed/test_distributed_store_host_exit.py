@@ -1,6 +1,7 @@
 """A program may end right after any collops.distributed object collective: rank 0, whose process
 hosts the TCPStore, returns and exits while its peer is still slow, and the peer still succeeds
 (its last Store call of the round happened before rank 0 returned)."""
+
 import os
 import time
 
@@ -80,10 +81,12 @@ def _one_program(ctx, what, port_file):
     return True
 
 
-@pytest.mark.parametrize("what", ["barrier", "broadcast from 0", "broadcast from 1",
-                                  "gather to 0", "gather to 1"])
+@pytest.mark.parametrize(
+    "what", ["barrier", "broadcast from 0", "broadcast from 1", "gather to 0", "gather to 1"]
+)
 def test_rank_0_ends_its_program_right_after_an_object_collective(what, tmp_path):
     for round_ in range(ROUNDS):
         port_file = str(tmp_path / f"port-{round_}")
-        assert all(rank_harness.run_process_ranks(WORLD, _one_program, what, port_file,
-                                                  timeout=120))
+        assert all(
+            rank_harness.run_process_ranks(WORLD, _one_program, what, port_file, timeout=120)
+        )

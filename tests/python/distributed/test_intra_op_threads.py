@@ -6,6 +6,7 @@ waits for that rank: milliseconds per call instead of microseconds. Like torchru
 c10d backend and OperationTorch lower each rank's intra-op threads to CPUs / ranks on the host,
 unless OMP_NUM_THREADS says otherwise or a launcher pinned the rank to part of the CPUs.
 """
+
 import functools
 import os
 
@@ -63,8 +64,7 @@ def _operation_torch(ctx):
 
 
 def _run_c10d(**prepare):
-    return run_group_job(WORLD, _in_c10d_group,
-                         before_init=functools.partial(_prepare, **prepare))
+    return run_group_job(WORLD, _in_c10d_group, before_init=functools.partial(_prepare, **prepare))
 
 
 def test_c10d_group_shares_the_cpus_between_its_ranks():

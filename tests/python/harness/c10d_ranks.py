@@ -1,6 +1,7 @@
 """Process-group set-up shared by the torch.distributed tests (test_c10d_*, test_compile_*,
 test_distributed_*): every rank runs under rank_harness.run_process_ranks (deadline, every exit
 code checked) and joins one FileStore-backed default group, so tests never race for a TCP port."""
+
 import os
 import tempfile
 import time
@@ -8,8 +9,16 @@ import time
 import rank_harness
 
 
-def run_group_job(world_size, fn, *args, backend="collops", timeout=None, hosts=None,
-                  group_timeout=None, before_init=None):
+def run_group_job(
+    world_size,
+    fn,
+    *args,
+    backend="collops",
+    timeout=None,
+    hosts=None,
+    group_timeout=None,
+    before_init=None,
+):
     """Runs fn(ctx, *args) on `world_size` spawned ranks inside an initialised default group.
 
     hosts: rank r joins as if it ran on pretend host hosts[r] (COLLOPS_HOST_ID), so a "collops"
@@ -19,8 +28,18 @@ def run_group_job(world_size, fn, *args, backend="collops", timeout=None, hosts=
     store = os.path.join(tempfile.gettempdir(), f"collops-store-{os.getpid()}-{time.time_ns()}")
     kwargs = {} if timeout is None else {"timeout": timeout}
     try:
-        return rank_harness.run_process_ranks(world_size, _in_group, fn, backend, store, args,
-                                              hosts, group_timeout, before_init, **kwargs)
+        return rank_harness.run_process_ranks(
+            world_size,
+            _in_group,
+            fn,
+            backend,
+            store,
+            args,
+            hosts,
+            group_timeout,
+            before_init,
+            **kwargs,
+        )
     finally:
         if os.path.exists(store):
             os.remove(store)
@@ -35,12 +54,12 @@ def _in_group(ctx, fn, backend, store, args, hosts, group_timeout, before_init):
 
     if hosts is not None:
         os.environ["COLLOPS_HOST_ID"] = f"pretend-host-{hosts[ctx.rank]}"
-    kwargs = ({} if group_timeout is None
-              else {"timeout": datetime.timedelta(seconds=group_timeout)})
+    kwargs = {} if group_timeout is None else {"timeout": datetime.timedelta(seconds=group_timeout)}
     if before_init is not None:
         before_init(ctx)
-    dist.init_process_group(backend, init_method=f"file://{store}", rank=ctx.rank,
-                            world_size=ctx.world_size, **kwargs)
+    dist.init_process_group(
+        backend, init_method=f"file://{store}", rank=ctx.rank, world_size=ctx.world_size, **kwargs
+    )
     try:
         return fn(ctx, *args)
     finally:

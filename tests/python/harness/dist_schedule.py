@@ -17,6 +17,7 @@ Guards and gaps around each tensor must come back untouched.
 The C++ twin is tests/cpp/random_schedule.cpp (communicator level); this one covers what only
 the binding does: strided and aliased tensors, lists, complex and bool, async Work, sub-groups.
 """
+
 import math
 import os
 import random
@@ -24,15 +25,42 @@ import random
 import torch
 import torch.distributed as dist
 
-REDUCIBLE = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.float16,
-             torch.bfloat16, torch.float32, torch.float64)
+REDUCIBLE = (
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+)
 MOVABLE = REDUCIBLE + (torch.bool, torch.complex64, torch.complex128)
-OPS = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX,
-       dist.ReduceOp.AVG)
+OPS = (
+    dist.ReduceOp.SUM,
+    dist.ReduceOp.PRODUCT,
+    dist.ReduceOp.MIN,
+    dist.ReduceOp.MAX,
+    dist.ReduceOp.AVG,
+)
 LAYOUTS = ("contiguous", "transposed", "strided", "window", "shared")
-KINDS = ("all_reduce", "all_gather", "all_gather_single", "reduce_scatter",
-         "reduce_scatter_single", "all_to_all_single", "all_to_all", "broadcast", "reduce",
-         "gather", "scatter", "p2p", "objects", "barrier")
+KINDS = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "all_to_all_single",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "p2p",
+    "objects",
+    "barrier",
+)
 _GUARD = 5
 
 
@@ -54,6 +82,7 @@ class _Placed:
         self.base = None
         if layout == "shared" and group is not None:
             import collops.distributed as cdist
+
             self.tensor = cdist.empty_shared(tuple(shape), dtype, group=group)
             self.tensor.fill_(_sentinel(dtype))
         elif layout == "transposed" and len(shape) == 2:
@@ -63,7 +92,7 @@ class _Placed:
             self.tensor = self.base[1::2][:n].view(shape) if n else self.base[:0].view(shape)
         elif layout == "window":
             self.base = torch.full((n + 2 * _GUARD,), _sentinel(dtype), dtype=dtype)
-            self.tensor = self.base[_GUARD:_GUARD + n].view(shape)
+            self.tensor = self.base[_GUARD : _GUARD + n].view(shape)
         else:
             self.tensor = torch.full(tuple(shape), _sentinel(dtype), dtype=dtype)
         self.before = None if self.base is None else self.base.clone()
@@ -73,8 +102,11 @@ class _Placed:
         if self.base is None:
             return True
         inside = torch.zeros_like(self.base, dtype=torch.bool)
-        inside.as_strided(self.tensor.shape, self.tensor.stride(),
-                          self.tensor.storage_offset() - self.base.storage_offset()).fill_(True)
+        inside.as_strided(
+            self.tensor.shape,
+            self.tensor.stride(),
+            self.tensor.storage_offset() - self.base.storage_offset(),
+        ).fill_(True)
         return torch.equal(self.base[~inside], self.before[~inside])
 
 
@@ -153,13 +185,16 @@ class Schedule:
     # ---- checks
     def expect(self, what, got, want, placed=None):
         if got.dtype != want.dtype or got.shape != want.shape:
-            raise AssertionError(f"{what}: got {got.dtype} {tuple(got.shape)}, "
-                                 f"want {want.dtype} {tuple(want.shape)}")
+            raise AssertionError(
+                f"{what}: got {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}"
+            )
         if not torch.equal(got, want):
             diff = (got != want).reshape(-1).nonzero()
             i = int(diff[0]) if len(diff) else -1
-            raise AssertionError(f"{what}: {len(diff)} elements differ, first [{i}] got "
-                                 f"{got.reshape(-1)[i].item()} want {want.reshape(-1)[i].item()}")
+            raise AssertionError(
+                f"{what}: {len(diff)} elements differ, first [{i}] got "
+                f"{got.reshape(-1)[i].item()} want {want.reshape(-1)[i].item()}"
+            )
         for p in placed or ():
             if not p.untouched_outside():
                 raise AssertionError(f"{what}: wrote outside its tensor (guards or gaps changed)")
@@ -212,19 +247,24 @@ class Schedule:
         return dtype, self.shared.choice(OPS if dtype.is_floating_point else OPS[:4])
 
     def _data(self, r, shape, dtype, op=None, tag=0):
-        return self.values(self.step, self.members[r], shape, dtype, tag,
-                           for_prod=op == dist.ReduceOp.PRODUCT)
+        return self.values(
+            self.step, self.members[r], shape, dtype, tag, for_prod=op == dist.ReduceOp.PRODUCT
+        )
 
     def _all_reduce(self, what, group):
         dtype, op = self._reduction()
         shape, layout = self._shape(self._count()), self._layout()
         p = _Placed(shape, dtype, layout, group)
         p.tensor.copy_(self._data(self._me(), shape, dtype, op))
-        want = self.fold([self._data(r, shape, dtype, op) for r in range(len(self.members))],
-                         op, dtype)
+        want = self.fold(
+            [self._data(r, shape, dtype, op) for r in range(len(self.members))], op, dtype
+        )
         work = dist.all_reduce(p.tensor, op=op, group=group, async_op=self._async())
-        self.done(what, work, lambda: self.expect(f"{what} {dtype} {op} {layout} {shape}",
-                                                  p.tensor, want, [p]))
+        self.done(
+            what,
+            work,
+            lambda: self.expect(f"{what} {dtype} {op} {layout} {shape}", p.tensor, want, [p]),
+        )
 
     def _all_gather(self, what, group):
         dtype = self.shared.choice(MOVABLE)
@@ -242,15 +282,20 @@ class Schedule:
         out = torch.full((world, n) if stacked else (world * n,), _sentinel(dtype), dtype=dtype)
         mine = self._data(me, (n,), dtype)
         if in_place:
-            inp = out[me] if stacked else out[me * n:(me + 1) * n]
+            inp = out[me] if stacked else out[me * n : (me + 1) * n]
             inp.copy_(mine)
         else:
             inp = mine
         work = dist.all_gather_single(out, inp, group=group, async_op=self._async())
         want = torch.stack([self._data(r, (n,), dtype) for r in range(world)])
         want = want if stacked else want.view(-1)
-        self.done(what, work, lambda: self.expect(
-            f"{what} {dtype} n={n} stacked={stacked} in_place={in_place}", out, want))
+        self.done(
+            what,
+            work,
+            lambda: self.expect(
+                f"{what} {dtype} n={n} stacked={stacked} in_place={in_place}", out, want
+            ),
+        )
 
     def _reduce_scatter(self, what, group):
         dtype, op = self._reduction()
@@ -259,8 +304,9 @@ class Schedule:
         out = _Placed(shapes[me], dtype, self._layout(), group)
         ins = [self._data(me, shapes[j], dtype, op, tag=j) for j in range(world)]
         dist.reduce_scatter(out.tensor, ins, op=op, group=group)
-        want = self.fold([self._data(r, shapes[me], dtype, op, tag=me) for r in range(world)],
-                         op, dtype)
+        want = self.fold(
+            [self._data(r, shapes[me], dtype, op, tag=me) for r in range(world)], op, dtype
+        )
         self.expect(f"{what} {dtype} {op} {shapes}", out.tensor, want, [out])
 
     def _reduce_scatter_single(self, what, group):
@@ -268,18 +314,27 @@ class Schedule:
         n, world, me = self._count(), len(self.members), self._me()
         in_place = self.shared.random() < 0.4
         inp = self._data(me, (world * n,), dtype, op)
-        out = inp[me * n:(me + 1) * n] if in_place else torch.full((n,), _sentinel(dtype),
-                                                                   dtype=dtype)
+        out = (
+            inp[me * n : (me + 1) * n]
+            if in_place
+            else torch.full((n,), _sentinel(dtype), dtype=dtype)
+        )
         work = dist.reduce_scatter_single(out, inp, op=op, group=group, async_op=self._async())
-        want = self.fold([self._data(r, (world * n,), dtype, op) for r in range(world)], op,
-                         dtype)[me * n:(me + 1) * n]
-        self.done(what, work, lambda: self.expect(
-            f"{what} {dtype} {op} n={n} in_place={in_place}", out, want))
+        want = self.fold([self._data(r, (world * n,), dtype, op) for r in range(world)], op, dtype)[
+            me * n : (me + 1) * n
+        ]
+        self.done(
+            what,
+            work,
+            lambda: self.expect(f"{what} {dtype} {op} n={n} in_place={in_place}", out, want),
+        )
 
     def _split_matrix(self, world):
         """rows[i][j]: rows member i sends to member j (the same matrix on every rank)."""
-        return [[self._count() // 3 if self.shared.random() < 0.8 else 0 for _ in range(world)]
-                for _ in range(world)]
+        return [
+            [self._count() // 3 if self.shared.random() < 0.8 else 0 for _ in range(world)]
+            for _ in range(world)
+        ]
 
     def _all_to_all_single(self, what, group):
         dtype = self.shared.choice(MOVABLE)
@@ -290,15 +345,23 @@ class Schedule:
         if even:
             rows = [[rows[0][0]] * world for _ in range(world)]
         sent = [self._data(r, (sum(rows[r]), width), dtype) for r in range(world)]
-        out = _Placed((sum(rows[j][me] for j in range(world)), width), dtype, self._layout(),
-                      group)
+        out = _Placed((sum(rows[j][me] for j in range(world)), width), dtype, self._layout(), group)
         work = dist.all_to_all_single(
-            out.tensor, sent[me], None if even else [rows[j][me] for j in range(world)],
-            None if even else rows[me], group=group, async_op=self._async())
-        want = torch.cat([sent[j][sum(rows[j][:me]):sum(rows[j][:me + 1])]
-                          for j in range(world)])
-        self.done(what, work, lambda: self.expect(f"{what} {dtype} rows {rows} even={even}",
-                                                  out.tensor, want, [out]))
+            out.tensor,
+            sent[me],
+            None if even else [rows[j][me] for j in range(world)],
+            None if even else rows[me],
+            group=group,
+            async_op=self._async(),
+        )
+        want = torch.cat(
+            [sent[j][sum(rows[j][:me]) : sum(rows[j][: me + 1])] for j in range(world)]
+        )
+        self.done(
+            what,
+            work,
+            lambda: self.expect(f"{what} {dtype} rows {rows} even={even}", out.tensor, want, [out]),
+        )
 
     def _all_to_all(self, what, group):
         dtype = self.shared.choice(MOVABLE)
@@ -308,8 +371,12 @@ class Schedule:
         ins = [self._data(me, (counts[me][j],), dtype, tag=j) for j in range(world)]
         dist.all_to_all([o.tensor for o in outs], ins, group=group)
         for j, o in enumerate(outs):
-            self.expect(f"{what} {dtype} from {j} counts {counts}", o.tensor,
-                        self._data(j, (counts[j][me],), dtype, tag=me), [o])
+            self.expect(
+                f"{what} {dtype} from {j} counts {counts}",
+                o.tensor,
+                self._data(j, (counts[j][me],), dtype, tag=me),
+                [o],
+            )
 
     @staticmethod
     def _global(group, r):
@@ -327,8 +394,11 @@ class Schedule:
         p.tensor.copy_(self._data(self._me(), shape, dtype))
         work = dist.broadcast(p.tensor, src=root[1], group=group, async_op=self._async())
         want = self._data(root[0], shape, dtype)
-        self.done(what, work, lambda: self.expect(f"{what} {dtype} {shape} root {root[0]}",
-                                                  p.tensor, want, [p]))
+        self.done(
+            what,
+            work,
+            lambda: self.expect(f"{what} {dtype} {shape} root {root[0]}", p.tensor, want, [p]),
+        )
 
     def _reduce(self, what, group):
         dtype, op = self._reduction()
@@ -339,8 +409,9 @@ class Schedule:
         dist.reduce(p.tensor, dst=root[1], op=op, group=group)
         want = mine
         if self._me() == root[0]:
-            want = self.fold([self._data(r, shape, dtype, op) for r in range(len(self.members))],
-                             op, dtype)
+            want = self.fold(
+                [self._data(r, shape, dtype, op) for r in range(len(self.members))], op, dtype
+            )
         self.expect(f"{what} {dtype} {op} root {root[0]}", p.tensor, want, [p])
 
     def _gather(self, what, group):
@@ -348,12 +419,15 @@ class Schedule:
         shape, root = self._shape(self._count()), self._root(group)
         world, me = len(self.members), self._me()
         outs = [_Placed(shape, dtype, self._layout(), group) for _ in range(world)]
-        dist.gather(self._data(me, shape, dtype), [o.tensor for o in outs] if me == root[0]
-                    else None, dst=root[1], group=group)
+        dist.gather(
+            self._data(me, shape, dtype),
+            [o.tensor for o in outs] if me == root[0] else None,
+            dst=root[1],
+            group=group,
+        )
         if me == root[0]:
             for r, o in enumerate(outs):
-                self.expect(f"{what} {dtype} from {r}", o.tensor, self._data(r, shape, dtype),
-                            [o])
+                self.expect(f"{what} {dtype} from {r}", o.tensor, self._data(r, shape, dtype), [o])
 
     def _scatter(self, what, group):
         dtype = self.shared.choice(MOVABLE)
@@ -375,20 +449,34 @@ class Schedule:
         dtype = self.shared.choice(MOVABLE)
         source = perm.index(me)
         got = _Placed((sizes[source],), dtype, self._layout(), group)
-        ops = [dist.P2POp(dist.isend, self._data(me, (sizes[me],), dtype),
-                          self._global(group, perm[me]), group),
-               dist.P2POp(dist.irecv, got.tensor, self._global(group, source), group)]
+        ops = [
+            dist.P2POp(
+                dist.isend,
+                self._data(me, (sizes[me],), dtype),
+                self._global(group, perm[me]),
+                group,
+            ),
+            dist.P2POp(dist.irecv, got.tensor, self._global(group, source), group),
+        ]
         if self.shared.random() < 0.5:
             ops.reverse()
         for work in dist.batch_isend_irecv(ops):
             work.wait()
-        self.expect(f"{what} {dtype} from {source} perm {perm}", got.tensor,
-                    self._data(source, (sizes[source],), dtype), [got])
+        self.expect(
+            f"{what} {dtype} from {source} perm {perm}",
+            got.tensor,
+            self._data(source, (sizes[source],), dtype),
+            [got],
+        )
 
     def _object(self, r, tag):
         """A picklable object of member r, its size drawn per member (pickles differ in length)."""
-        return {"member": r, "step": self.step, "tag": tag,
-                "payload": [self.members[r]] * self.lengths[r]}
+        return {
+            "member": r,
+            "step": self.step,
+            "tag": tag,
+            "payload": [self.members[r]] * self.lengths[r],
+        }
 
     def _objects(self, what, group):
         world, me = len(self.members), self._me()
@@ -405,8 +493,12 @@ class Schedule:
         if me == root[0]:
             assert into == [self._object(r, "gather") for r in range(world)], f"{what} gather"
         out = [None]
-        dist.scatter_object_list(out, [self._object(j, "scatter") for j in range(world)]
-                                 if me == root[0] else None, src=root[1], group=group)
+        dist.scatter_object_list(
+            out,
+            [self._object(j, "scatter") for j in range(world)] if me == root[0] else None,
+            src=root[1],
+            group=group,
+        )
         assert out == [self._object(me, "scatter")], f"{what} scatter_object_list"
 
     def _barrier(self, what, group):

@@ -7,21 +7,34 @@ golden output independently with torch, not with collops -- runs the operation t
 reductions pass when |a - g| <= thr * max(1, |g|) (thr float16 2^-8, bfloat16 2^-7, float32 2^-11,
 integers exact): a reduction's rounding error grows with the dtype's unit roundoff.
 """
+
 import json
 import os
 import zlib
 
 import torch
 
-REDUCIBLE = [torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-             torch.float32]
+REDUCIBLE = [
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+]
 MOVABLE = REDUCIBLE + [torch.uint8, torch.float64, torch.bool]
 REDUCE_TYPES = ["sum", "prod", "max", "min"]
-THRESHOLDS = {torch.float16: 2.0 ** -8, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -11,
-              torch.float64: 2.0 ** -30}
+THRESHOLDS = {
+    torch.float16: 2.0**-8,
+    torch.bfloat16: 2.0**-7,
+    torch.float32: 2.0**-11,
+    torch.float64: 2.0**-30,
+}
 
 
 # ---- building blocks ----------------------------------------------------------------------------
+
 
 def make_op(name, param):
     """An OperationTorch for `name` with `param` (JSON text) set; asserts set_param succeeded."""
@@ -41,8 +54,9 @@ def generator(*key):
     """A torch.Generator seeded from `key`, identical on every rank that asks with the same key."""
     seed = 0
     for k in key:  # zlib.crc32, not hash(): str hashes differ between processes
-        seed = (seed * 1000003 + (zlib.crc32(k.encode()) if isinstance(k, str) else int(k))) \
-            % (2 ** 61)
+        seed = (seed * 1000003 + (zlib.crc32(k.encode()) if isinstance(k, str) else int(k))) % (
+            2**61
+        )
     return torch.Generator().manual_seed(seed)
 
 
@@ -65,8 +79,9 @@ def counts(*values):
 
 def reduce_golden(tensors, reduce_type, dtype):
     """Reduces in float64 (integers in int64, exact for the small test values), rounds once."""
-    wide = torch.stack([t.to(torch.float64 if dtype.is_floating_point else torch.int64)
-                        for t in tensors])
+    wide = torch.stack(
+        [t.to(torch.float64 if dtype.is_floating_point else torch.int64) for t in tensors]
+    )
     if reduce_type == "sum":
         out = wide.sum(0)
     elif reduce_type == "prod":
@@ -81,8 +96,9 @@ def reduce_golden(tensors, reduce_type, dtype):
 def assert_equal(out, golden, what):
     """Exact match, dtype and shape included."""
     assert out.dtype == golden.dtype, f"{what}: dtype {out.dtype}, expected {golden.dtype}"
-    assert tuple(out.shape) == tuple(golden.shape), \
+    assert tuple(out.shape) == tuple(golden.shape), (
         f"{what}: shape {tuple(out.shape)}, expected {tuple(golden.shape)}"
+    )
     assert torch.equal(out, golden), f"{what}:\n got      {out}\n expected {golden}"
 
 
@@ -91,14 +107,16 @@ def assert_reduced(out, golden, what):
     if not golden.dtype.is_floating_point:
         assert_equal(out, golden, what)
         return
-    assert out.dtype == golden.dtype and tuple(out.shape) == tuple(golden.shape), \
+    assert out.dtype == golden.dtype and tuple(out.shape) == tuple(golden.shape), (
         f"{what}: got {out.dtype} {tuple(out.shape)}, expected {golden.dtype} {tuple(golden.shape)}"
+    )
     a, g = out.to(torch.float64), golden.to(torch.float64)
     bad = (a - g).abs() > THRESHOLDS[golden.dtype] * g.abs().clamp(min=1.0)
     assert not bool(bad.any()), f"{what}:\n got      {out}\n expected {golden}"
 
 
 # ---- one case per operation ---------------------------------------------------------------------
+
 
 def case_all_reduce(ctx, seed):
     """AllReduce: every reduce type x every reducible dtype, two shapes."""
@@ -108,8 +126,11 @@ def case_all_reduce(ctx, seed):
             for shape in [(3, 5), (1031,)]:
                 xs = [rank_tensor(seed, r, shape, dtype) for r in range(ctx.world_size)]
                 (y,) = op.execute([xs[ctx.rank]])
-                assert_reduced(y, reduce_golden(xs, reduce_type, dtype),
-                               f"{ctx} AllReduce {reduce_type} {dtype} {shape}")
+                assert_reduced(
+                    y,
+                    reduce_golden(xs, reduce_type, dtype),
+                    f"{ctx} AllReduce {reduce_type} {dtype} {shape}",
+                )
 
 
 def case_all_gather(ctx, seed):
@@ -144,13 +165,18 @@ def case_all_gather_v(ctx, seed):
         xs = [rank_tensor(seed, r, (9, 2), dtype) for r in range(ctx.world_size)]
         golden = torch.zeros(rows * 2, dtype=dtype)
         for i in range(ctx.world_size):
-            golden[rdispls[i]:rdispls[i] + send[i]] = xs[i].flatten()[:send[i]]
+            golden[rdispls[i] : rdispls[i] + send[i]] = xs[i].flatten()[: send[i]]
         golden = golden.reshape(rows, 2)
         op = make_op("AllGatherVOperation", ctx.param())
         if bound:
             bind(op, sendCount=send[ctx.rank], recvCounts=send, rdispls=rdispls)
-        ins = [xs[ctx.rank], counts(send[ctx.rank]), counts(*send), counts(*rdispls),
-               torch.zeros(rows, dtype=torch.int8)]
+        ins = [
+            xs[ctx.rank],
+            counts(send[ctx.rank]),
+            counts(*send),
+            counts(*rdispls),
+            torch.zeros(rows, dtype=torch.int8),
+        ]
         (y,) = op.execute(ins)
         assert_equal(y, golden, f"{ctx} AllGatherV {dtype} send={send} bound={bound}")
 
@@ -161,9 +187,10 @@ def case_reduce_scatter(ctx, seed):
     for reduce_type in REDUCE_TYPES:
         op = make_op("ReduceScatterOperation", ctx.param(reduceType=reduce_type))
         for dtype in REDUCIBLE:
-            xs = [rank_tensor(seed, r, (ctx.world_size * n, 3), dtype)
-                  for r in range(ctx.world_size)]
-            golden = reduce_golden(xs, reduce_type, dtype)[ctx.rank * n:(ctx.rank + 1) * n]
+            xs = [
+                rank_tensor(seed, r, (ctx.world_size * n, 3), dtype) for r in range(ctx.world_size)
+            ]
+            golden = reduce_golden(xs, reduce_type, dtype)[ctx.rank * n : (ctx.rank + 1) * n]
             (y,) = op.execute([xs[ctx.rank]])
             assert_reduced(y, golden, f"{ctx} ReduceScatter {reduce_type} {dtype}")
 
@@ -178,8 +205,9 @@ def case_reduce_scatter_v_atb(ctx, seed):
     bind(op, sendCounts=[2, 3], sdispls=[0, 2], recvCount=recv)
     for dtype in REDUCIBLE:
         x = torch.tensor([[0], [1], [2], [3], [4]], dtype=dtype)
-        (y,) = op.execute([x, counts(2, 3), counts(0, 2), counts(recv),
-                           torch.zeros(recv, dtype=torch.int64)])
+        (y,) = op.execute(
+            [x, counts(2, 3), counts(0, 2), counts(recv), torch.zeros(recv, dtype=torch.int64)]
+        )
         assert_equal(y, torch.tensor(expected, dtype=dtype), f"{ctx} ReduceScatterV ATB {dtype}")
 
 
@@ -189,23 +217,35 @@ def case_reduce_scatter_v(ctx, seed):
     out has a spare row whose elements must come back zero."""
     R, d1 = ctx.world_size, 2
     c = torch.randint(0, 5, (R,), generator=generator(seed, "rsv")).tolist()
-    sdispls = [sum(c[r + 1:]) for r in range(R)]  # reverse order: rank R-1's block first
+    sdispls = [sum(c[r + 1 :]) for r in range(R)]  # reverse order: rank R-1's block first
     rows_in = (sum(c) + d1 - 1) // d1 + 1
     rows_out = (c[ctx.rank] + d1 - 1) // d1 + 1
     for reduce_type in REDUCE_TYPES:
-        op = make_op("ReduceScatterVOperation", ctx.param(
-            reduceType=reduce_type, sendCounts=c, sdispls=sdispls, recvCount=c[ctx.rank]))
+        op = make_op(
+            "ReduceScatterVOperation",
+            ctx.param(reduceType=reduce_type, sendCounts=c, sdispls=sdispls, recvCount=c[ctx.rank]),
+        )
         bind(op, sendCounts=c, sdispls=sdispls, recvCount=c[ctx.rank])
         for dtype in REDUCIBLE:
             xs = [rank_tensor(seed, r, (rows_in, d1), dtype) for r in range(R)]
             lo = sdispls[ctx.rank]
-            blocks = [x.flatten()[lo:lo + c[ctx.rank]] for x in xs]
+            blocks = [x.flatten()[lo : lo + c[ctx.rank]] for x in xs]
             golden = torch.zeros(rows_out * d1, dtype=dtype)
-            golden[:c[ctx.rank]] = reduce_golden(blocks, reduce_type, dtype)
-            (y,) = op.execute([xs[ctx.rank], counts(*c), counts(*sdispls), counts(c[ctx.rank]),
-                               torch.zeros(rows_out, dtype=torch.int64)])
-            assert_reduced(y, golden.reshape(rows_out, d1),
-                           f"{ctx} ReduceScatterV {reduce_type} {dtype} counts={c}")
+            golden[: c[ctx.rank]] = reduce_golden(blocks, reduce_type, dtype)
+            (y,) = op.execute(
+                [
+                    xs[ctx.rank],
+                    counts(*c),
+                    counts(*sdispls),
+                    counts(c[ctx.rank]),
+                    torch.zeros(rows_out, dtype=torch.int64),
+                ]
+            )
+            assert_reduced(
+                y,
+                golden.reshape(rows_out, d1),
+                f"{ctx} ReduceScatterV {reduce_type} {dtype} counts={c}",
+            )
 
 
 def case_broadcast(ctx, seed):
@@ -228,12 +268,12 @@ def case_all_to_all(ctx, seed):
     for dtype in MOVABLE:
         xs = [rank_tensor(seed, r, (R * 2, 3), dtype) for r in range(R)]
         chunk = xs[0].numel() // R
-        golden = torch.cat([x.flatten()[ctx.rank * chunk:(ctx.rank + 1) * chunk] for x in xs])
+        golden = torch.cat([x.flatten()[ctx.rank * chunk : (ctx.rank + 1) * chunk] for x in xs])
         (y,) = plain.execute([xs[ctx.rank]])
         assert_equal(y, golden.reshape(xs[0].shape), f"{ctx} AllToAll {dtype}")
 
         xs = [rank_tensor(seed, r, (2, 3 * R), dtype) for r in range(R)]
-        golden = torch.cat([x[:, ctx.rank * 3:(ctx.rank + 1) * 3] for x in xs], dim=0)
+        golden = torch.cat([x[:, ctx.rank * 3 : (ctx.rank + 1) * 3] for x in xs], dim=0)
         out = torch.empty(2 * R, 3, dtype=dtype)
         setup = json.loads(transpose.setup([xs[ctx.rank]], [out]))
         assert setup["result"] == 0, setup
@@ -271,24 +311,35 @@ def alltoallv_rank(seed, world_size, rank, dtype, tag="", reverse_recv=False):
     at = 0
     for j in order:
         rdispls[j], at = at, at + recv[j]
-    golden = torch.cat([xs[j][sdispls[j][rank]:sdispls[j][rank] + recv[j]]
-                        for j in order]).reshape(1, -1)
+    golden = torch.cat(
+        [xs[j][sdispls[j][rank] : sdispls[j][rank] + recv[j]] for j in order]
+    ).reshape(1, -1)
     return xs[rank], C[rank], sdispls[rank], recv, rdispls, golden
 
 
 def case_all_to_allv(ctx, seed):
     """AllToAllV: counts and displacements as params; y [1, sum(recvCounts)]."""
     for i, dtype in enumerate(MOVABLE):
-        x, send, sd, recv, rd, golden = alltoallv_rank(seed, ctx.world_size, ctx.rank, dtype,
-                                                       reverse_recv=i % 2 == 1)
-        op = make_op("AllToAllVOperation", ctx.param(sendCounts=send, sdispls=sd,
-                                                     recvCounts=recv, rdispls=rd))
+        x, send, sd, recv, rd, golden = alltoallv_rank(
+            seed, ctx.world_size, ctx.rank, dtype, reverse_recv=i % 2 == 1
+        )
+        op = make_op(
+            "AllToAllVOperation",
+            ctx.param(sendCounts=send, sdispls=sd, recvCounts=recv, rdispls=rd),
+        )
         (y,) = op.execute([x])
         assert_equal(y, golden, f"{ctx} AllToAllV {dtype}")
 
 
-SEED_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float16,
-               torch.bfloat16]
+SEED_DTYPES = [
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+]
 
 
 def case_all_to_allvv2_seed(ctx, seed):
@@ -297,13 +348,22 @@ def case_all_to_allvv2_seed(ctx, seed):
     sendcount, senddisp = [[2, 4], [2, 1]], [[0, 2], [0, 2]]
     recvout, recvdis = [[2, 2], [4, 1]], [[0, 2], [0, 4]]
     op = make_op("AllToAllVV2Operation", ctx.param())
-    bind(op, sendCounts=sendcount[ctx.rank], sdispls=senddisp[ctx.rank],
-         recvCounts=recvout[ctx.rank], rdispls=recvdis[ctx.rank])
+    bind(
+        op,
+        sendCounts=sendcount[ctx.rank],
+        sdispls=senddisp[ctx.rank],
+        recvCounts=recvout[ctx.rank],
+        rdispls=recvdis[ctx.rank],
+    )
     for dtype in SEED_DTYPES:
-        xs = [torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=dtype),
-              torch.tensor([[0, 1, 2], [3, 4, 6]], dtype=dtype)]
-        goldens = [torch.tensor([[0, 1, 0, 1]], dtype=dtype),
-                   torch.tensor([[2, 3, 4, 5, 2]], dtype=dtype)]
+        xs = [
+            torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=dtype),
+            torch.tensor([[0, 1, 2], [3, 4, 6]], dtype=dtype),
+        ]
+        goldens = [
+            torch.tensor([[0, 1, 0, 1]], dtype=dtype),
+            torch.tensor([[2, 3, 4, 5, 2]], dtype=dtype),
+        ]
         hosts = [counts(*v[ctx.rank]) for v in (sendcount, senddisp, recvout, recvdis)]
         shape_carrier = torch.full((sum(recvout[ctx.rank]),), 3, dtype=torch.int8)
         (y,) = op.execute([xs[ctx.rank], *hosts, shape_carrier])
@@ -315,11 +375,18 @@ def case_all_to_allvv2(ctx, seed):
     pattern), every movable dtype."""
     op = make_op("AllToAllVV2Operation", ctx.param())
     for step, dtype in enumerate(MOVABLE):
-        x, send, sd, recv, rd, golden = alltoallv_rank(seed, ctx.world_size, ctx.rank, dtype,
-                                                       tag=str(step), reverse_recv=step % 2 == 1)
+        x, send, sd, recv, rd, golden = alltoallv_rank(
+            seed, ctx.world_size, ctx.rank, dtype, tag=str(step), reverse_recv=step % 2 == 1
+        )
         bind(op, sendCounts=send, sdispls=sd, recvCounts=recv, rdispls=rd)
-        ins = [x, counts(*send), counts(*sd), counts(*recv), counts(*rd),
-               torch.zeros(sum(recv), dtype=torch.int8)]
+        ins = [
+            x,
+            counts(*send),
+            counts(*sd),
+            counts(*recv),
+            counts(*rd),
+            torch.zeros(sum(recv), dtype=torch.int8),
+        ]
         (y,) = op.execute(ins)
         assert_equal(y, golden, f"{ctx} AllToAllVV2 step {step} {dtype}")
 
@@ -351,8 +418,11 @@ def case_send_recv_ring(ctx, seed):
     for dtype in MOVABLE:
         for shape in ((3, 2), (70001,)):
             (y,) = op.execute([rank_tensor(seed, ctx.rank, shape, dtype)])
-            assert_equal(y, rank_tensor(seed, left, shape, dtype),
-                         f"{ctx} SendRecv from {left} {dtype} {shape}")
+            assert_equal(
+                y,
+                rank_tensor(seed, left, shape, dtype),
+                f"{ctx} SendRecv from {left} {dtype} {shape}",
+            )
 
 
 def case_barrier(ctx, marker_dir):
@@ -362,8 +432,11 @@ def case_barrier(ctx, marker_dir):
         with open(os.path.join(marker_dir, f"r{round_}-{ctx.rank}"), "w"):
             pass
         assert list(op.execute([])) == []
-        missing = [r for r in range(ctx.world_size)
-                   if not os.path.exists(os.path.join(marker_dir, f"r{round_}-{r}"))]
+        missing = [
+            r
+            for r in range(ctx.world_size)
+            if not os.path.exists(os.path.join(marker_dir, f"r{round_}-{r}"))
+        ]
         assert not missing, f"{ctx} left barrier round {round_} before ranks {missing} entered"
 
 
@@ -371,30 +444,37 @@ def case_two_domains(ctx, seed):
     """Two commDomains used one after the other (A, B, A, B) by the same ranks; each keeps its
     own communicator and results."""
     base = ctx.domain or "pytest"
-    ops = {name: make_op("AllReduceOperation", ctx.param(domain=f"{base}-{name}"))
-           for name in ("a", "b")}
+    ops = {
+        name: make_op("AllReduceOperation", ctx.param(domain=f"{base}-{name}"))
+        for name in ("a", "b")
+    }
     for step, name in enumerate(["a", "b", "a", "b"]):
         xs = [rank_tensor(seed, r * 10 + step, (7,), torch.float32) for r in range(ctx.world_size)]
         (y,) = ops[name].execute([xs[ctx.rank]])
-        assert_reduced(y, reduce_golden(xs, "sum", torch.float32),
-                       f"{ctx} domain {name} step {step}")
+        assert_reduced(
+            y, reduce_golden(xs, "sum", torch.float32), f"{ctx} domain {name} step {step}"
+        )
 
 
 def case_zero_size(ctx, seed):
     """Empty tensors move nothing and still come back with the right shapes; ops stay in step."""
     R = ctx.world_size
-    runs = [("AllReduceOperation", {}, torch.zeros(0, 4), [(0, 4)]),
-            ("AllGatherOperation", {}, torch.zeros(0, 3), [(R, 0, 3)]),
-            ("ReduceScatterOperation", {}, torch.zeros(0, 2), [(0, 2)]),
-            ("AllToAllOperation", {}, torch.zeros(2, 0), [(2, 0)]),
-            ("BroadcastOperation", {}, torch.zeros(0), [])]
+    runs = [
+        ("AllReduceOperation", {}, torch.zeros(0, 4), [(0, 4)]),
+        ("AllGatherOperation", {}, torch.zeros(0, 3), [(R, 0, 3)]),
+        ("ReduceScatterOperation", {}, torch.zeros(0, 2), [(0, 2)]),
+        ("AllToAllOperation", {}, torch.zeros(2, 0), [(2, 0)]),
+        ("BroadcastOperation", {}, torch.zeros(0), []),
+    ]
     for name, extra, x, shapes in runs:
         outs = make_op(name, ctx.param(**extra)).execute([x])
         assert [tuple(o.shape) for o in outs] == shapes, f"{ctx} {name}: {outs}"
     # AllToAllV where this rank sends nothing to anyone but itself.
     send = [1 if j == ctx.rank else 0 for j in range(R)]
-    op = make_op("AllToAllVOperation", ctx.param(sendCounts=send, sdispls=[0] * R,
-                                                 recvCounts=send, rdispls=[0] * R))
+    op = make_op(
+        "AllToAllVOperation",
+        ctx.param(sendCounts=send, sdispls=[0] * R, recvCounts=send, rdispls=[0] * R),
+    )
     (y,) = op.execute([torch.tensor([ctx.rank + 0.5])])
     assert_equal(y, torch.tensor([[ctx.rank + 0.5]]), f"{ctx} AllToAllV self-only")
 
@@ -405,8 +485,14 @@ def case_rank_mismatch(ctx, seed=None):
     assert ctx.world_size == 2
     recv = [[1, 1], [2, 1]][ctx.rank]
     op = make_op("AllToAllVV2Operation", ctx.param())
-    ins = [torch.arange(2, dtype=torch.float32), counts(1, 1), counts(0, 1), counts(*recv),
-           counts(0, recv[0]), torch.zeros(sum(recv), dtype=torch.int8)]
+    ins = [
+        torch.arange(2, dtype=torch.float32),
+        counts(1, 1),
+        counts(0, 1),
+        counts(*recv),
+        counts(0, recv[0]),
+        torch.zeros(sum(recv), dtype=torch.int8),
+    ]
     try:
         op.execute(ins)
     except RuntimeError as e:

@@ -31,6 +31,7 @@ Every command started in host i goes through :meth:`SimulatedHosts.prefix`: ``ip
 (OpenMPI names nodes and its session directories by hostname). tests/netns/rsh_agent.sh does the
 same for mpirun, finding the namespace of an address through COLLOPS_NETNS_HOSTS (:meth:`env`).
 """
+
 import contextlib
 import fcntl
 import functools
@@ -162,8 +163,18 @@ class SimulatedHosts:
 
     def prefix(self, i):
         """argv prefix that runs a command in host i (its namespace and its own hostname)."""
-        return ["ip", "netns", "exec", self.names[i], "unshare", "--uts", "sh", "-c",
-                'hostname "$0" && exec "$@"', self.names[i]]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.names[i],
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            self.names[i],
+        ]
 
     def env(self):
         """Environment for tests/netns/rsh_agent.sh: which namespace each address is."""
@@ -180,8 +191,10 @@ class SimulatedHosts:
         """Runs every (host index, argv) of `jobs` at once; returns their (returncode, stdout,
         stderr) in order. A job still running at the deadline is killed and gets returncode None,
         so a hang fails the caller's assertions instead of the whole session."""
-        procs = [self.popen(i, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True) for i, argv in jobs]
+        procs = [
+            self.popen(i, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, argv in jobs
+        ]
         deadline = time.monotonic() + timeout
         out = []
         for p in procs:
@@ -206,8 +219,10 @@ class SimulatedHosts:
                 continue
             self.subnet, self._lock = k, f
             return
-        raise NetnsError(f"all {MAX_SUBNETS} subnets 10.231.0-{MAX_SUBNETS - 1}.0/24 are in use "
-                         f"(locks in {LOCK_DIR})")
+        raise NetnsError(
+            f"all {MAX_SUBNETS} subnets 10.231.0-{MAX_SUBNETS - 1}.0/24 are in use "
+            f"(locks in {LOCK_DIR})"
+        )
 
     def up(self):
         cleanup_stale()
@@ -305,11 +320,29 @@ def mpirun_args(hosts, ranks_per_host, btl="self,vader,tcp"):
     OpenMPI sees 2 nodes: OMPI_COMM_WORLD_LOCAL_SIZE is ranks_per_host in every rank.
     """
     spec = ",".join(f"{hosts.addr(i)}:{ranks_per_host}" for i in range(hosts.count))
-    return ["--allow-run-as-root", "--host", spec,
-            "--mca", "plm_rsh_agent", RSH_AGENT, "--mca", "plm_rsh_no_tree_spawn", "1",
-            "--mca", "oob_tcp_if_include", hosts.cidr,
-            "--mca", "btl", btl, "--mca", "btl_tcp_if_include", hosts.cidr,
-            "--mca", "pml", "ob1"]
+    return [
+        "--allow-run-as-root",
+        "--host",
+        spec,
+        "--mca",
+        "plm_rsh_agent",
+        RSH_AGENT,
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        "--mca",
+        "oob_tcp_if_include",
+        hosts.cidr,
+        "--mca",
+        "btl",
+        btl,
+        "--mca",
+        "btl_tcp_if_include",
+        hosts.cidr,
+        "--mca",
+        "pml",
+        "ob1",
+    ]
 
 
 def _main(argv):

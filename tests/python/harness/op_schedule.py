@@ -11,14 +11,24 @@ sends laid out in a different random order with gaps on every rank. AllToAllVV2 
 rebind one op object every time (the MoE dispatch pattern). Goldens come from golden_harness
 (computed with torch on every rank) and use its tolerances.
 """
+
 import random
 
 import torch
 
 import golden_harness as golden
 
-OPS = ("all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "reduce_scatter_v",
-       "broadcast", "all_to_all", "all_to_allv", "all_to_allvv2")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_v",
+    "reduce_scatter",
+    "reduce_scatter_v",
+    "broadcast",
+    "all_to_all",
+    "all_to_allv",
+    "all_to_allvv2",
+)
 
 
 class _Step:
@@ -31,8 +41,15 @@ class _Step:
 
     def count(self):
         kind = self.draw.randrange(8)
-        return (0 if kind == 0 else self.draw.randint(1, 40) if kind < 4 else
-                self.draw.randint(200, 5000) if kind < 7 else self.draw.randint(15_000, 60_000))
+        return (
+            0
+            if kind == 0
+            else self.draw.randint(1, 40)
+            if kind < 4
+            else self.draw.randint(200, 5000)
+            if kind < 7
+            else self.draw.randint(15_000, 60_000)
+        )
 
     def data(self, rank, shape, dtype, tag=""):
         return golden.rank_tensor(f"{self.seed}/{tag}", rank, tuple(shape), dtype)
@@ -58,8 +75,11 @@ class _Step:
         shape = [self.count()] if self.draw.random() < 0.5 else [self.count() // 3 + 1, 3]
         xs = [self.data(r, shape, dtype) for r in range(self.R)]
         (y,) = self.op("AllReduceOperation", allReduceType=reduce_type).execute([xs[self.rank]])
-        golden.assert_reduced(y, golden.reduce_golden(xs, reduce_type, dtype),
-                              f"{self.what} AllReduce {reduce_type} {dtype} {shape}")
+        golden.assert_reduced(
+            y,
+            golden.reduce_golden(xs, reduce_type, dtype),
+            f"{self.what} AllReduce {reduce_type} {dtype} {shape}",
+        )
 
     def all_gather(self):
         dtype = self.draw.choice(golden.MOVABLE)
@@ -76,19 +96,29 @@ class _Step:
         xs = [self.data(r, (-(-send[r] // d1) + 1, d1), dtype) for r in range(self.R)]
         want = torch.zeros(rows * d1, dtype=dtype)
         for i in range(self.R):
-            want[rdispls[i]:rdispls[i] + send[i]] = xs[i].flatten()[:send[i]]
+            want[rdispls[i] : rdispls[i] + send[i]] = xs[i].flatten()[: send[i]]
         op = self.reused("AllGatherVOperation")
         golden.bind(op, sendCount=send[self.rank], recvCounts=send, rdispls=rdispls)
-        (y,) = op.execute([xs[self.rank], golden.counts(send[self.rank]), golden.counts(*send),
-                           golden.counts(*rdispls), torch.zeros(rows, dtype=torch.int8)])
-        golden.assert_equal(y, want.reshape(rows, d1),
-                            f"{self.what} AllGatherV {dtype} send {send} rdispls {rdispls}")
+        (y,) = op.execute(
+            [
+                xs[self.rank],
+                golden.counts(send[self.rank]),
+                golden.counts(*send),
+                golden.counts(*rdispls),
+                torch.zeros(rows, dtype=torch.int8),
+            ]
+        )
+        golden.assert_equal(
+            y,
+            want.reshape(rows, d1),
+            f"{self.what} AllGatherV {dtype} send {send} rdispls {rdispls}",
+        )
 
     def reduce_scatter(self):
         reduce_type = self.draw.choice(golden.REDUCE_TYPES)
         dtype, n = self.draw.choice(golden.REDUCIBLE), self.count() // 4
         xs = [self.data(r, (self.R * n, 2), dtype) for r in range(self.R)]
-        want = golden.reduce_golden(xs, reduce_type, dtype)[self.rank * n:(self.rank + 1) * n]
+        want = golden.reduce_golden(xs, reduce_type, dtype)[self.rank * n : (self.rank + 1) * n]
         (y,) = self.op("ReduceScatterOperation", reduceType=reduce_type).execute([xs[self.rank]])
         golden.assert_reduced(y, want, f"{self.what} ReduceScatter {reduce_type} {dtype} n={n}")
 
@@ -99,32 +129,44 @@ class _Step:
         layouts = [self.layout(c, gaps=True) for _ in range(self.R)]  # one per sending rank
         xs = [self.data(j, (-(-layouts[j][1] // d1) + 1, d1), dtype) for j in range(self.R)]
         me = self.rank
-        blocks = [xs[j].flatten()[layouts[j][0][me]:layouts[j][0][me] + c[me]]
-                  for j in range(self.R)]
+        blocks = [
+            xs[j].flatten()[layouts[j][0][me] : layouts[j][0][me] + c[me]] for j in range(self.R)
+        ]
         rows = -(-c[me] // d1) + 1
         want = torch.zeros(rows * d1, dtype=dtype)
-        want[:c[me]] = golden.reduce_golden(blocks, reduce_type, dtype)
+        want[: c[me]] = golden.reduce_golden(blocks, reduce_type, dtype)
         sdispls = layouts[me][0]
         op = self.op("ReduceScatterVOperation", reduceType=reduce_type)
         golden.bind(op, sendCounts=c, sdispls=sdispls, recvCount=c[me])
-        (y,) = op.execute([xs[me], golden.counts(*c), golden.counts(*sdispls),
-                           golden.counts(c[me]), torch.zeros(rows, dtype=torch.int64)])
-        golden.assert_reduced(y, want.reshape(rows, d1),
-                              f"{self.what} ReduceScatterV {reduce_type} {dtype} counts {c}")
+        (y,) = op.execute(
+            [
+                xs[me],
+                golden.counts(*c),
+                golden.counts(*sdispls),
+                golden.counts(c[me]),
+                torch.zeros(rows, dtype=torch.int64),
+            ]
+        )
+        golden.assert_reduced(
+            y,
+            want.reshape(rows, d1),
+            f"{self.what} ReduceScatterV {reduce_type} {dtype} counts {c}",
+        )
 
     def broadcast(self):
         dtype, root = self.draw.choice(golden.MOVABLE), self.draw.randrange(self.R)
         shape = [self.count()]
         x = self.data(self.rank, shape, dtype)
         assert list(self.op("BroadcastOperation", rankRoot=root).execute([x])) == []
-        golden.assert_equal(x, self.data(root, shape, dtype),
-                            f"{self.what} Broadcast {dtype} root {root}")
+        golden.assert_equal(
+            x, self.data(root, shape, dtype), f"{self.what} Broadcast {dtype} root {root}"
+        )
 
     def all_to_all(self):
         dtype, k = self.draw.choice(golden.MOVABLE), self.count() // 8
         xs = [self.data(r, (self.R * k, 2), dtype) for r in range(self.R)]
         chunk = 2 * k
-        want = torch.cat([x.flatten()[self.rank * chunk:(self.rank + 1) * chunk] for x in xs])
+        want = torch.cat([x.flatten()[self.rank * chunk : (self.rank + 1) * chunk] for x in xs])
         (y,) = self.op("AllToAllOperation").execute([xs[self.rank]])
         golden.assert_equal(y, want.reshape(self.R * k, 2), f"{self.what} AllToAll {dtype} k={k}")
 
@@ -143,13 +185,14 @@ class _Step:
         want = torch.zeros(total, dtype=dtype)
         for j in range(self.R):
             sd = sends[j][0][me]
-            want[rdispls[j]:rdispls[j] + recv[j]] = xs[j][sd:sd + recv[j]]
+            want[rdispls[j] : rdispls[j] + recv[j]] = xs[j][sd : sd + recv[j]]
         return dtype, C[me], sends[me][0], xs[me], recv, rdispls, want.reshape(1, -1)
 
     def all_to_allv(self):
         dtype, send, sdispls, x, recv, rdispls, want = self._exchange()
-        op = self.op("AllToAllVOperation", sendCounts=send, sdispls=sdispls, recvCounts=recv,
-                     rdispls=rdispls)
+        op = self.op(
+            "AllToAllVOperation", sendCounts=send, sdispls=sdispls, recvCounts=recv, rdispls=rdispls
+        )
         (y,) = op.execute([x])
         golden.assert_equal(y, want, f"{self.what} AllToAllV {dtype} send {send} recv {recv}")
 
@@ -157,9 +200,16 @@ class _Step:
         dtype, send, sdispls, x, recv, rdispls, want = self._exchange()
         op = self.reused("AllToAllVV2Operation")
         golden.bind(op, sendCounts=send, sdispls=sdispls, recvCounts=recv, rdispls=rdispls)
-        (y,) = op.execute([x, golden.counts(*send), golden.counts(*sdispls),
-                           golden.counts(*recv), golden.counts(*rdispls),
-                           torch.zeros(sum(recv), dtype=torch.int8)])
+        (y,) = op.execute(
+            [
+                x,
+                golden.counts(*send),
+                golden.counts(*sdispls),
+                golden.counts(*recv),
+                golden.counts(*rdispls),
+                torch.zeros(sum(recv), dtype=torch.int8),
+            ]
+        )
         golden.assert_equal(y, want, f"{self.what} AllToAllVV2 {dtype} send {send} recv {recv}")
 
 

@@ -15,6 +15,7 @@ and :class:`RankFailure` is raised naming each rank that raised, exited nonzero,
 ATB's scripts, which join only the last process and never read exit codes, no rank can fail
 silently.
 """
+
 import itertools
 import queue as queue_mod
 import json
@@ -50,9 +51,13 @@ class RankContext:
     def param(self, domain=None, **extra):
         """The JSON params of an op for this rank: rank, rankSize, backend, commMode, commDomain,
         plus `extra` (which may override any of them)."""
-        param = {"rank": self.rank, "rankSize": self.world_size, "backend": self.backend,
-                 "commMode": self.comm_mode,
-                 "commDomain": self.domain if domain is None else domain}
+        param = {
+            "rank": self.rank,
+            "rankSize": self.world_size,
+            "backend": self.backend,
+            "commMode": self.comm_mode,
+            "commDomain": self.domain if domain is None else domain,
+        }
         param.update(extra)
         return json.dumps(param)
 
@@ -86,8 +91,10 @@ def run_thread_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="hc
         except BaseException:  # noqa: B902 -- every outcome of a rank must be reported
             failures[rank] = traceback.format_exc()
 
-    threads = [threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True)
-               for r in range(world_size)]
+    threads = [
+        threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True)
+        for r in range(world_size)
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + timeout
@@ -125,6 +132,7 @@ def _process_rank_main(fn, ctx, args, job_id, queue, environ):
     os.environ.setdefault("COLLOPS_TIMEOUT", RANK_COLLOPS_TIMEOUT)
     try:
         import collops  # noqa: F401  (registers torch.classes.OperationTorch)
+
         result = fn(ctx, *args)
         queue.put((ctx.rank, True, result))
     except BaseException:  # noqa: B902
@@ -132,8 +140,7 @@ def _process_rank_main(fn, ctx, args, job_id, queue, environ):
         raise SystemExit(1)
 
 
-def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="hccl",
-                      domain=""):
+def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="hccl", domain=""):
     """Runs fn(ctx, *args) in `world_size` new processes as the ranks of a commMode 0 job.
 
     `fn` and `args` must be picklable (a module-level function). Every process gets the same
@@ -147,8 +154,11 @@ def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="h
     procs = []
     for rank in range(world_size):
         ctx = RankContext(rank, world_size, 0, domain, backend)
-        p = mp.Process(target=_process_rank_main,
-                       args=(fn, ctx, args, job_id, queue, dict(os.environ)), name=f"rank{rank}")
+        p = mp.Process(
+            target=_process_rank_main,
+            args=(fn, ctx, args, job_id, queue, dict(os.environ)),
+            name=f"rank{rank}",
+        )
         p.start()
         procs.append(p)
 
@@ -172,8 +182,7 @@ def run_process_ranks(world_size, fn, *args, timeout=DEFAULT_TIMEOUT, backend="h
             continue
         ok, payload = outcomes.get(rank, (None, None))
         if p.exitcode != 0:
-            how = (f"killed by signal {-p.exitcode}" if p.exitcode < 0
-                   else f"exit code {p.exitcode}")
+            how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}"
             failures[rank] = f"{how}\n{payload or '(no report: the process died first)'}"
         elif ok is not True:
             failures[rank] = "exit code 0 but no success report"

@@ -1,4 +1,5 @@
 """Where the source tree is, for tests that start interpreters of their own."""
+
 import os
 
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))

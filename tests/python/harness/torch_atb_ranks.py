@@ -1,10 +1,11 @@
 """Rank functions of the torch_atb tests (test_torch_atb.py), written as ATB's torch_atb tests
 are: build a param with snake_case fields, torch_atb.Operation(param), op.forward([...]), then
 compare with a golden each rank computes itself (here in float64, with ATB's per-dtype rule)."""
+
 import torch
 
 # The tolerances of ATB's COMPUTE_FLOAT rule: |a - g| <= thr * max(1, |g|).
-THRESHOLD = {torch.float16: 2 ** -8, torch.bfloat16: 2 ** -7, torch.float32: 2 ** -11}
+THRESHOLD = {torch.float16: 2**-8, torch.bfloat16: 2**-7, torch.float32: 2**-11}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -16,10 +17,19 @@ def check_precision(out, golden, dtype):
 
 def _torch_atb(ctx):
     import torch_atb
-    mode = torch_atb.CommMode.COMM_MULTI_THREAD if ctx.comm_mode == 1 else \
-        torch_atb.CommMode.COMM_MULTI_PROCESS
-    return torch_atb, dict(rank=ctx.rank, rank_size=ctx.world_size, backend=ctx.backend,
-                           comm_mode=mode, comm_domain=ctx.domain)
+
+    mode = (
+        torch_atb.CommMode.COMM_MULTI_THREAD
+        if ctx.comm_mode == 1
+        else torch_atb.CommMode.COMM_MULTI_PROCESS
+    )
+    return torch_atb, dict(
+        rank=ctx.rank,
+        rank_size=ctx.world_size,
+        backend=ctx.backend,
+        comm_mode=mode,
+        comm_domain=ctx.domain,
+    )
 
 
 def _inputs(world_size, m, k, n, dtype, trans_weight, seed):
@@ -46,8 +56,13 @@ def linear_parallel(ctx, type_name, dtype_name, trans_weight, has_residual, seed
     keep = type_name == "ALL_GATHER_LINEAR"
     m, k, n = 4 * R, 48, 40
     xs, ws, residual = _inputs(R, m, k, n, dtype, trans_weight, seed)
-    param = torch_atb.LinearParallelParam(trans_weight=trans_weight, has_residual=has_residual,
-                                          type=ptype, keep_intermediate=keep, **comm)
+    param = torch_atb.LinearParallelParam(
+        trans_weight=trans_weight,
+        has_residual=has_residual,
+        type=ptype,
+        keep_intermediate=keep,
+        **comm,
+    )
     op = torch_atb.Operation(param)
     assert (op.input_num, op.output_num) == (3 if has_residual else 2, 2 if keep else 1)
     inputs = [xs[rank], ws[rank]] + ([residual] if has_residual else [])
@@ -63,8 +78,11 @@ def linear_parallel(ctx, type_name, dtype_name, trans_weight, has_residual, seed
         golden = _product(xs[rank], ws[rank], trans_weight)
     if has_residual:
         golden = golden + residual.double()
-    assert outputs[0].dtype == dtype and outputs[0].shape == golden.shape, \
-        (outputs[0].dtype, outputs[0].shape, golden.shape)
+    assert outputs[0].dtype == dtype and outputs[0].shape == golden.shape, (
+        outputs[0].dtype,
+        outputs[0].shape,
+        golden.shape,
+    )
     check_precision(outputs[0], golden, dtype)
 
 
@@ -83,7 +101,8 @@ def collectives(ctx, seed):
     xs = [torch.randint(-100, 100, (2 * R, 3), generator=gen).float() for _ in range(R)]
 
     (y,) = torch_atb.Operation(torch_atb.AllReduceParam(all_reduce_type="max", **comm)).forward(
-        [xs[rank]])
+        [xs[rank]]
+    )
     assert torch.equal(y, torch.stack(xs).amax(0))
     (y,) = torch_atb.Operation(torch_atb.AllGatherParam(**comm)).forward([xs[rank]])
     assert torch.equal(y, torch.stack(xs))
@@ -104,15 +123,19 @@ def quant_all_reduce(ctx, seed):
     """AllReduceParam with quant_type and out_data_type: int8 x, float16 scale and offset in,
     (sum_r x_r + R*offset)*scale out, equal bit for bit to the float32 steps on every rank."""
     import quant_cases
+
     torch_atb, comm = _torch_atb(ctx)
     QuantType = torch_atb.AllReduceParam.QuantType
     for quant_type, out_type, out_dtype in (
-            (QuantType.QUANT_TYPE_PER_TENSOR, torch_atb.ACL_FLOAT16, torch.float16),
-            (QuantType.QUANT_TYPE_PER_CHANNEL, torch_atb.ACL_BF16, torch.bfloat16)):
-        xs, scale, offset = quant_cases.quant_inputs(seed, ctx.world_size, int(quant_type),
-                                                     (4, 64), True, "torch_atb")
-        op = torch_atb.Operation(torch_atb.AllReduceParam(quant_type=quant_type,
-                                                          out_data_type=out_type, **comm))
+        (QuantType.QUANT_TYPE_PER_TENSOR, torch_atb.ACL_FLOAT16, torch.float16),
+        (QuantType.QUANT_TYPE_PER_CHANNEL, torch_atb.ACL_BF16, torch.bfloat16),
+    ):
+        xs, scale, offset = quant_cases.quant_inputs(
+            seed, ctx.world_size, int(quant_type), (4, 64), True, "torch_atb"
+        )
+        op = torch_atb.Operation(
+            torch_atb.AllReduceParam(quant_type=quant_type, out_data_type=out_type, **comm)
+        )
         (y,) = op.forward([xs[ctx.rank], scale, offset])
         wide, steps = quant_cases.quant_goldens(xs, scale, offset, int(quant_type), out_dtype)
         assert y.dtype == out_dtype and torch.equal(y, steps), (quant_type, y, steps)

@@ -12,6 +12,7 @@ And the "collops" torch.distributed backend itself across the hosts: test_c10d_b
 golden collectives and a random schedule of calls (dist_schedule.py) on a default group of 4
 ranks, which must report the hierarchical engine.
 """
+
 import json
 import os
 import sys
@@ -34,22 +35,32 @@ def hosts():
 
 def job_env(hosts):
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
-    env.update(GLOO_SOCKET_IFNAME=nh.IFNAME, COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
-               PYTHONPATH=os.pathsep.join(filter(None, [
-                   os.path.join(nh.REPO, "python"), env.get("PYTHONPATH")])))
+    env.update(
+        GLOO_SOCKET_IFNAME=nh.IFNAME,
+        COLLOPS_TIMEOUT=env.get("COLLOPS_TIMEOUT", "60"),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [os.path.join(nh.REPO, "python"), env.get("PYTHONPATH")])
+        ),
+    )
     return env
 
 
 def run_job(hosts, backend, port):
     env = job_env(hosts)
-    env.update(MASTER_ADDR=hosts.addr(0), MASTER_PORT=str(port), WORLD_SIZE="4",
-               COLLOPS_TEST_BACKEND=backend)
+    env.update(
+        MASTER_ADDR=hosts.addr(0),
+        MASTER_PORT=str(port),
+        WORLD_SIZE="4",
+        COLLOPS_TEST_BACKEND=backend,
+    )
     # Each rank gets RANK through `env` (the namespaces inherit the environment).
     jobs = [(r // 2, ["env", f"RANK={r}", sys.executable, RANK_SCRIPT]) for r in range(4)]
     results = hosts.run_all(jobs, env=env, timeout=300)
-    failures = [f"--- rank {r} (exit {code}):\n{out[-3000:]}{err[-3000:]}"
-                for r, (code, out, err) in enumerate(results)
-                if code != 0 or f"rank {r}: ALL PASS" not in out]
+    failures = [
+        f"--- rank {r} (exit {code}):\n{out[-3000:]}{err[-3000:]}"
+        for r, (code, out, err) in enumerate(results)
+        if code != 0 or f"rank {r}: ALL PASS" not in out
+    ]
     assert not failures, "\n".join(failures)
     return [out for _, out, _ in results]
 
@@ -68,8 +79,10 @@ def test_hccl_over_torch_distributed_across_hosts(hosts):
 
 def test_collops_torch_backend_runs_hierarchically_across_hosts(hosts):
     probe = os.path.join(RANKS_DIR, "rank_probe.py")
-    jobs = [(r // 2, [sys.executable, probe, "collops", str(r), "4", hosts.addr(0), "29530"])
-            for r in range(4)]
+    jobs = [
+        (r // 2, [sys.executable, probe, "collops", str(r), "4", hosts.addr(0), "29530"])
+        for r in range(4)
+    ]
     rows = []
     for r, (code, out, err) in enumerate(hosts.run_all(jobs, env=job_env(hosts), timeout=300)):
         lines = out.strip().splitlines()
@@ -84,11 +97,33 @@ def test_torchrun_across_hosts_restarts_a_job_whose_rank_died(hosts, tmp_path):
     # start), both with one restart: rank 1 dies in the first attempt, every rank's agent restarts
     # its ranks, and the new attempt's group must not take the dead one's token from the Store.
     job = os.path.join(RANKS_DIR, "restarted_job.py")
-    jobs = [(i, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                 "--nproc-per-node", "2", "--node-rank", str(i), "--master-addr", hosts.addr(0),
-                 "--master-port", "29540", "--max-restarts", "1",
-                 # else each agent leaves a torchelastic_* directory in /tmp
-                 "--log-dir", str(tmp_path / f"host{i}"), job]) for i in range(2)]
+    jobs = [
+        (
+            i,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(i),
+                "--master-addr",
+                hosts.addr(0),
+                "--master-port",
+                "29540",
+                "--max-restarts",
+                "1",
+                # else each agent leaves a torchelastic_* directory in /tmp
+                "--log-dir",
+                str(tmp_path / f"host{i}"),
+                job,
+            ],
+        )
+        for i in range(2)
+    ]
     env = dict(job_env(hosts), COLLOPS_TIMEOUT="30")
     results = hosts.run_all(jobs, env=env, timeout=300)
     for i, (code, out, err) in enumerate(results):

@@ -13,6 +13,7 @@ That "hccl" really ran hierarchically: plain lccl cannot cross namespaces (test_
 so a passing suite already rules it out; and collops-bench --mode mpirun, started the same way,
 reports its communicator's BackendName(), which must be hccl(lccl+mpi).
 """
+
 import json
 import os
 import re
@@ -49,11 +50,17 @@ def mpirun(hosts, argv, env=(), timeout=240):
     for kv in ["COLLOPS_TIMEOUT=20", *env]:
         cmd += ["-x", kv]
     try:
-        done = subprocess.run(cmd + argv, capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, **hosts.env()))
+        done = subprocess.run(
+            cmd + argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(os.environ, **hosts.env()),
+        )
     except subprocess.TimeoutExpired as e:
         text = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(
-            errors="replace")
+            errors="replace"
+        )
         return None, text + f"\n(mpirun killed after the {timeout} s deadline)"
     return done.returncode, done.stdout + done.stderr
 
@@ -62,8 +69,11 @@ def run_suite(hosts, backend, table=None):
     env = [f"COLLOPS_TEST_BACKEND={backend}"]
     if table is not None:
         env.append(f"COLLOPS_TEST_RANK_TABLE={table}")
-    return mpirun(hosts, [built(SUITE, "collops_mpi_tests"), "--gtest_filter=Engine.*",
-                          "--gtest_color=no"], env)
+    return mpirun(
+        hosts,
+        [built(SUITE, "collops_mpi_tests"), "--gtest_filter=Engine.*", "--gtest_color=no"],
+        env,
+    )
 
 
 def assert_suite_passed(code, out):
@@ -75,11 +85,18 @@ def assert_suite_passed(code, out):
 
 def rank_table(hosts, servers):
     """An HCCL rank table: servers = [(server_id, [rank, ...]), ...]."""
-    return {"version": "1.0", "server_count": str(len(servers)), "status": "completed",
-            "server_list": [{"server_id": sid,
-                             "device": [{"device_id": str(d), "rank_id": str(r)}
-                                        for d, r in enumerate(ranks)]}
-                            for sid, ranks in servers]}
+    return {
+        "version": "1.0",
+        "server_count": str(len(servers)),
+        "status": "completed",
+        "server_list": [
+            {
+                "server_id": sid,
+                "device": [{"device_id": str(d), "rank_id": str(r)} for d, r in enumerate(ranks)],
+            }
+            for sid, ranks in servers
+        ],
+    }
 
 
 def test_op_suite_on_mpi_across_hosts(hosts):
@@ -92,8 +109,9 @@ def test_op_suite_on_hierarchical_hccl_across_hosts(hosts):
 
 def test_op_suite_on_hccl_with_a_rank_table(hosts, tmp_path):
     table = tmp_path / "rank_table.json"
-    table.write_text(json.dumps(rank_table(hosts, [(hosts.names[0], [0, 1]),
-                                                   (hosts.names[1], [2, 3])])))
+    table.write_text(
+        json.dumps(rank_table(hosts, [(hosts.names[0], [0, 1]), (hosts.names[1], [2, 3])]))
+    )
     assert_suite_passed(*run_suite(hosts, "hccl", str(table)))
 
 
@@ -101,9 +119,30 @@ def test_op_suite_on_hccl_with_a_rank_table(hosts, tmp_path):
 def test_hccl_across_hosts_is_the_hierarchical_communicator(hosts, dtype):
     """Also the golden check of AllReduce at 16 MiB on the mpi engine: each rail swaps halves of
     its 8 MiB block (float16: float32 blocks of 16 MiB) instead of MPI_Allreduce."""
-    code, out = mpirun(hosts, [built(BENCH, "collops-bench"), "--mode", "mpirun", "-o",
-                               "allreduce", "-d", dtype, "-b", "64K", "-e", "16M", "-f", "256",
-                               "-w", "1", "-n", "2", "-c", "--json"])
+    code, out = mpirun(
+        hosts,
+        [
+            built(BENCH, "collops-bench"),
+            "--mode",
+            "mpirun",
+            "-o",
+            "allreduce",
+            "-d",
+            dtype,
+            "-b",
+            "64K",
+            "-e",
+            "16M",
+            "-f",
+            "256",
+            "-w",
+            "1",
+            "-n",
+            "2",
+            "-c",
+            "--json",
+        ],
+    )
     assert code == 0, out[-4000:]
     rows = [json.loads(m) for m in re.findall(r"\[\d+,0\]<stdout>:(\{.*\})", out)]
     assert [row["bytes"] for row in rows] == [64 << 10, 16 << 20], out[-4000:]
@@ -115,9 +154,28 @@ def test_hierarchical_alltoallv_across_hosts_on_both_paths(hosts):
     """Golden AllToAllV on the mpi engine: 4 KiB per rank is aggregated at the leaders; 128 KiB
     and 4 MiB go straight from rank to rank, the cross-host pieces started before the host's part
     and finished after it."""
-    code, out = mpirun(hosts, [built(BENCH, "collops-bench"), "--mode", "mpirun", "-o",
-                               "alltoallv", "-b", "4K", "-e", "4M", "-f", "32", "-w", "1", "-n", "2",
-                               "-c", "--json"])
+    code, out = mpirun(
+        hosts,
+        [
+            built(BENCH, "collops-bench"),
+            "--mode",
+            "mpirun",
+            "-o",
+            "alltoallv",
+            "-b",
+            "4K",
+            "-e",
+            "4M",
+            "-f",
+            "32",
+            "-w",
+            "1",
+            "-n",
+            "2",
+            "-c",
+            "--json",
+        ],
+    )
     assert code == 0, out[-4000:]
     rows = [json.loads(m) for m in re.findall(r"\[\d+,0\]<stdout>:(\{.*\})", out)]
     assert [row["bytes"] for row in rows] == [4 << 10, 128 << 10, 4 << 20], out[-4000:]
@@ -127,8 +185,10 @@ def test_hierarchical_alltoallv_across_hosts_on_both_paths(hosts):
 
 BAD_TABLES = {
     # name: (servers or raw text, words the error must contain)
-    "servers_contradict_hosts": ([("a", [0, 2]), ("b", [1, 3])],
-                                 ["ranks 0 and 2", "different hosts"]),
+    "servers_contradict_hosts": (
+        [("a", [0, 2]), ("b", [1, 3])],
+        ["ranks 0 and 2", "different hosts"],
+    ),
     "missing_rank": ([("a", [0, 1]), ("b", [2])], ["describes 3 ranks", "rankSize = 4"]),
     "duplicate_rank_id": ([("a", [0, 1]), ("b", [1, 3])], ["rank_id 1 appears twice"]),
     "rank_outside_rank_size": ([("a", [0, 1]), ("b", [2, 7])], ["rank_id 7", "outside"]),
@@ -149,8 +209,12 @@ def test_bad_rank_table_fails_on_every_rank_across_hosts(hosts, tmp_path, case):
     code, out = run_suite(hosts, "hccl", str(path))
     assert code != 0, out[-4000:]
     for rank in range(4):
-        lines = [line for line in out.splitlines() if line.startswith("[") and
-                 re.match(rf"\[\d+,{rank}\]", line)]
+        lines = [
+            line
+            for line in out.splitlines()
+            if line.startswith("[") and re.match(rf"\[\d+,{rank}\]", line)
+        ]
         text = "\n".join(lines)
-        assert "ERROR_INVALID_PARAM" in text and all(n in text for n in needles), \
+        assert "ERROR_INVALID_PARAM" in text and all(n in text for n in needles), (
             f"rank {rank} does not report {needles}:\n{text[-3000:]}"
+        )

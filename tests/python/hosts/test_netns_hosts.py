@@ -5,6 +5,7 @@ then the engines the cross-host tests rely on: mpirun launching into the namespa
 tests/netns/rsh_agent.sh (2 ranks per host, shared memory inside a host, TCP between hosts), and
 torch.distributed gloo across them. Skips, saying why, when not root or without `ip netns`.
 """
+
 import json
 import os
 import re
@@ -32,8 +33,9 @@ def hosts():
 
 def in_host(hosts, i, code):
     """Runs Python `code` in host i; returns its stdout (asserting success)."""
-    done = hosts.run(i, [sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                     text=True, timeout=60)
+    done = hosts.run(
+        i, [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -41,12 +43,16 @@ def in_host(hosts, i, code):
 def test_each_host_has_its_own_namespace_address_and_hostname(hosts):
     seen = []
     for i in range(2):
-        out = in_host(hosts, i, """
+        out = in_host(
+            hosts,
+            i,
+            """
             import os, socket, subprocess
             print(os.stat("/proc/self/ns/net").st_ino, socket.gethostname())
             print(subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout)
             print("ROUTES", subprocess.run(["ip", "route"], capture_output=True, text=True).stdout)
-        """)
+        """,
+        )
         inode, hostname = out.split()[:2]
         seen.append(inode)
         assert hostname == hosts.names[i]
@@ -58,20 +64,33 @@ def test_each_host_has_its_own_namespace_address_and_hostname(hosts):
 
 
 def test_hosts_reach_each_other_over_the_bridge(hosts):
-    server = hosts.popen(1, [sys.executable, "-c", textwrap.dedent(f"""
+    server = hosts.popen(
+        1,
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import socket
         s = socket.create_server(("{hosts.addr(1)}", 29400))
         print("listening", flush=True)
         c, peer = s.accept()
         c.sendall(peer[0].encode())
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout.readline().strip() == "listening"
-        out = in_host(hosts, 0, f"""
+        out = in_host(
+            hosts,
+            0,
+            f"""
             import socket
             c = socket.create_connection(("{hosts.addr(1)}", 29400), timeout=10)
             print(c.recv(100).decode())
-        """)
+        """,
+        )
         assert out.strip() == hosts.addr(0)
     finally:
         server.kill()
@@ -81,14 +100,23 @@ def test_hosts_reach_each_other_over_the_bridge(hosts):
 def test_abstract_unix_sockets_are_per_host(hosts):
     """lccl's rendezvous is an abstract unix socket: bound in h0, invisible from h1."""
     name = f"collops-netns-test-{os.getpid()}"
-    server = hosts.popen(0, [sys.executable, "-c", textwrap.dedent(f"""
+    server = hosts.popen(
+        0,
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import socket, time
         s = socket.socket(socket.AF_UNIX)
         s.bind("\\0{name}")
         s.listen()
         print("bound", flush=True)
         time.sleep(30)
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout.readline().strip() == "bound"
         probe = f"""
@@ -132,7 +160,11 @@ def test_stale_namespaces_of_a_dead_run_are_cleaned_up():
 
 def test_two_runs_at_once_get_distinct_names_and_subnets(hosts):
     """As two pytest workers would: a second process brings up its own hosts while ours are up."""
-    other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {HARNESS_DIR!r})
         import netns_harness as nh
@@ -142,7 +174,12 @@ def test_two_runs_at_once_get_distinct_names_and_subnets(hosts):
                       capture_output=True, text=True)
             print(json.dumps({{"names": h.names, "subnet": h.subnet, "bridge": h.bridge,
                               "reach_other_run": r.returncode == 0, "err": r.stderr[-200:]}}))
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert other.returncode == 0, other.stderr
     got = json.loads(other.stdout)
     assert got["subnet"] != hosts.subnet and got["bridge"] != hosts.bridge
@@ -191,17 +228,19 @@ def where_binary(tmp_path_factory):
 
 
 def mpirun(hosts, binary, btl="self,vader,tcp", extra=()):
-    cmd = (["mpirun", "-np", "4"] + nh.mpirun_args(hosts, 2, btl) + list(extra) + [binary])
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **hosts.env()))
+    cmd = ["mpirun", "-np", "4"] + nh.mpirun_args(hosts, 2, btl) + list(extra) + [binary]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, **hosts.env())
+    )
 
 
 def test_mpirun_puts_two_ranks_in_each_host(hosts, where_binary):
     done = mpirun(hosts, where_binary)
     assert done.returncode == 0, done.stdout + done.stderr
     ranks = {}
-    for m in re.finditer(r"rank (\d) size 4 netns (\d+) host (\S+) sum (\d+) local_size (\S+)",
-                         done.stdout):
+    for m in re.finditer(
+        r"rank (\d) size 4 netns (\d+) host (\S+) sum (\d+) local_size (\S+)", done.stdout
+    ):
         ranks[int(m.group(1))] = (m.group(2), m.group(3), int(m.group(4)), m.group(5))
     assert sorted(ranks) == [0, 1, 2, 3], done.stdout
     assert all(r[2] == 10 for r in ranks.values())
@@ -217,8 +256,11 @@ def test_openmpi_uses_shared_memory_inside_a_host_and_tcp_between(hosts, where_b
     assert done.returncode == 0, done.stdout + done.stderr
     # OpenMPI names a node by its --host entry or by the hostname its orted reported.
     host_of_node = {name: i for i in range(2) for name in (hosts.addr(i), hosts.names[i])}
-    used = re.findall(r"\[([\w.-]+):\d+\] mca: bml: Using (\w+) btl for send to "
-                      r"\[\[\d+,\d+\],(\d)\] on node (\S+)", done.stdout + done.stderr)
+    used = re.findall(
+        r"\[([\w.-]+):\d+\] mca: bml: Using (\w+) btl for send to "
+        r"\[\[\d+,\d+\],(\d)\] on node (\S+)",
+        done.stdout + done.stderr,
+    )
     assert used, done.stderr[-3000:]
     for sender, btl, peer, node in used:
         assert host_of_node[node] == int(peer) // 2, (sender, peer, node)
@@ -237,10 +279,13 @@ def test_without_tcp_the_hosts_cannot_reach_each_other(hosts, where_binary):
 
 # --- torch gloo across the hosts -------------------------------------------------------------
 
+
 def test_gloo_all_reduce_across_hosts(hosts):
     env = dict(os.environ, GLOO_SOCKET_IFNAME=nh.IFNAME)
-    jobs = [(r // 2, [sys.executable, PROBE, "gloo", str(r), "4", hosts.addr(0), "29500"])
-            for r in range(4)]
+    jobs = [
+        (r // 2, [sys.executable, PROBE, "gloo", str(r), "4", hosts.addr(0), "29500"])
+        for r in range(4)
+    ]
     results = hosts.run_all(jobs, env=env, timeout=120)
     rows = []
     for rank, (code, out, err) in enumerate(results):
@@ -258,7 +303,11 @@ def test_interrupted_run_tears_down(sig):
     """Ctrl-C (KeyboardInterrupt) or SIGTERM while the hosts are up still removes them."""
     # A suite started in the background (`cmd &`, nohup, some CI runners) inherits SIGINT ignored,
     # and Python then installs no KeyboardInterrupt handler: the child sets it, as a terminal would.
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import signal, sys, time
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {HARNESS_DIR!r})
@@ -266,7 +315,12 @@ def test_interrupted_run_tears_down(sig):
         with nh.SimulatedHosts(2) as h:
             print(",".join(h.names + [h.bridge]), flush=True)
             time.sleep(60)
-    """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     names = child.stdout.readline().strip().split(",")
     assert len(names) == 3, child.stderr.read()
     assert set(names[:2]) <= set(nh.list_namespaces())
@@ -280,11 +334,20 @@ def test_rsh_agent_finds_the_namespace_of_an_address(hosts):
     """Without COLLOPS_NETNS_HOSTS the agent looks the address up among collops-* namespaces;
     an address no namespace owns is an error, never a command run outside the hosts."""
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_NETNS_HOSTS"}
-    done = subprocess.run([nh.RSH_AGENT, hosts.addr(1), "hostname;", "readlink",
-                           "/proc/self/ns/net"], capture_output=True, text=True, env=env,
-                          timeout=30)
+    done = subprocess.run(
+        [nh.RSH_AGENT, hosts.addr(1), "hostname;", "readlink", "/proc/self/ns/net"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == hosts.names[1]
-    done = subprocess.run([nh.RSH_AGENT, "10.231.250.250", "true"], capture_output=True,
-                          text=True, env=env, timeout=30)
+    done = subprocess.run(
+        [nh.RSH_AGENT, "10.231.250.250", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert done.returncode == 255 and "no network namespace" in done.stderr

@@ -5,6 +5,7 @@ processes with the same COLLOPS_JOB_ID and commDomain in two namespaces must not
 (they time out naming the missing rank), while the same job inside one namespace succeeds. This
 is what makes a namespace "its own host" for backend "hccl" (HostIdentity includes the netns).
 """
+
 import json
 import os
 import sys
@@ -28,11 +29,18 @@ def hosts():
 
 def run_lccl(hosts, host_of_rank, timeout_s):
     job = f"netns-lccl-{os.getpid()}-{time.time_ns()}"
-    env = dict(os.environ, COLLOPS_JOB_ID=job, COLLOPS_TIMEOUT=str(timeout_s),
-               PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(nh.REPO, "python"),
-                                                        os.environ.get("PYTHONPATH")])))
-    jobs = [(h, [sys.executable, PROBE, "lccl", str(r), str(len(host_of_rank)), "netns-domain"])
-            for r, h in enumerate(host_of_rank)]
+    env = dict(
+        os.environ,
+        COLLOPS_JOB_ID=job,
+        COLLOPS_TIMEOUT=str(timeout_s),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [os.path.join(nh.REPO, "python"), os.environ.get("PYTHONPATH")])
+        ),
+    )
+    jobs = [
+        (h, [sys.executable, PROBE, "lccl", str(r), str(len(host_of_rank)), "netns-domain"])
+        for r, h in enumerate(host_of_rank)
+    ]
     rows = []
     for rank, (code, out, err) in enumerate(hosts.run_all(jobs, env=env, timeout=120)):
         lines = out.strip().splitlines()
@@ -47,8 +55,9 @@ def test_lccl_ranks_in_two_hosts_time_out_naming_the_missing_rank(hosts):
     for rank, (code, row) in enumerate(rows):
         assert code == 1 and "error" in row, row
         assert "ERROR_TIMEOUT" in row["error"], row["error"]
-        assert f"rank {1 - rank} " in row["error"] or f"rank {1 - rank}," in row["error"], \
+        assert f"rank {1 - rank} " in row["error"] or f"rank {1 - rank}," in row["error"], (
             f"rank {rank} must name rank {1 - rank}: {row['error']}"
+        )
     assert rows[0][1]["netns"] != rows[1][1]["netns"]
     assert time.monotonic() - t0 < 60
 

@@ -4,6 +4,7 @@ meet through abstract unix sockets as usual, but a pid number names a rank only 
 namespace; liveness goes by pidfds that rank 0 hands every rank. Needs root and `unshare`; CI
 runs as root.
 """
+
 import json
 import os
 import subprocess
@@ -37,14 +38,27 @@ def _run(own_namespace, scenario, victim=-1):
     """Starts one interpreter per rank (own_namespace[r]: in a pid namespace of its own) and
     returns their reports by rank."""
     world = len(own_namespace)
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, WORLD_SIZE=str(world), SCENARIO=scenario,
-               VICTIM=str(victim), COLLOPS_TIMEOUT="60",
-               COLLOPS_JOB_ID=f"pidns-{os.getpid()}-{time.monotonic_ns()}")
+    env = dict(
+        os.environ,
+        PYTHONPATH=PYTHON_DIR,
+        WORLD_SIZE=str(world),
+        SCENARIO=scenario,
+        VICTIM=str(victim),
+        COLLOPS_TIMEOUT="60",
+        COLLOPS_JOB_ID=f"pidns-{os.getpid()}-{time.monotonic_ns()}",
+    )
     procs = []
     for rank, isolated in enumerate(own_namespace):
         cmd = (IN_OWN_NAMESPACE if isolated else []) + [sys.executable, RANK_SCRIPT]
-        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                env=dict(env, RANK=str(rank)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     reports = []
     for rank, (code, out, err) in enumerate(communicate_with_ranks(procs)):
         lines = [line for line in out.splitlines() if line.startswith("{")]
@@ -56,8 +70,11 @@ def _run(own_namespace, scenario, victim=-1):
     return reports
 
 
-LAYOUTS = {"rank 1 contained": [False, True], "rank 0 contained": [True, False],
-           "each rank contained": [True, True]}
+LAYOUTS = {
+    "rank 1 contained": [False, True],
+    "rank 0 contained": [True, False],
+    "each rank contained": [True, True],
+}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

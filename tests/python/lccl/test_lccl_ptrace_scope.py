@@ -6,6 +6,7 @@ Yama, so each rank runs with a faked /proc/sys/kernel/yama/ptrace_scope (tmpfs o
 /proc/sys/kernel in a mount namespace of its own) and fake_yama.c, preloaded, enforcing what it
 says. Needs root, `unshare` and a C compiler; CI has all three.
 """
+
 import json
 import os
 import shutil
@@ -21,9 +22,11 @@ from repo_paths import PRELOAD_DIR, PYTHON_DIR, RANKS_DIR
 RANK_SCRIPT = os.path.join(RANKS_DIR, "cross_memory_rank.py")
 # Runs "$@" with /proc/sys/kernel replaced by a tmpfs holding only yama/ptrace_scope = $SCOPE
 # ("none": no yama directory, as on a kernel without Yama).
-FAKE_SCOPE = ('mount -t tmpfs fake-sysctl /proc/sys/kernel && '
-              'if [ "$SCOPE" != none ]; then mkdir /proc/sys/kernel/yama && '
-              'echo "$SCOPE" > /proc/sys/kernel/yama/ptrace_scope; fi && exec "$@"')
+FAKE_SCOPE = (
+    "mount -t tmpfs fake-sysctl /proc/sys/kernel && "
+    'if [ "$SCOPE" != none ]; then mkdir /proc/sys/kernel/yama && '
+    'echo "$SCOPE" > /proc/sys/kernel/yama/ptrace_scope; fi && exec "$@"'
+)
 
 
 def _unavailable():
@@ -32,8 +35,13 @@ def _unavailable():
     if shutil.which("cc") is None:
         return "needs a C compiler for the fake_yama.c shim"
     try:
-        subprocess.run(["unshare", "--mount", "sh", "-c", FAKE_SCOPE, "sh", "true"], check=True,
-                       capture_output=True, timeout=30, env=dict(os.environ, SCOPE="1"))
+        subprocess.run(
+            ["unshare", "--mount", "sh", "-c", FAKE_SCOPE, "sh", "true"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+            env=dict(os.environ, SCOPE="1"),
+        )
     except (OSError, subprocess.SubprocessError) as error:
         return f"cannot fake ptrace_scope in a mount namespace here: {error}"
     return None
@@ -46,8 +54,19 @@ pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABL
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory):
     library = tmp_path_factory.mktemp("fake_yama") / "libfake_yama.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(library),
-                    os.path.join(PRELOAD_DIR, "fake_yama.c"), "-ldl"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(library),
+            os.path.join(PRELOAD_DIR, "fake_yama.c"),
+            "-ldl",
+        ],
+        check=True,
+    )
     return str(library)
 
 
@@ -56,14 +75,29 @@ def _run(shim, state, scope, world=2, **env_extra):
     log the shim's lines for that rank (see fake_yama.c)."""
     # The default threshold, set: left unset, 3 ranks on 2 CPUs of a machine whose kernel copy
     # is slow would stage everything (cross_memory_policy.h) and never read across processes.
-    env = dict(os.environ, PYTHONPATH=PYTHON_DIR, WORLD_SIZE=str(world), SCOPE=scope,
-               LD_PRELOAD=shim, FAKE_YAMA_DIR=str(state), COLLOPS_TIMEOUT="60",
-               COLLOPS_SHM_CMA_BYTES="16384",
-               COLLOPS_JOB_ID=f"yama-{os.getpid()}-{time.monotonic_ns()}")
+    env = dict(
+        os.environ,
+        PYTHONPATH=PYTHON_DIR,
+        WORLD_SIZE=str(world),
+        SCOPE=scope,
+        LD_PRELOAD=shim,
+        FAKE_YAMA_DIR=str(state),
+        COLLOPS_TIMEOUT="60",
+        COLLOPS_SHM_CMA_BYTES="16384",
+        COLLOPS_JOB_ID=f"yama-{os.getpid()}-{time.monotonic_ns()}",
+    )
     env.update(env_extra)
     cmd = ["unshare", "--mount", "sh", "-c", FAKE_SCOPE, "sh", sys.executable, RANK_SCRIPT]
-    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for rank in range(world)]
+    procs = [
+        subprocess.Popen(
+            cmd,
+            env=dict(env, RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
     reports = []
     for rank, (code, out, err) in enumerate(communicate_with_ranks(procs)):
         assert code == 0, f"rank {rank} exited {code}:\n{err[-3000:]}"

@@ -1,6 +1,7 @@
 """Quantised AllReduce (quantType 1 / 2) through OperationTorch at the rank counts the shared
 golden tests (test_operation_torch_threads/_procs: R = 2, 3) do not reach: R = 1, 4, 7 on threads
 and processes. The cases are harness/quant_cases.py's; every rank's outcome is checked."""
+
 import pytest
 
 import collops  # noqa: F401  (registers OperationTorch for the thread ranks)

@@ -4,6 +4,7 @@ AllGather) in an MoE layer's combine step on 2 process ranks, against the same p
 and float32 and the exact float64 output. The script fails itself when any pipeline's error
 exceeds its rounding bound or the ranks' outputs differ; here with small sizes and one timed run,
 so it costs seconds."""
+
 import os
 import subprocess
 import sys
@@ -14,8 +15,12 @@ SCRIPT = os.path.join(REPO, "examples", "python", "moe_int8_dispatch.py")
 
 
 def run(*extra):
-    return subprocess.run([sys.executable, SCRIPT, "--tokens", "128", "--hidden", "128",
-                           "--repeat", "1", *extra], capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, SCRIPT, "--tokens", "128", "--hidden", "128", "--repeat", "1", *extra],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 def test_two_ranks_every_pipeline_within_its_bound():

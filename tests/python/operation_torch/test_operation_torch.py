@@ -4,6 +4,7 @@ infer_shape codes, tensor checks, dtype mapping, the torch_npu shim and the libr
 Anything that executes uses rankSize 1 in commMode 1 (a one-thread job), so these tests need no
 peers; the collective behaviour itself is in test_operation_torch_threads.py / _procs.py.
 """
+
 import json
 import os
 import shutil
@@ -18,20 +19,41 @@ from repo_paths import REPO, SHIM_PYTHONPATH
 
 OperationTorch = torch.classes.OperationTorch.OperationTorch
 
-ALL_OPS = ["AllReduceOperation", "AllGatherOperation", "AllGatherVOperation",
-           "ReduceScatterOperation", "ReduceScatterVOperation", "BroadcastOperation",
-           "AllToAllOperation", "AllToAllVOperation", "AllToAllVV2Operation", "SendOperation",
-           "RecvOperation", "SendRecvOperation", "BarrierOperation"]
+ALL_OPS = [
+    "AllReduceOperation",
+    "AllGatherOperation",
+    "AllGatherVOperation",
+    "ReduceScatterOperation",
+    "ReduceScatterVOperation",
+    "BroadcastOperation",
+    "AllToAllOperation",
+    "AllToAllVOperation",
+    "AllToAllVV2Operation",
+    "SendOperation",
+    "RecvOperation",
+    "SendRecvOperation",
+    "BarrierOperation",
+]
 # torch dtype -> ACL DataType code (ATB's aclDataType numbering).
-ACL_CODES = {torch.float32: 0, torch.float16: 1, torch.int8: 2, torch.int32: 3, torch.uint8: 4,
-             torch.int16: 6, torch.int64: 9, torch.float64: 11, torch.bool: 12,
-             torch.bfloat16: 27}
+ACL_CODES = {
+    torch.float32: 0,
+    torch.float16: 1,
+    torch.int8: 2,
+    torch.int32: 3,
+    torch.uint8: 4,
+    torch.int16: 6,
+    torch.int64: 9,
+    torch.float64: 11,
+    torch.bool: 12,
+    torch.bfloat16: 27,
+}
 
 
 def solo(**extra):
     """Params of a one-rank, one-thread job."""
-    return json.dumps({"rank": 0, "rankSize": 1, "commMode": 1, "commDomain": "pytest-solo",
-                       **extra})
+    return json.dumps(
+        {"rank": 0, "rankSize": 1, "commMode": 1, "commDomain": "pytest-solo", **extra}
+    )
 
 
 def make(name, param):
@@ -49,11 +71,19 @@ def counts(*values):
 
 # Point-to-point ops need a peer, so they get a 2-rank param; AllToAllV requires its counts;
 # the rest run as a one-rank job.
-PEER_PARAMS = {"SendOperation": {"rank": 0, "rankSize": 2, "destRank": 1},
-               "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0},
-               "SendRecvOperation": {"rank": 1, "rankSize": 3, "destRank": 2, "srcRank": 0},
-               "AllToAllVOperation": {"rank": 0, "rankSize": 1, "sendCounts": [1],
-                                      "sdispls": [0], "recvCounts": [1], "rdispls": [0]}}
+PEER_PARAMS = {
+    "SendOperation": {"rank": 0, "rankSize": 2, "destRank": 1},
+    "RecvOperation": {"rank": 1, "rankSize": 2, "srcRank": 0},
+    "SendRecvOperation": {"rank": 1, "rankSize": 3, "destRank": 2, "srcRank": 0},
+    "AllToAllVOperation": {
+        "rank": 0,
+        "rankSize": 1,
+        "sendCounts": [1],
+        "sdispls": [0],
+        "recvCounts": [1],
+        "rdispls": [0],
+    },
+}
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -64,7 +94,7 @@ def test_every_operation_constructs_and_accepts_params(name):
 
 
 def test_unknown_operation_name_raises_listing_known_ones():
-    with pytest.raises(RuntimeError, match="unknown operation \"AllReduceOp\".*AllReduceOperation"):
+    with pytest.raises(RuntimeError, match='unknown operation "AllReduceOp".*AllReduceOperation'):
         OperationTorch("AllReduceOp")
 
 
@@ -80,9 +110,11 @@ def test_failed_set_param_leaves_no_operation():
         op.execute([x])
     assert "the last set_param failed" in str(raised.value)
     assert bad["message"] in str(raised.value)
-    for call in (lambda: op.execute_out([x], [torch.empty(6)]),
-                 lambda: op.execute_sync([x], [torch.empty(6)], 0),
-                 lambda: op.empty_shared([2], torch.float32)):
+    for call in (
+        lambda: op.execute_out([x], [torch.empty(6)]),
+        lambda: op.execute_sync([x], [torch.empty(6)], 0),
+        lambda: op.empty_shared([2], torch.float32),
+    ):
         with pytest.raises(RuntimeError, match="quantType"):
             call()
     for result in (json.loads(op.infer_shape([x])), json.loads(op.setup([x], [torch.empty(6)]))):
@@ -96,16 +128,18 @@ def test_failed_set_param_leaves_no_operation():
 
 def test_execute_after_failed_set_param_names_its_error_once():
     op = OperationTorch("AllReduceOperation")
-    bad = json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
-                                              "quantType": 3})))
+    bad = json.loads(
+        op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1, "quantType": 3}))
+    )
     assert bad["result"] == 1
     with pytest.raises(RuntimeError) as raised:
         op.execute([torch.ones(2)])
     first_line = str(raised.value).splitlines()[0]
     assert first_line.count("OperationTorch(AllReduceOperation).execute") == 1, first_line
-    assert first_line.startswith("ERROR_INVALID_PARAM (1): OperationTorch(AllReduceOperation)"
-                                 ".execute: no operation to run: the last set_param failed"), \
-        first_line
+    assert first_line.startswith(
+        "ERROR_INVALID_PARAM (1): OperationTorch(AllReduceOperation)"
+        ".execute: no operation to run: the last set_param failed"
+    ), first_line
     assert bad["message"] in first_line and "quantType" in first_line, first_line
 
 
@@ -113,8 +147,10 @@ def test_update_param_replaces_the_operation():
     op = make("AllGatherOperation", json.dumps({"rank": 0, "rankSize": 2}))
     x = torch.zeros(2, 3, dtype=torch.float16)
     assert json.loads(op.infer_shape([x]))["shape"] == [[2, 2, 3]]
-    assert json.loads(op.update_param(json.dumps({"rank": 1, "rankSize": 3}))) == \
-        {"result": 0, "message": ""}
+    assert json.loads(op.update_param(json.dumps({"rank": 1, "rankSize": 3}))) == {
+        "result": 0,
+        "message": "",
+    }
     assert json.loads(op.infer_shape([x]))["shape"] == [[3, 2, 3]]
     bad = json.loads(op.update_param(json.dumps({"rank": 3, "rankSize": 3})))
     assert bad["result"] == 1 and "rank" in bad["message"]
@@ -137,24 +173,63 @@ PARAM_ERRORS = [
     ("AllReduceOperation", {"rank": "0", "rankSize": 2}, "rank"),
     ("AllReduceOperation", {"rank": 0, "rankSize": 2, "ranksize": 2}, "ranksize"),
     ("AllReduceOperation", {"rank": 0, "rankSize": 2, "commDomain": "d" * 129}, "commDomain"),
-    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, 1, 1], "sdispls": [0, 1],
-                            "recvCounts": [1, 1], "rdispls": [0, 1]}, "sendCounts"),
-    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, -1], "sdispls": [0, 1],
-                            "recvCounts": [1, 1], "rdispls": [0, 1]}, "sendCounts"),
-    ("AllToAllVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [1, 1], "sdispls": [0, 1],
-                            "recvCounts": [1, 1], "rdispls": [0, -4]}, "rdispls"),
-    ("ReduceScatterVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [2], "sdispls": [0, 2],
-                                 "recvCount": 2}, "sendCounts"),
-    ("ReduceScatterVOperation", {"rank": 0, "rankSize": 2, "sendCounts": [2, 3],
-                                 "sdispls": [0, -2], "recvCount": 2}, "sdispls"),
+    (
+        "AllToAllVOperation",
+        {
+            "rank": 0,
+            "rankSize": 2,
+            "sendCounts": [1, 1, 1],
+            "sdispls": [0, 1],
+            "recvCounts": [1, 1],
+            "rdispls": [0, 1],
+        },
+        "sendCounts",
+    ),
+    (
+        "AllToAllVOperation",
+        {
+            "rank": 0,
+            "rankSize": 2,
+            "sendCounts": [1, -1],
+            "sdispls": [0, 1],
+            "recvCounts": [1, 1],
+            "rdispls": [0, 1],
+        },
+        "sendCounts",
+    ),
+    (
+        "AllToAllVOperation",
+        {
+            "rank": 0,
+            "rankSize": 2,
+            "sendCounts": [1, 1],
+            "sdispls": [0, 1],
+            "recvCounts": [1, 1],
+            "rdispls": [0, -4],
+        },
+        "rdispls",
+    ),
+    (
+        "ReduceScatterVOperation",
+        {"rank": 0, "rankSize": 2, "sendCounts": [2], "sdispls": [0, 2], "recvCount": 2},
+        "sendCounts",
+    ),
+    (
+        "ReduceScatterVOperation",
+        {"rank": 0, "rankSize": 2, "sendCounts": [2, 3], "sdispls": [0, -2], "recvCount": 2},
+        "sdispls",
+    ),
     ("SendOperation", {"rank": 0, "rankSize": 2, "destRank": 0}, "destRank"),
     ("RecvOperation", {"rank": 1, "rankSize": 2, "srcRank": 2}, "srcRank"),
     ("SendRecvOperation", {"rank": 1, "rankSize": 2, "destRank": 0, "srcRank": 1}, "srcRank"),
 ]
 
 
-@pytest.mark.parametrize("name,param,field", PARAM_ERRORS,
-                         ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(PARAM_ERRORS)])
+@pytest.mark.parametrize(
+    "name,param,field",
+    PARAM_ERRORS,
+    ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(PARAM_ERRORS)],
+)
 def test_bad_param_gives_result_1_naming_the_field(name, param, field):
     result = json.loads(OperationTorch(name).set_param(json.dumps(param)))
     assert result["result"] == 1, result
@@ -173,21 +248,24 @@ def test_execute_before_set_param_raises():
 
 # ---- set_varaintpack_param ----------------------------------------------------------------------
 
+
 def vv2_solo_inputs(x, n):
     return [x, counts(n), counts(0), counts(n), counts(0), torch.zeros(n, dtype=torch.int8)]
 
 
 def vv2_solo_golden(x, count, displ):
     """What a one-rank AllToAllVV2 gives: `count` elements of x from `displ`, as [1, count]."""
-    return x.flatten()[displ:displ + count].reshape(1, count)
+    return x.flatten()[displ : displ + count].reshape(1, count)
 
 
 def test_bound_counts_equal_to_the_tensors_run():
     op = make("AllToAllVV2Operation", solo())
     x = torch.arange(10, dtype=torch.int32)
-    assert json.loads(op.set_varaintpack_param(json.dumps(
-        {"sendCounts": [4], "sdispls": [3], "recvCounts": [4], "rdispls": [0]}))) == \
-        {"result": 0, "message": ""}
+    assert json.loads(
+        op.set_varaintpack_param(
+            json.dumps({"sendCounts": [4], "sdispls": [3], "recvCounts": [4], "rdispls": [0]})
+        )
+    ) == {"result": 0, "message": ""}
     ins = [x, counts(4), counts(3), counts(4), counts(0), torch.zeros(4, dtype=torch.int8)]
     (y,) = op.execute(ins)
     assert torch.equal(y, vv2_solo_golden(x, 4, 3))
@@ -196,26 +274,44 @@ def test_bound_counts_equal_to_the_tensors_run():
 def test_bound_counts_differing_from_the_tensors_raise_naming_both():
     # Neither may win silently: a stale binding (or stale tensors) would give a wrong result.
     op = make("AllToAllVV2Operation", solo())
-    op.set_varaintpack_param(json.dumps({"sendCounts": [4], "sdispls": [3], "recvCounts": [4],
-                                         "rdispls": [0]}))
-    ins = [torch.arange(10.0), counts(4), counts(5), counts(4), counts(0),
-           torch.zeros(4, dtype=torch.int8)]
-    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_PARAM.*inTensors\[2\] \(sdispls\) "
-                                           r"holds \[5\] but set_varaintpack_param bound "
-                                           r"sdispls = \[3\]"):
+    op.set_varaintpack_param(
+        json.dumps({"sendCounts": [4], "sdispls": [3], "recvCounts": [4], "rdispls": [0]})
+    )
+    ins = [
+        torch.arange(10.0),
+        counts(4),
+        counts(5),
+        counts(4),
+        counts(0),
+        torch.zeros(4, dtype=torch.int8),
+    ]
+    with pytest.raises(
+        RuntimeError,
+        match=r"ERROR_INVALID_PARAM.*inTensors\[2\] \(sdispls\) "
+        r"holds \[5\] but set_varaintpack_param bound "
+        r"sdispls = \[3\]",
+    ):
         op.execute(ins)
 
 
-@pytest.mark.parametrize("op_name,key", [("AllToAllVV2Operation", "sendCounts"),
-                                         ("AllGatherVOperation", "sendCount"),
-                                         ("AllToAllVV2Operation", "unknown")])
+@pytest.mark.parametrize(
+    "op_name,key",
+    [
+        ("AllToAllVV2Operation", "sendCounts"),
+        ("AllGatherVOperation", "sendCount"),
+        ("AllToAllVV2Operation", "unknown"),
+    ],
+)
 def test_deeply_nested_or_huge_bound_values_give_a_short_error(op_name, key):
     # dump() of the offending value recursed once per level (a segfault at 100000 levels) and
     # copied a 10 MB string whole into the message.
     op = make(op_name, solo())
     depth = 200000
-    for value_text in ("[" * depth + "1" + "]" * depth, '{"a":' * depth + "1" + "}" * depth,
-                       json.dumps("x" * 10_000_000)):
+    for value_text in (
+        "[" * depth + "1" + "]" * depth,
+        '{"a":' * depth + "1" + "}" * depth,
+        json.dumps("x" * 10_000_000),
+    ):
         result = json.loads(op.set_varaintpack_param('{"' + key + '": ' + value_text + "}"))
         assert result["result"] == 1, result["message"][:200]
         assert len(result["message"]) < 400, len(result["message"])
@@ -225,8 +321,11 @@ def test_integral_float_counts_bind_as_atb_reads_them():
     # ATB's binder reads run params with get<int64_t>(), so 3.0 is 3; 1.5 stays refused
     # (VARIANT_ERRORS) rather than truncated.
     op = make("AllToAllVV2Operation", solo())
-    result = json.loads(op.set_varaintpack_param(json.dumps(
-        {"sendCounts": [2.0], "sdispls": [3.0], "recvCounts": [2], "rdispls": [0.0]})))
+    result = json.loads(
+        op.set_varaintpack_param(
+            json.dumps({"sendCounts": [2.0], "sdispls": [3.0], "recvCounts": [2], "rdispls": [0.0]})
+        )
+    )
     assert result == {"result": 0, "message": ""}, result
     x = torch.arange(6.0)
     ins = [x, counts(2), counts(3), counts(2), counts(0), torch.zeros(2, dtype=torch.int8)]
@@ -239,21 +338,25 @@ def test_set_param_drops_the_binding():
     # not the binding made under the previous params.
     op = make("AllToAllVV2Operation", solo())
     x = torch.arange(6.0)
-    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [0], "recvCounts": [2],
-                                         "rdispls": [0]}))
-    (y,) = op.execute([x, counts(2), counts(0), counts(2), counts(0),
-                       torch.zeros(2, dtype=torch.int8)])
+    op.set_varaintpack_param(
+        json.dumps({"sendCounts": [2], "sdispls": [0], "recvCounts": [2], "rdispls": [0]})
+    )
+    (y,) = op.execute(
+        [x, counts(2), counts(0), counts(2), counts(0), torch.zeros(2, dtype=torch.int8)]
+    )
     assert torch.equal(y, vv2_solo_golden(x, 2, 0))
     assert json.loads(op.set_param(solo())) == {"result": 0, "message": ""}
-    (y,) = op.execute([x, counts(2), counts(3), counts(2), counts(0),
-                       torch.zeros(2, dtype=torch.int8)])
+    (y,) = op.execute(
+        [x, counts(2), counts(3), counts(2), counts(0), torch.zeros(2, dtype=torch.int8)]
+    )
     assert torch.equal(y, vv2_solo_golden(x, 2, 3))
     # A failed set_param drops it too (and a later good one starts with none).
     op.set_varaintpack_param(json.dumps({"sdispls": [1]}))
     assert json.loads(op.set_param(solo(quantType=3)))["result"] == 1
     assert json.loads(op.set_param(solo()))["result"] == 0
-    (y,) = op.execute([x, counts(2), counts(4), counts(2), counts(0),
-                       torch.zeros(2, dtype=torch.int8)])
+    (y,) = op.execute(
+        [x, counts(2), counts(4), counts(2), counts(0), torch.zeros(2, dtype=torch.int8)]
+    )
     assert torch.equal(y, vv2_solo_golden(x, 2, 4))
 
 
@@ -275,8 +378,11 @@ VARIANT_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("name,run_param,field", VARIANT_ERRORS,
-                         ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(VARIANT_ERRORS)])
+@pytest.mark.parametrize(
+    "name,run_param,field",
+    VARIANT_ERRORS,
+    ids=[f"{n}-{f}-{i}" for i, (n, _, f) in enumerate(VARIANT_ERRORS)],
+)
 def test_bad_varaintpack_param_gives_result_1_naming_the_field(name, run_param, field):
     op = make(name, solo())
     result = json.loads(op.set_varaintpack_param(json.dumps(run_param)))
@@ -284,14 +390,22 @@ def test_bad_varaintpack_param_gives_result_1_naming_the_field(name, run_param, 
     assert field in result["message"], result
 
 
-@pytest.mark.parametrize("bad", ['{"sendCounts": [2], "sdispls": [0.5], "recvCounts": [2]}',
-                                 '{"sendCounts": [-2]}', 'not json', '{"sendCount": [2]}'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"sendCounts": [2], "sdispls": [0.5], "recvCounts": [2]}',
+        '{"sendCounts": [-2]}',
+        "not json",
+        '{"sendCount": [2]}',
+    ],
+)
 def test_failed_binding_leaves_no_binding(bad):
     # The failed call's counts differ from the previous binding's; keeping that one would make
     # it override the correct tensors. With no binding, the tensors' counts are used.
     op = make("AllToAllVV2Operation", solo())
-    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2],
-                                         "rdispls": [0]}))
+    op.set_varaintpack_param(
+        json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2], "rdispls": [0]})
+    )
     assert json.loads(op.set_varaintpack_param(bad))["result"] == 1
     x = torch.arange(5.0)
     (y,) = op.execute(vv2_solo_inputs(x, 2))
@@ -300,8 +414,9 @@ def test_failed_binding_leaves_no_binding(bad):
 
 def test_empty_binding_reads_counts_from_the_tensors():
     op = make("AllToAllVV2Operation", solo())
-    op.set_varaintpack_param(json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2],
-                                         "rdispls": [0]}))
+    op.set_varaintpack_param(
+        json.dumps({"sendCounts": [2], "sdispls": [1], "recvCounts": [2], "rdispls": [0]})
+    )
     assert json.loads(op.set_varaintpack_param("{}")) == {"result": 0, "message": ""}
     (y,) = op.execute(vv2_solo_inputs(torch.arange(5.0), 5))
     assert torch.equal(y, torch.arange(5.0).reshape(1, 5))
@@ -312,8 +427,11 @@ def test_bound_length_must_match_the_tensor():
     op.set_varaintpack_param(json.dumps({"sendCounts": [2]}))
     ins = vv2_solo_inputs(torch.arange(4.0), 2)
     ins[1] = counts(2, 0)
-    with pytest.raises(RuntimeError, match=r"inTensors\[1\] has 2 elements but "
-                                           r"set_varaintpack_param bound 1"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"inTensors\[1\] has 2 elements but "
+        r"set_varaintpack_param bound 1",
+    ):
         op.execute(ins)
 
 
@@ -330,12 +448,19 @@ def test_binding_without_an_operation_fails_and_binds_nothing():
 
 # ---- infer_shape and setup ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
 def test_infer_shape_reports_acl_dtype_format_shape(dtype):
     op = make("AllGatherOperation", json.dumps({"rank": 1, "rankSize": 2}))
     result = json.loads(op.infer_shape([torch.zeros(3, 4, dtype=dtype)]))
-    assert result == {"result": 0, "message": "", "num": 1, "dtype": [ACL_CODES[dtype]],
-                      "format": [2], "shape": [[2, 3, 4]]}
+    assert result == {
+        "result": 0,
+        "message": "",
+        "num": 1,
+        "dtype": [ACL_CODES[dtype]],
+        "format": [2],
+        "shape": [[2, 3, 4]],
+    }
 
 
 def test_infer_shape_8_dim_all_gather_input_gives_8():
@@ -376,11 +501,21 @@ def test_a_rank_table_that_is_not_utf8_is_reported_as_text(tmp_path):
     """The table's bytes quoted in the error are escaped: the report stays JSON and names the file
     (a JSON type_error from the binding used to replace it)."""
     table = tmp_path / "table.json"
-    table.write_bytes(b'{"server_count": "1", "server_list": [{"server_id": "\xff\xfe", '
-                      b'"device": []}]}')
-    op = make("AllReduceOperation", json.dumps({"rank": 0, "rankSize": 1, "backend": "hccl",
-                                                "commDomain": "pytest-utf8",
-                                                "rankTableFile": str(table)}))
+    table.write_bytes(
+        b'{"server_count": "1", "server_list": [{"server_id": "\xff\xfe", "device": []}]}'
+    )
+    op = make(
+        "AllReduceOperation",
+        json.dumps(
+            {
+                "rank": 0,
+                "rankSize": 1,
+                "backend": "hccl",
+                "commDomain": "pytest-utf8",
+                "rankTableFile": str(table),
+            }
+        ),
+    )
     result = json.loads(op.setup([torch.ones(2)], [torch.empty(2)]))
     assert result["result"] == 1, result
     assert f"rank table {table}: malformed JSON" in result["message"], result
@@ -423,6 +558,7 @@ def test_execute_sync_takes_atbs_workspace_size_too():
 
 # ---- tensors ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", list(ACL_CODES), ids=str)
 def test_every_dtype_round_trips_through_execute(dtype):
     op = make("AllGatherOperation", solo())
@@ -443,8 +579,9 @@ def test_non_contiguous_inputs_are_made_contiguous():
     assert torch.equal(base, torch.arange(12.0).reshape(3, 4))
     # A non-contiguous x of AllToAllVV2 is sent in its logical (row-major) order.
     vv2 = make("AllToAllVV2Operation", solo())
-    (y,) = vv2.execute([base.t(), counts(4), counts(5), counts(4), counts(0),
-                        torch.zeros(4, dtype=torch.int8)])
+    (y,) = vv2.execute(
+        [base.t(), counts(4), counts(5), counts(4), counts(0), torch.zeros(4, dtype=torch.int8)]
+    )
     assert torch.equal(y, vv2_solo_golden(base.t().contiguous(), 4, 5))
 
 
@@ -462,8 +599,11 @@ def test_non_cpu_input_raises_naming_the_device():
 
 def test_wrong_output_shape_raises_with_status_name():
     op = make("AllReduceOperation", solo())
-    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_\w+ \(\d+\): "
-                                           r"OperationTorch\(AllReduceOperation\)\.execute_out"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ERROR_INVALID_TENSOR_\w+ \(\d+\): "
+        r"OperationTorch\(AllReduceOperation\)\.execute_out",
+    ):
         op.execute_out([torch.zeros(4)], [torch.zeros(5)])
 
 
@@ -482,16 +622,22 @@ def test_reducible_only_op_rejects_bool():
 def test_output_too_large_for_memory_raises_from_infer_shape():
     # x is empty, but y_shape asks for 2 rows of x's 2^61 columns: 2^64 bytes.
     op = make("AllGatherVOperation", solo())
-    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_SIZE.*outTensors\[0\] \(out\) "
-                                           r"has shape \[2, 2305843009213693952\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ERROR_INVALID_TENSOR_SIZE.*outTensors\[0\] \(out\) "
+        r"has shape \[2, 2305843009213693952\]",
+    ):
         op.execute([torch.empty(0, 2**61), counts(0), counts(0), counts(0), torch.empty(2)])
 
 
 def test_all_to_all_in_place_raises_naming_the_overlap():
     op = make("AllToAllOperation", solo())
     x = torch.arange(8.0)
-    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_PARAM.*y overlaps x \(x starts at byte 0 "
-                                           r"of y\); peers may still read x"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"ERROR_INVALID_PARAM.*y overlaps x \(x starts at byte 0 "
+        r"of y\); peers may still read x",
+    ):
         op.execute_out([x], [x])
 
 
@@ -500,19 +646,24 @@ def test_all_reduce_in_place_works_and_a_shifted_output_raises():
     buffer = torch.arange(9.0)
     op.execute_out([buffer[:8]], [buffer[:8]])
     assert torch.equal(buffer, torch.arange(9.0))
-    with pytest.raises(RuntimeError, match=r"y overlaps x \(y starts at byte 4 of x\); the one "
-                                           r"in-place form supported is x == y"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"y overlaps x \(y starts at byte 4 of x\); the one "
+        r"in-place form supported is x == y",
+    ):
         op.execute_out([buffer[:8]], [buffer[1:]])
 
 
 # ---- loading and the torch_npu shim (fresh interpreters) ----------------------------------------
 
+
 def run_python(code, **env):
     """Runs `code` in a fresh interpreter with the shim and the source tree on PYTHONPATH (and
     the library this process loaded selected as here: COLLOPS_BUILD_DIR or COLLOPS_LIBRARY_DIR)."""
     full_env = dict(os.environ, PYTHONPATH=SHIM_PYTHONPATH, **env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120
+    )
 
 
 def test_missing_library_gives_import_error_saying_how_to_get_it():
@@ -536,7 +687,8 @@ def test_torch_npu_shim_runs_atb_idioms():
         "op = torch.classes.OperationTorch.OperationTorch('AllToAllVV2Operation')\n"
         "import collops.compat.torch_npu as shim\n"
         "assert torch_npu is shim\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -575,7 +727,8 @@ def test_torch_npu_shim_keeps_npu_moves_on_cpu_and_maps_hccl_to_collops():
         "dist.all_reduce(t)\n"
         "assert backend.communicator_name() == 'lccl', backend.communicator_name()\n"
         "assert torch.equal(t, torch.full((3,), 2.0))\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
@@ -613,7 +766,8 @@ def test_torch_npu_shim_makes_factory_calls_on_npu_cpu_tensors():
         "worker.start()\n"
         "worker.join()\n"
         "assert seen == ['cpu'], seen\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
@@ -625,7 +779,8 @@ def test_install_torch_npu_does_not_shadow_a_real_one():
         "try:\n"
         "    collops.compat.install_torch_npu()\n"
         "except RuntimeError as e:\n"
-        "    print('refused' if 'not shadowing' in str(e) else e)\n")
+        "    print('refused' if 'not shadowing' in str(e) else e)\n"
+    )
     assert done.stdout.strip() == "refused", done.stdout + done.stderr
 
 
@@ -635,15 +790,21 @@ def test_atb_home_path_library_name_loads_the_same_library():
     alias = os.path.join(os.path.dirname(collops.library_path()), "libatb_test_framework.so")
     assert os.path.exists(alias), f"{alias} missing: torch_bindings/CMakeLists.txt builds it"
     atb_home = os.path.dirname(os.path.dirname(alias))
-    for prelude, epilogue in (("import torch\n", "import collops\n"),
-                              ("import torch, collops\n", "")):
+    for prelude, epilogue in (
+        ("import torch\n", "import collops\n"),
+        ("import torch, collops\n", ""),
+    ):
         done = run_python(
-            prelude + f"torch.classes.load_library({alias!r})\n" + epilogue +
-            "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
+            prelude
+            + f"torch.classes.load_library({alias!r})\n"
+            + epilogue
+            + "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
             "maps = open('/proc/self/maps').read().splitlines()\n"
             "paths = {line.split()[-1] for line in maps if 'libcollops_torch' in line}\n"
             "assert len(paths) == 1, paths\n"
-            "print('ok')\n", ATB_HOME_PATH=atb_home)
+            "print('ok')\n",
+            ATB_HOME_PATH=atb_home,
+        )
         assert done.returncode == 0 and done.stdout.strip() == "ok", prelude + done.stderr
 
 
@@ -656,14 +817,17 @@ def test_atb_home_path_and_another_build_never_load_two_copies(tmp_path):
     shutil.copy(collops.library_path(), lib / "libatb_test_framework.so")
     atb = str(lib / "libatb_test_framework.so")
     build = os.environ.get("COLLOPS_BUILD_DIR", os.path.join(REPO, "build"))
-    use = ("op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\n"
-           "print('ok')\n")
+    use = "op = torch.classes.OperationTorch.OperationTorch('AllReduceOperation')\nprint('ok')\n"
     # The ATB script loads its library first: collops uses that copy.
-    done = run_python(f"import torch\ntorch.classes.load_library({atb!r})\nimport collops\n" + use,
-                      ATB_HOME_PATH=str(tmp_path), COLLOPS_BUILD_DIR=build)
+    done = run_python(
+        f"import torch\ntorch.classes.load_library({atb!r})\nimport collops\n" + use,
+        ATB_HOME_PATH=str(tmp_path),
+        COLLOPS_BUILD_DIR=build,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     # collops first: it refuses, naming both files, before anything aborts.
-    done = run_python("import collops\n" + use, ATB_HOME_PATH=str(tmp_path),
-                      COLLOPS_BUILD_DIR=build)
+    done = run_python(
+        "import collops\n" + use, ATB_HOME_PATH=str(tmp_path), COLLOPS_BUILD_DIR=build
+    )
     assert done.returncode != 0 and "ImportError" in done.stderr, done.stderr
     assert "are different files" in done.stderr and atb in done.stderr, done.stderr

@@ -5,6 +5,7 @@ cases, and examples/python/all_to_allvv2.py.
 These tests do not skip when the multi-process backend is missing: they fail, with the ranks'
 ERROR_BACKEND_UNAVAILABLE messages in the report.
 """
+
 import os
 import subprocess
 import sys
@@ -55,8 +56,9 @@ def test_seeds_script_passes_all_7_dtypes():
     script = os.path.join(REPO, "examples", "python", "all_to_allvv2.py")
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
     env.pop("COLLOPS_JOB_ID", None)
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env,
-                          timeout=400)
+    done = subprocess.run(
+        [sys.executable, script], capture_output=True, text=True, env=env, timeout=400
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     for dtype in golden.SEED_DTYPES:
@@ -66,18 +68,23 @@ def test_seeds_script_passes_all_7_dtypes():
 
 # ---- the harness itself: no rank can fail silently ----------------------------------------------
 
+
 def _infer_shape_failure_on_rank_1(ctx):
     # execute() infers its outputs' shapes before the op's Setup; rank 1's failure there must
     # reach rank 0, which would otherwise wait COLLOPS_TIMEOUT for a call rank 1 will not make.
     import torch
+
     op = torch.classes.OperationTorch.OperationTorch("ReduceScatterOperation")
     op.set_param(ctx.param())
     op.execute([torch.ones(4, 2)])  # the communicator exists from here on
     start = time.time()
     with pytest.raises(RuntimeError) as raised:
         op.execute([torch.ones(3 if ctx.rank == 1 else 4, 2)])
-    want = ("ERROR_INVALID_TENSOR_DIM" if ctx.rank == 1 else
-            "rank 1 failed its own checks for this call (ERROR_INVALID_TENSOR_DIM)")
+    want = (
+        "ERROR_INVALID_TENSOR_DIM"
+        if ctx.rank == 1
+        else "rank 1 failed its own checks for this call (ERROR_INVALID_TENSOR_DIM)"
+    )
     assert want in str(raised.value), str(raised.value)
     assert time.time() - start < 10
     # The ranks stay in step: the next call runs on both.
@@ -147,8 +154,9 @@ def _hangs_on_rank_1(ctx):
 
 
 def test_harness_reports_a_raising_process_rank():
-    with pytest.raises(RankFailure, match="(?s)1 of 3 process ranks failed.*rank 2: exit code 1"
-                                          ".*on purpose"):
+    with pytest.raises(
+        RankFailure, match="(?s)1 of 3 process ranks failed.*rank 2: exit code 1.*on purpose"
+    ):
         run_process_ranks(3, _raises_on_last_rank)
 
 
@@ -170,7 +178,7 @@ def _identity(ctx):
     return ctx.rank
 
 
-ATB_STYLE_SCRIPT = '''
+ATB_STYLE_SCRIPT = """
 import json, os, sys
 import torch
 import torch_npu
@@ -196,7 +204,7 @@ def main_worker(rank, world_size):
 
 if __name__ == "__main__":
     mp.spawn(main_worker, nprocs=2, args=(2,), join=True)
-'''
+"""
 
 
 def test_unchanged_atb_style_script_runs_with_the_shim(tmp_path):
@@ -207,10 +215,13 @@ def test_unchanged_atb_style_script_runs_with_the_shim(tmp_path):
     # ATB_HOME_PATH: the directory whose lib/ holds the library collops loads and its ATB alias
     # (<build>/torch_bindings in a build tree, the package directory when installed).
     env = {k: v for k, v in os.environ.items() if k != "COLLOPS_JOB_ID"}
-    env.update(PYTHONPATH=SHIM_PYTHONPATH,
-               ATB_HOME_PATH=os.path.dirname(os.path.dirname(collops.library_path())),
-               COLLOPS_JOB_ID=f"atb-style-{os.getpid()}-{time.time_ns()}")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    env.update(
+        PYTHONPATH=SHIM_PYTHONPATH,
+        ATB_HOME_PATH=os.path.dirname(os.path.dirname(collops.library_path())),
+        COLLOPS_JOB_ID=f"atb-style-{os.getpid()}-{time.time_ns()}",
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "rank 0 ok" in done.stdout and "rank 1 ok" in done.stdout, done.stdout

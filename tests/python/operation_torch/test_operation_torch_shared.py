@@ -2,6 +2,7 @@
 collectives between processes move with one copy. Results must equal the golden values whatever
 memory the tensors live in; the tests also check, from /proc/self/maps, that the memory really is
 the communicator's shared segment where it should be, and ordinary memory where it cannot be."""
+
 import json
 import os
 
@@ -35,11 +36,18 @@ def alltoallvv2_shared(ctx, expect_shared):
     assert x.shape == (sum(send),) and x.dtype == torch.int8
     assert in_lccl_segment(x) == expect_shared, f"{ctx}: input in segment {in_lccl_segment(x)}"
     x.copy_(payload(me))
-    want = torch.cat([payload(j)[sum(piece(j, d) for d in range(me)):][:recv[j]]
-                      for j in range(R)]).reshape(1, -1)
+    want = torch.cat(
+        [payload(j)[sum(piece(j, d) for d in range(me)) :][: recv[j]] for j in range(R)]
+    ).reshape(1, -1)
     for step in range(3):
-        ins = [x, golden.counts(*send), golden.counts(*sd), golden.counts(*recv),
-               golden.counts(*rd), torch.zeros(sum(recv), dtype=torch.int8)]
+        ins = [
+            x,
+            golden.counts(*send),
+            golden.counts(*sd),
+            golden.counts(*recv),
+            golden.counts(*rd),
+            torch.zeros(sum(recv), dtype=torch.int8),
+        ]
         (y,) = op.execute(ins)
         golden.assert_equal(y, want, f"{ctx} AllToAllVV2 on shared memory, step {step}")
         # The communicator exists once empty_shared ran, so execute's outputs are shared too.
@@ -82,22 +90,32 @@ def fork_child_leaves_shared_memory_alone(ctx):
                 op.empty_shared([1 << 16], torch.float32)
                 code = 1
             except RuntimeError as e:
-                if "ERROR_COMM_FAIL" not in str(e) or f"belongs to pid {os.getppid()}" not in str(e):
+                if "ERROR_COMM_FAIL" not in str(e) or f"belongs to pid {os.getppid()}" not in str(
+                    e
+                ):
                     code = 2
             del u  # its deleter frees the heap range, in the child
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    golden.assert_equal(u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor after the child")
+    golden.assert_equal(
+        u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor after the child"
+    )
     code = os.waitstatus_to_exitcode(status)
-    assert code == 0, f"{ctx}: the child " + {1: "got shared memory", 2: "was told something else"}.get(
-        code, f"exited with {code}")
+    assert code == 0, f"{ctx}: the child " + {
+        1: "got shared memory",
+        2: "was told something else",
+    }.get(code, f"exited with {code}")
     v = op.empty_shared([1 << 16], torch.float32)
     assert in_lccl_segment(v)
     v.fill_(ctx.rank + 1)
     (w,) = op.execute([v])
-    golden.assert_equal(w, torch.full([1 << 16], R * (R + 1) / 2), f"{ctx}: AllReduce after the fork")
-    golden.assert_equal(u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor at the end")
+    golden.assert_equal(
+        w, torch.full([1 << 16], R * (R + 1) / 2), f"{ctx}: AllReduce after the fork"
+    )
+    golden.assert_equal(
+        u, torch.full([1 << 16], float(R)), f"{ctx}: the parent's tensor at the end"
+    )
 
 
 def test_a_forked_child_leaves_its_parents_shared_tensors_alone(monkeypatch):
@@ -116,8 +134,16 @@ def test_without_a_heap_empty_shared_falls_back_to_ordinary_memory(monkeypatch):
 
 def test_empty_shared_rejects_an_unsupported_dtype():
     op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    assert json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
-                                               "commDomain": "pytest-shared-dtype"})))["result"] == 0
+    assert (
+        json.loads(
+            op.set_param(
+                json.dumps(
+                    {"rank": 0, "rankSize": 1, "commMode": 1, "commDomain": "pytest-shared-dtype"}
+                )
+            )
+        )["result"]
+        == 0
+    )
     try:
         op.empty_shared([4], torch.complex64)
     except RuntimeError as e:
@@ -126,20 +152,37 @@ def test_empty_shared_rejects_an_unsupported_dtype():
         raise AssertionError("empty_shared accepted complex64")
 
 
-@pytest.mark.parametrize("sizes,error", [
-    ([-3], r"ERROR_INVALID_TENSOR_DIM.*shape \[-3\] has a negative dim"),
-    ([2**62], r"ERROR_INVALID_TENSOR_SIZE.*shape \[4611686018427387904\] of Float needs more "
-              r"than 2\^63 - 1 bytes"),
-    # Empty for collops, but torch's own size check overflows on the way: its message, without
-    # the C++ backtrace.
-    ([2**40, 2**40, 0, 2**40], r"ERROR_INTERNAL_ERROR.*torch: Storage size calculation "
-                               r"overflowed with sizes=\[1099511627776, 1099511627776, 0, "
-                               r"1099511627776\]$"),
-])
+@pytest.mark.parametrize(
+    "sizes,error",
+    [
+        ([-3], r"ERROR_INVALID_TENSOR_DIM.*shape \[-3\] has a negative dim"),
+        (
+            [2**62],
+            r"ERROR_INVALID_TENSOR_SIZE.*shape \[4611686018427387904\] of Float needs more "
+            r"than 2\^63 - 1 bytes",
+        ),
+        # Empty for collops, but torch's own size check overflows on the way: its message, without
+        # the C++ backtrace.
+        (
+            [2**40, 2**40, 0, 2**40],
+            r"ERROR_INTERNAL_ERROR.*torch: Storage size calculation "
+            r"overflowed with sizes=\[1099511627776, 1099511627776, 0, "
+            r"1099511627776\]$",
+        ),
+    ],
+)
 def test_empty_shared_checks_the_shape(sizes, error):
     # A byte count that wrapped to 0 once gave a tensor claiming 2^64 bytes over none.
     op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    assert json.loads(op.set_param(json.dumps({"rank": 0, "rankSize": 1, "commMode": 1,
-                                               "commDomain": "pytest-shared-shape"})))["result"] == 0
+    assert (
+        json.loads(
+            op.set_param(
+                json.dumps(
+                    {"rank": 0, "rankSize": 1, "commMode": 1, "commDomain": "pytest-shared-shape"}
+                )
+            )
+        )["result"]
+        == 0
+    )
     with pytest.raises(RuntimeError, match=error):
         op.empty_shared(sizes, torch.float32)

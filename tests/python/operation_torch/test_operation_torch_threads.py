@@ -1,5 +1,6 @@
 """Golden tests of every operation through OperationTorch with Python threads as the ranks
 (commMode 1), plus the proof that execute releases the GIL."""
+
 import json
 import threading
 import time
@@ -46,8 +47,10 @@ def test_rank_mismatch_fails_every_thread():
 def test_execute_releases_the_gil():
     """Rank 0 blocks inside execute (a barrier) while this thread keeps running Python code; only
     then does rank 1 arrive. With the GIL held by rank 0 the counter could not advance."""
-    params = [json.dumps({"rank": r, "rankSize": 2, "commMode": 1,
-                          "commDomain": "pytest-gil"}) for r in range(2)]
+    params = [
+        json.dumps({"rank": r, "rankSize": 2, "commMode": 1, "commDomain": "pytest-gil"})
+        for r in range(2)
+    ]
     ops = [golden.make_op("BarrierOperation", p) for p in params]
     finished = threading.Event()
     errors = []

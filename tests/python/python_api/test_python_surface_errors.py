@@ -1,5 +1,6 @@
 """Mistakes in the Python helpers give clear errors (or work as documented) instead of an
 AttributeError, an IndexError or silently broadcast data."""
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -33,17 +34,25 @@ def test_npu_shim_accepts_cpu_devices_with_an_index():
 def _one_rank_mistakes(ctx):
     group = F.group_name()
     # 0-dim tensors have no rows to gather or scatter: a clear error, not an IndexError.
-    for call in (lambda: torch.ops.collops.all_gather(torch.tensor(1.0), group),
-                 lambda: torch.ops.collops.reduce_scatter(torch.tensor(1.0), "sum", group),
-                 lambda: torch.ops.collops.all_gather_v(torch.tensor(1.0), [1], group)):
+    for call in (
+        lambda: torch.ops.collops.all_gather(torch.tensor(1.0), group),
+        lambda: torch.ops.collops.reduce_scatter(torch.tensor(1.0), "sum", group),
+        lambda: torch.ops.collops.all_gather_v(torch.tensor(1.0), [1], group),
+    ):
         with pytest.raises(ValueError, match=r"needs a tensor of at least 1 dim"):
             call()
     # An output of another shape is refused, not filled by broadcasting the result over it.
-    with pytest.raises(ValueError, match=r"all_gather_into_tensor_uneven: output has shape "
-                                         r"\(3, 2\), but the result has shape \(1, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"all_gather_into_tensor_uneven: output has shape "
+        r"\(3, 2\), but the result has shape \(1, 2\)",
+    ):
         cdist.all_gather_into_tensor_uneven(torch.zeros(3, 2), torch.ones(1, 2), [1])
-    with pytest.raises(ValueError, match=r"reduce_scatter_tensor_uneven: output has shape "
-                                         r"\(2, 2\), but the result has shape \(1, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"reduce_scatter_tensor_uneven: output has shape "
+        r"\(2, 2\), but the result has shape \(1, 2\)",
+    ):
         cdist.reduce_scatter_tensor_uneven(torch.zeros(2, 2), torch.ones(1, 2), [1])
 
 
@@ -54,6 +63,7 @@ def test_row_ops_and_uneven_helpers_refuse_what_they_cannot_do():
 def _positional_async_op(ctx):
     collops.patch_torch_distributed()
     try:
+
         @torch.compile
         def reduce_async(t):
             return dist.all_reduce(t, dist.ReduceOp.SUM, None, True)

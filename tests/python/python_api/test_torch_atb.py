@@ -2,6 +2,7 @@
 param classes and Operation(param).forward(tensors) over collops, on 2 process ranks (every
 rank's exit code checked by rank_harness), thread ranks, every backend a Python process reaches
 (lccl, hccl, c10d over gloo), and an ATB-style script run unchanged as its own job."""
+
 import os
 import subprocess
 import sys
@@ -24,8 +25,14 @@ TYPES = ["LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER", "ALL_GATHER_LINEAR", "PUR
 def test_linear_parallel_two_processes(type_name, dtype):
     # Both backends of one host, alternating over the grid so each meets every type.
     backend = ("lccl", "hccl")[(TYPES.index(type_name) + len(dtype)) % 2]
-    run_process_ranks(2, ranks.linear_parallel_layouts, type_name, dtype,
-                      TYPES.index(type_name) * 10 + len(dtype), backend=backend)
+    run_process_ranks(
+        2,
+        ranks.linear_parallel_layouts,
+        type_name,
+        dtype,
+        TYPES.index(type_name) * 10 + len(dtype),
+        backend=backend,
+    )
 
 
 @pytest.mark.parametrize("type_name", TYPES)
@@ -52,19 +59,30 @@ def test_atb_style_script_runs_unchanged():
     runs on CPU, and mp.spawn fails the job when any rank fails."""
     env = dict(os.environ, PYTHONPATH=SHIM_PYTHONPATH)
     script = os.path.join(REPO, "examples", "python", "torch_atb_linear_parallel.py")
-    proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                          timeout=240)
+    proc = subprocess.run(
+        [sys.executable, script], env=env, capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "linear_parallel test success" in proc.stdout, proc.stdout
 
 
 # ---- params and errors (no ranks needed) -----------------------------------------------------
 
+
 def test_params_have_atb_fields_defaults_and_json_keys():
     p = torch_atb.LinearParallelParam()
-    assert (p.trans_weight, p.rank, p.rank_size, p.has_residual, p.backend, p.type,
-            p.keep_intermediate, p.quant_type, p.quant_group_size, p.out_data_type) == \
-        (True, 0, 0, False, "hccl", 0, False, -1, 0, -1)
+    assert (
+        p.trans_weight,
+        p.rank,
+        p.rank_size,
+        p.has_residual,
+        p.backend,
+        p.type,
+        p.keep_intermediate,
+        p.quant_type,
+        p.quant_group_size,
+        p.out_data_type,
+    ) == (True, 0, 0, False, "hccl", 0, False, -1, 0, -1)
     assert p.type == torch_atb.LinearParallelParam.ParallelType.LINEAR_ALL_REDUCE
     p.type = torch_atb.LinearParallelParam.ParallelType.ALL_GATHER_LINEAR
     p.comm_mode = torch_atb.COMM_MULTI_THREAD
@@ -72,8 +90,10 @@ def test_params_have_atb_fields_defaults_and_json_keys():
     assert p._json()["type"] == 2 and p._json()["commMode"] == 1
     assert p._json()["outDataType"] == 27
     assert torch_atb.ReduceScatterParam().backend == "lccl"  # ATB's default there
-    ar = torch_atb.AllReduceParam(quant_type=torch_atb.AllReduceParam.QuantType.QUANT_TYPE_PER_TENSOR,
-                                  out_data_type=torch_atb.ACL_FLOAT16)
+    ar = torch_atb.AllReduceParam(
+        quant_type=torch_atb.AllReduceParam.QuantType.QUANT_TYPE_PER_TENSOR,
+        out_data_type=torch_atb.ACL_FLOAT16,
+    )
     assert ar._json()["quantType"] == 1 and ar._json()["outDataType"] == 1
     assert "quantType" not in torch_atb.AllReduceParam()._json()
     with pytest.raises(TypeError, match="rank_sizes"):
@@ -82,19 +102,29 @@ def test_params_have_atb_fields_defaults_and_json_keys():
         torch_atb.AllGatherParam().rank_sizes = 2
 
 
-@pytest.mark.parametrize("param, status, text", [
-    (lambda: torch_atb.LinearParallelParam(rank_size=0), 1, "rankSize = 0"),
-    (lambda: torch_atb.LinearParallelParam(rank_size=2, quant_type=0), 1, "quantType = 0"),
-    (lambda: torch_atb.LinearParallelParam(rank_size=2, type=4), 1, "is not supported"),
-    (lambda: torch_atb.LinearParallelParam(rank_size=2, keep_intermediate=True), 1,
-     "keepIntermediate"),
-    (lambda: torch_atb.LinearParallelParam(rank_size=2, hccl_comm=1), 1, "hccl_comm"),
-    (lambda: torch_atb.LinearParallelParam(
-        rank_size=2, two_dim_TP_info=torch_atb.LinearParallelParam.TwoDimTPInfo(ag_dim=2)), 1,
-     "two_dim_TP_info"),
-    (lambda: torch_atb.AllReduceParam(rank_size=2, all_reduce_type="avg"), 1, "allReduceType"),
-    (lambda: torch_atb.AllToAllParam(rank_size=2, backend="lccc"), 1, "backend"),
-])
+@pytest.mark.parametrize(
+    "param, status, text",
+    [
+        (lambda: torch_atb.LinearParallelParam(rank_size=0), 1, "rankSize = 0"),
+        (lambda: torch_atb.LinearParallelParam(rank_size=2, quant_type=0), 1, "quantType = 0"),
+        (lambda: torch_atb.LinearParallelParam(rank_size=2, type=4), 1, "is not supported"),
+        (
+            lambda: torch_atb.LinearParallelParam(rank_size=2, keep_intermediate=True),
+            1,
+            "keepIntermediate",
+        ),
+        (lambda: torch_atb.LinearParallelParam(rank_size=2, hccl_comm=1), 1, "hccl_comm"),
+        (
+            lambda: torch_atb.LinearParallelParam(
+                rank_size=2, two_dim_TP_info=torch_atb.LinearParallelParam.TwoDimTPInfo(ag_dim=2)
+            ),
+            1,
+            "two_dim_TP_info",
+        ),
+        (lambda: torch_atb.AllReduceParam(rank_size=2, all_reduce_type="avg"), 1, "allReduceType"),
+        (lambda: torch_atb.AllToAllParam(rank_size=2, backend="lccc"), 1, "backend"),
+    ],
+)
 def test_bad_params_raise_with_status_and_field(param, status, text):
     with pytest.raises(torch_atb.OperationError) as info:
         torch_atb.Operation(param())

@@ -1,6 +1,7 @@
 """TorchAir's collective-in-graph example (examples/python/torchair_all_reduce.py) runs unchanged
 on CPU with the collops shims of torch_npu and torchair (python/torch_npu_shim), in both of the
 ways the example patches torch.distributed; and the shim's own rules."""
+
 import os
 import subprocess
 import sys
@@ -12,16 +13,23 @@ SEED_SCRIPT = os.path.join(REPO, "examples", "python", "torchair_all_reduce.py")
 
 
 def _shim_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("COLLOPS_JOB_ID", "MASTER_ADDR", "MASTER_PORT", "TORCH_LOGS")}
-    env.update(PYTHONPATH=SHIM_PYTHONPATH,
-               COLLOPS_JOB_ID=f"torchair-{os.getpid()}-{time.time_ns()}", **extra)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COLLOPS_JOB_ID", "MASTER_ADDR", "MASTER_PORT", "TORCH_LOGS")
+    }
+    env.update(
+        PYTHONPATH=SHIM_PYTHONPATH,
+        COLLOPS_JOB_ID=f"torchair-{os.getpid()}-{time.time_ns()}",
+        **extra,
+    )
     return env
 
 
 def _run(args, **env):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          env=_shim_env(**env), timeout=300)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=_shim_env(**env), timeout=300
+    )
 
 
 def _run_seed(script):
@@ -48,9 +56,12 @@ def test_seed_000_with_the_older_all_reduce_patch_module(tmp_path):
         text = f.read()
     assert "torchair.patch_for_hcom()\n" in text
     script = tmp_path / "torchair_patch_module.py"
-    script.write_text(text.replace(
-        "torchair.patch_for_hcom()\n",
-        "import torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce\n"))
+    script.write_text(
+        text.replace(
+            "torchair.patch_for_hcom()\n",
+            "import torchair.ge_concrete_graph.ge_converter.experimental.patch_for_hcom_allreduce\n",
+        )
+    )
     _run_seed(str(script))
 
 
@@ -65,39 +76,47 @@ def test_without_a_patch_the_compiled_all_reduce_is_not_a_collops_op(tmp_path):
 
 
 def test_compiler_config_records_any_option_and_the_backend_compiles():
-    done = _run(["-c",
-                 "import torch, torch_npu, torchair\n"
-                 "from torchair.configs.compiler_config import CompilerConfig\n"
-                 "config = CompilerConfig()\n"
-                 "config.mode = 'reduce-overhead'\n"
-                 "config.experimental_config.frozen_parameter = True\n"
-                 "config.debug.graph_dump.type = 'pbtxt'\n"
-                 "assert config.as_dict() == {'mode': 'reduce-overhead', 'experimental_config':\n"
-                 "    {'frozen_parameter': True}, 'debug': {'graph_dump': {'type': 'pbtxt'}}}\n"
-                 "backend = torchair.get_npu_backend(compiler_config=config)\n"
-                 "f = torch.compile(lambda x: torch.sin(x) * 2, backend=backend, fullgraph=True)\n"
-                 "x = torch.arange(4.0)\n"
-                 "assert torch.allclose(f(x), torch.sin(x) * 2)\n"
-                 "try:\n"
-                 "    torchair.get_npu_backend(compiler_config={'mode': 'max-autotune'})\n"
-                 "except TypeError as e:\n"
-                 "    assert 'CompilerConfig' in str(e), e\n"
-                 "else:\n"
-                 "    raise AssertionError('a dict was taken for a CompilerConfig')\n"
-                 "print('ok')\n"])
+    done = _run(
+        [
+            "-c",
+            "import torch, torch_npu, torchair\n"
+            "from torchair.configs.compiler_config import CompilerConfig\n"
+            "config = CompilerConfig()\n"
+            "config.mode = 'reduce-overhead'\n"
+            "config.experimental_config.frozen_parameter = True\n"
+            "config.debug.graph_dump.type = 'pbtxt'\n"
+            "assert config.as_dict() == {'mode': 'reduce-overhead', 'experimental_config':\n"
+            "    {'frozen_parameter': True}, 'debug': {'graph_dump': {'type': 'pbtxt'}}}\n"
+            "backend = torchair.get_npu_backend(compiler_config=config)\n"
+            "f = torch.compile(lambda x: torch.sin(x) * 2, backend=backend, fullgraph=True)\n"
+            "x = torch.arange(4.0)\n"
+            "assert torch.allclose(f(x), torch.sin(x) * 2)\n"
+            "try:\n"
+            "    torchair.get_npu_backend(compiler_config={'mode': 'max-autotune'})\n"
+            "except TypeError as e:\n"
+            "    assert 'CompilerConfig' in str(e), e\n"
+            "else:\n"
+            "    raise AssertionError('a dict was taken for a CompilerConfig')\n"
+            "print('ok')\n",
+        ]
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
 def test_torchair_shim_refuses_beside_a_real_torch_npu():
-    done = _run(["-c",
-                 "import sys, types\n"
-                 "sys.modules['torch_npu'] = types.ModuleType('torch_npu')\n"
-                 "from collops.compat import torchair\n"
-                 "for call in (torchair.patch_for_hcom, torchair.get_npu_backend):\n"
-                 "    try:\n"
-                 "        call()\n"
-                 "        print('not refused')\n"
-                 "    except RuntimeError as e:\n"
-                 "        assert 'real torch_npu' in str(e), e\n"
-                 "print('ok')\n"])
+    done = _run(
+        [
+            "-c",
+            "import sys, types\n"
+            "sys.modules['torch_npu'] = types.ModuleType('torch_npu')\n"
+            "from collops.compat import torchair\n"
+            "for call in (torchair.patch_for_hcom, torchair.get_npu_backend):\n"
+            "    try:\n"
+            "        call()\n"
+            "        print('not refused')\n"
+            "    except RuntimeError as e:\n"
+            "        assert 'real torch_npu' in str(e), e\n"
+            "print('ok')\n",
+        ]
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

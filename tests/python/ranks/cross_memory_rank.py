@@ -3,6 +3,7 @@ torchrun starts them: siblings, not parent and child). Runs calls large enough f
 copy (process_vm_readv/writev): an AllReduce of 4 MiB and an uneven AllToAllV of 256-768 KiB
 pieces, and prints one JSON line saying whether each result was golden.
 """
+
 import json
 import os
 
@@ -16,15 +17,19 @@ world = int(os.environ["WORLD_SIZE"])
 
 def make_op(name, **extra):
     op = torch.classes.OperationTorch.OperationTorch(name)
-    answer = json.loads(op.set_param(json.dumps(
-        dict(rank=rank, rankSize=world, rankRoot=0, backend="lccl", **extra))))
+    answer = json.loads(
+        op.set_param(
+            json.dumps(dict(rank=rank, rankSize=world, rankRoot=0, backend="lccl", **extra))
+        )
+    )
     assert answer["result"] == 0, answer
     return op
 
 
 def all_reduce_is_golden(n=1 << 20):
     (total,) = make_op("AllReduceOperation", allReduceType="sum").execute(
-        [torch.full((n,), float(rank + 1))])
+        [torch.full((n,), float(rank + 1))]
+    )
     return bool(torch.all(total == world * (world + 1) / 2))
 
 
@@ -39,8 +44,9 @@ def all_to_allv_is_golden():
     sdispls = [sum(send[:j]) for j in range(world)]
     rdispls = [sum(recv[:j]) for j in range(world)]
     x = torch.arange(sum(send), dtype=torch.float32) + 1e6 * rank
-    (y,) = make_op("AllToAllVOperation", sendCounts=send, sdispls=sdispls, recvCounts=recv,
-                   rdispls=rdispls).execute([x])
+    (y,) = make_op(
+        "AllToAllVOperation", sendCounts=send, sdispls=sdispls, recvCounts=recv, rdispls=rdispls
+    ).execute([x])
     want = []
     for j in range(world):
         offset = sum(piece(j, k) for k in range(rank))  # where j's piece for this rank starts
@@ -48,5 +54,14 @@ def all_to_allv_is_golden():
     return torch.equal(y.reshape(-1), torch.cat(want))
 
 
-print(json.dumps({"rank": rank, "pid": os.getpid(), "all_reduce": all_reduce_is_golden(),
-                  "all_to_allv": all_to_allv_is_golden()}), flush=True)
+print(
+    json.dumps(
+        {
+            "rank": rank,
+            "pid": os.getpid(),
+            "all_reduce": all_reduce_is_golden(),
+            "all_to_allv": all_to_allv_is_golden(),
+        }
+    ),
+    flush=True,
+)

@@ -7,6 +7,7 @@ SCENARIO=dies: rank VICTIM exits after the first call (SIGKILL cannot stop the f
 a pid namespace from inside it, so it exits as a crash would, without cleaning up); the others'
 second call must fail with ERROR_PEER_LOST naming it.
 """
+
 import json
 import os
 import time
@@ -23,8 +24,11 @@ victim = int(os.environ.get("VICTIM", "-1"))
 reduce_op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
 gather_op = torch.classes.OperationTorch.OperationTorch("AllGatherOperation")
 for op, extra in ((reduce_op, {"allReduceType": "sum"}), (gather_op, {})):
-    answer = json.loads(op.set_param(json.dumps(
-        dict(rank=rank, rankSize=world, rankRoot=0, backend="lccl", **extra))))
+    answer = json.loads(
+        op.set_param(
+            json.dumps(dict(rank=rank, rankSize=world, rankRoot=0, backend="lccl", **extra))
+        )
+    )
     assert answer["result"] == 0, answer
 
 

@@ -16,6 +16,7 @@
 Prints one JSON line: rank, netns (inode of /proc/self/ns/net), hostname, and either "result"
 (a list) or "error" (the exception's message); exits 1 on error.
 """
+
 import json
 import os
 import socket
@@ -36,8 +37,9 @@ def gloo(rank, world, master_addr, port):
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://{master_addr}:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://{master_addr}:{port}", rank=rank, world_size=world
+    )
     try:
         x = torch.full((4,), float(rank + 1))
         dist.all_reduce(x)
@@ -58,14 +60,18 @@ def collops_backend(rank, world, master_addr, port):
     from collops import _c10d_backend
     from rank_harness import RankContext
 
-    dist.init_process_group("collops", init_method=f"tcp://{master_addr}:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "collops", init_method=f"tcp://{master_addr}:{port}", rank=rank, world_size=world
+    )
     try:
         test_c10d_backend._collectives(RankContext(rank, world, 0, ""))
         test_c10d_p2p._rings(RankContext(rank, world, 0, ""))
         steps = dist_schedule.Schedule(seed=11, steps=40, max_elems=100_000).run()
-        return {"result": "collectives passed", "schedule_steps": steps,
-                "engine": _c10d_backend.communicator_name()}
+        return {
+            "result": "collectives passed",
+            "schedule_steps": steps,
+            "engine": _c10d_backend.communicator_name(),
+        }
     finally:
         dist.destroy_process_group()
 
@@ -76,9 +82,20 @@ def lccl(rank, world, domain):
     import collops  # noqa: F401  (registers torch.classes.OperationTorch)
 
     op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    status = json.loads(op.set_param(json.dumps({
-        "rank": rank, "rankSize": world, "backend": "lccl", "commMode": 0, "commDomain": domain,
-        "allReduceType": "sum"})))
+    status = json.loads(
+        op.set_param(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "rankSize": world,
+                    "backend": "lccl",
+                    "commMode": 0,
+                    "commDomain": domain,
+                    "allReduceType": "sum",
+                }
+            )
+        )
+    )
     if status["result"] != 0:
         raise RuntimeError(f"set_param: {status}")
     (y,) = op.execute([torch.full((4,), float(rank + 1))])

@@ -1,6 +1,7 @@
 """Every relative link in the repository's Markdown leads somewhere: to a file or folder the
 repository holds, and for a link with #anchor to a heading of that file (GitHub's anchors:
 lower case, punctuation dropped, spaces as hyphens)."""
+
 import os
 import re
 import subprocess
@@ -12,8 +13,9 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$")
 
 
 def markdown_files():
-    out = subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     return [p for p in out.split() if os.path.exists(os.path.join(REPO, p))]
 
 
@@ -40,8 +42,11 @@ def broken_links():
             if re.match(r"[a-z]+:", target):
                 continue  # http:, https:, mailto:
             path, _, anchor = target.partition("#")
-            full = os.path.normpath(os.path.join(REPO, os.path.dirname(doc), path)) if path \
+            full = (
+                os.path.normpath(os.path.join(REPO, os.path.dirname(doc), path))
+                if path
                 else os.path.join(REPO, doc)
+            )
             if not os.path.exists(full):
                 broken.append(f"{doc}: {target}: no such file")
             elif anchor and full.endswith(".md") and anchor not in anchors(full):

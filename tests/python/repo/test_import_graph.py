@@ -2,6 +2,7 @@
 module by another, followed from module to module, never leads back to where it started (ruff's
 E402, in the format stage, keeps every module-level import at the top). Read from the sources with
 ast, so nothing is imported."""
+
 import ast
 import os
 
@@ -46,7 +47,7 @@ def module_level_imports(module, path, modules):
                         add(alias.name)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    anchor = base[:len(base) - node.level + 1]
+                    anchor = base[: len(base) - node.level + 1]
                     source = ".".join(anchor + ([node.module] if node.module else []))
                 elif (node.module or "").split(".")[0] == PACKAGE:
                     source = node.module
@@ -75,7 +76,7 @@ def find_cycle(graph):
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = walk(nxt, path + [nxt])
                 if cycle:

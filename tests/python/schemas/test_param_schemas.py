@@ -64,12 +64,16 @@ def _validators(cls):
         schema.pop("$schema", None)
         stripped[name] = schema
     registry = Registry().with_resources(
-        (name, DRAFT202012.create_resource(s)) for name, s in stripped.items())
+        (name, DRAFT202012.create_resource(s)) for name, s in stripped.items()
+    )
     # Each op's schema is entered by its name, as a file is, so that it is a resource of the
     # dynamic scope: common.schema.json's "$dynamicRef": "#backend" then finds the op's own
     # "backend" anchor where it has one (linear_parallel.schema.json adds ATB's "lcoc", "mc2").
-    return {s["title"]: cls({"$ref": name}, registry=registry)
-            for name, s in stripped.items() if name != COMMON}
+    return {
+        s["title"]: cls({"$ref": name}, registry=registry)
+        for name, s in stripped.items()
+        if name != COMMON
+    }
 
 
 STRICT = _validators(StrictValidator)
@@ -96,10 +100,18 @@ def _build_dir():
 def _run_param_check(requests):
     tool = _build_dir() / "tests" / "collops_param_check"
     if not tool.exists():
-        pytest.skip(f"{tool} not found: build it (ninja collops_param_check) or set "
-                    "COLLOPS_BUILD_DIR to the build directory that holds tests/")
-    out = subprocess.run([str(tool)], input=json.dumps(requests), capture_output=True, text=True,
-                         timeout=120, check=True)
+        pytest.skip(
+            f"{tool} not found: build it (ninja collops_param_check) or set "
+            "COLLOPS_BUILD_DIR to the build directory that holds tests/"
+        )
+    out = subprocess.run(
+        [str(tool)],
+        input=json.dumps(requests),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     results = json.loads(out.stdout)
     assert len(results) == len(requests)
     return results
@@ -139,6 +151,7 @@ def _properties(op):
 
 
 # --- the schema files themselves ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(SCHEMA_FILES))
 def test_schema_is_valid_draft_2020_12(name):
@@ -180,8 +193,9 @@ def test_every_registered_op_has_a_schema():
 def test_schema_keys_are_the_cpp_keys():
     """Every key the C++ struct visits is in the schema and vice versa (the unknown-key message
     lists the keys the parser knows)."""
-    results = _run_param_check([{"op": op, "param": {"rankSize": 1, "noSuchKey": 0}}
-                                for op in sorted(OP_SCHEMAS)])
+    results = _run_param_check(
+        [{"op": op, "param": {"rankSize": 1, "noSuchKey": 0}} for op in sorted(OP_SCHEMAS)]
+    )
     for op, result in zip(sorted(OP_SCHEMAS), results):
         match = re.search(r"unknown param \"noSuchKey\" \(known: ([^)]*)\)", result["message"])
         assert match, f"{op}: {result['message']}"
@@ -191,23 +205,28 @@ def test_schema_keys_are_the_cpp_keys():
 
 # --- every row ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("row", ROWS, ids=[r["_id"] for r in ROWS])
 def test_schema_and_cpp_agree(row, cpp_verdicts):
     cpp = cpp_verdicts[row["_id"]]
     schema_accepts = STRICT[row["op"]].is_valid(row["param"])
     assert cpp["status"] == row["status"], f"C++ says {cpp['name']}: {cpp['message']}"
     if row.get("schema") == "accepts":
-        assert schema_accepts, "row says the schema cannot express this rule, yet it rejects: " + \
-            "; ".join(e.message for e in STRICT[row["op"]].iter_errors(row["param"]))
+        assert schema_accepts, (
+            "row says the schema cannot express this rule, yet it rejects: "
+            + "; ".join(e.message for e in STRICT[row["op"]].iter_errors(row["param"]))
+        )
     else:
         errors = [e.message for e in STRICT[row["op"]].iter_errors(row["param"])]
-        assert schema_accepts == (row["status"] == 0), \
-            f"schema {'accepts' if schema_accepts else 'rejects: ' + '; '.join(errors)}, " \
+        assert schema_accepts == (row["status"] == 0), (
+            f"schema {'accepts' if schema_accepts else 'rejects: ' + '; '.join(errors)}, "
             f"C++ says {cpp['name']}: {cpp['message']}"
+        )
     if row["status"] != 0:
         assert cpp["message"], "a rejection must say why"
-        assert row["field"] in cpp["message"], \
+        assert row["field"] in cpp["message"], (
             f"the message does not name {row['field']!r}: {cpp['message']}"
+        )
     else:
         assert cpp["message"] == ""
 
