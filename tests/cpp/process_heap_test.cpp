@@ -1084,7 +1084,7 @@ TEST(ProcessHeap, OneRankRefusingProcessVmReadvTurnsItOffForAll) {
 }
 
 TEST(ProcessHeap, RejectsBadCrossMemoryThresholdByName) {
-  for (const char* value : {"-1", "abc", "64KiB"}) {
+  for (const char* value : {"-1", "abc", "64KB"}) {
     ExpectEnvRejected("COLLOPS_SHM_CMA_BYTES", value);
   }
 }
