@@ -108,7 +108,10 @@ void ThreadCommunicator::ReduceOrBreak(const char* what, DataType dtype, ReduceO
   try {
     ReduceArrays(dtype, op, srcs_.data(), size_, dst, count);
   } catch (const Error& e) {
-    group_->BreakAndThrow(e.status(), Concat("lccl ", what, " on rank ", rank_, ": ", e.what()));
+    // Peers may still be reducing from this rank's input: it leaves with them, at the Sync that
+    // ends their reduction, which every caller of ReduceOrBreak reaches next under `what`.
+    group_->SyncThenBreak(rank_, what, e.status(),
+                          Concat("lccl ", what, " on rank ", rank_, ": ", e.what()));
   }
 }
 

@@ -143,15 +143,28 @@ void ThreadGroup::Sync(int rank, const char* what) {
   // acq_rel: the release publishes this rank's slot; the last arriver's acquire collects every
   // rank's release before it opens the sync point with its own release store.
   if (arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1 == k * size_) {
+    // A pending break is applied before the sync point opens, so every rank leaves with it.
+    if (pendingBreak_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(brokenMutex_);
+      if (!broken_.load(std::memory_order_relaxed)) {
+        brokenStatus_ = pendingStatus_;
+        brokenMessage_ = pendingMessage_;
+        broken_.store(true, std::memory_order_release);
+      }
+    }
     generation_.store(k, std::memory_order_release);
     syncWord_.Notify();
+    ThrowIfBroken();
     return;
   }
   // Marked until the timeout is reported: a peer timing out at the same moment reads the mark.
   const WaitingMark waiting(mine, what);
   const double timedOut =
       WaitFor(syncWord_, [&] { return generation_.load(std::memory_order_acquire) >= k; }, rank);
-  if (timedOut == 0) return;
+  if (timedOut == 0) {
+    ThrowIfBroken();
+    return;
+  }
 
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
@@ -202,6 +215,20 @@ void ThreadGroup::BreakAndThrow(Status status, const std::string& message) {
   Break(status, message);
   ThrowIfBroken();
   throw Error(status, message);  // not reached: the group is broken by now
+}
+
+void ThreadGroup::SyncThenBreak(int rank, const char* what, Status status,
+                                const std::string& message) {
+  {
+    std::lock_guard<std::mutex> lock(brokenMutex_);
+    if (!pendingBreak_.load(std::memory_order_relaxed)) {
+      pendingStatus_ = status;
+      pendingMessage_ = message;
+      pendingBreak_.store(true, std::memory_order_release);
+    }
+  }
+  Sync(rank, what);
+  BreakAndThrow(status, message);  // not reached: the Sync throws the group's error
 }
 
 void ThreadGroup::WakeAll() {

@@ -123,6 +123,12 @@ class ThreadGroup {
   void Break(Status status, const std::string& message);
   /// Break, then throws the error that broke the group (the first one wins).
   [[noreturn]] void BreakAndThrow(Status status, const std::string& message);
+  /// For a rank that failed while its peers may still read its buffers: takes part in the next
+  /// Sync, whose opening breaks the group with (status, message) unless it broke already, then
+  /// throws. Every rank leaves that Sync with the error, and this rank's caller gets control back
+  /// (and may free its buffers) only after every peer has left the phase that reads them.
+  [[noreturn]] void SyncThenBreak(int rank, const char* what, Status status,
+                                  const std::string& message);
 
   /// Waits, as rank `rank`, on `word` until ready() or the group breaks: spins, then yields
   /// (WaitBudget::Default), then sleeps. Returns 0 once ready(), or the timeout in seconds
@@ -185,6 +191,10 @@ class ThreadGroup {
   mutable std::mutex brokenMutex_;
   Status brokenStatus_ = NO_ERROR;
   std::string brokenMessage_;
+  /// SyncThenBreak's error, applied by the Sync's last arriver before it opens the sync point.
+  std::atomic<bool> pendingBreak_{false};
+  Status pendingStatus_ = NO_ERROR;  ///< guarded by brokenMutex_
+  std::string pendingMessage_;       ///< guarded by brokenMutex_
 };
 
 /// "5 s", "0.5 s".
