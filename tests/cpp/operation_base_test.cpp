@@ -14,12 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-OperationPtr SingleRankAllReduce() {
-  return MakeOperation(
-      "AllReduceOperation",
-      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
-}
-
 TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape) {
   TensorDesc d;
   d.dtype = dtype;

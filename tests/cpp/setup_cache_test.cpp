@@ -14,12 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-OperationPtr SingleRankAllReduce() {
-  return MakeOperation(
-      "AllReduceOperation",
-      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
-}
-
 Status SetupOf(Operation& op, const VariantPack& pack) {
   uint64_t workspaceSize = 0;
   return op.Setup(pack, workspaceSize, nullptr);

@@ -107,5 +107,11 @@ CommParam ThreadRankParam(int rank, int rankSize, const std::string& domain) {
   return param;
 }
 
+OperationPtr SingleRankAllReduce() {
+  return MakeOperation(
+      "AllReduceOperation",
+      {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});
+}
+
 }  // namespace testing
 }  // namespace collops

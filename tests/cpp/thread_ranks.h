@@ -16,6 +16,7 @@
 #include <string>
 
 #include "collops/comm_params.h"
+#include "collops/registry.h"
 
 namespace collops {
 namespace testing {
@@ -31,6 +32,10 @@ std::string UniqueDomain(const std::string& tag = "");
 
 /// Params for rank `rank` of a multi-thread lccl communicator over `domain`.
 CommParam ThreadRankParam(int rank, int rankSize, const std::string& domain);
+
+/// An AllReduceOperation of one thread-mode rank in a domain of its own (UniqueDomain): the
+/// smallest op that runs every generic OperationBase check.
+OperationPtr SingleRankAllReduce();
 
 }  // namespace testing
 }  // namespace collops
