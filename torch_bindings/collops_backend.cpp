@@ -106,9 +106,31 @@ VerifiedCommunicator& CollopsBackend::Comm() {
     }
     // Verified: torch.distributed callers pass shapes per rank, and ranks that disagree must
     // get ERROR_RANK_MISMATCH, not a lost peer or silently wrong data.
+    engine_ = inner;
     comm_ = std::make_shared<VerifiedCommunicator>(inner, "collops backend");
   }
   return *comm_;
+}
+
+Communicator& CollopsBackend::OperationComm() {
+  Comm();
+  std::lock_guard<std::mutex> lock(mu_);
+  return *engine_;
+}
+
+void CollopsBackend::RunOperation(Operation& op, const VariantPack& pack) {
+  RunCollective([&] {
+    uint64_t workspaceSize = 0;
+    Status status = op.Setup(pack, workspaceSize, nullptr);
+    at::Tensor workspace;
+    if (status == NO_ERROR) {
+      workspace = at::empty({static_cast<int64_t>(workspaceSize)}, at::kByte);
+      status = op.Execute(pack, workspaceSize > 0 ? workspace.data_ptr<uint8_t>() : nullptr,
+                          workspaceSize, nullptr);
+    }
+    TORCH_CHECK(status == NO_ERROR, "collops backend: ", op.GetName(), " failed with ",
+                StatusName(status), ": ", LastErrorMessage());
+  });
 }
 
 CommParam CollopsBackend::LcclParam(const std::string& domain, int rank, int size) const {

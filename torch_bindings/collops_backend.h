@@ -40,6 +40,7 @@
 
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
+#include "collops/operation.h"
 #include "collops/status.h"
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
@@ -132,6 +133,14 @@ class CollopsBackend final : public c10d::Backend {
   /// `in` first), and no Work. collops_backend_reduce.cpp.
   void AllReduceInto(const at::Tensor& in, at::Tensor& out, const c10d::ReduceOp& op);
 
+  /// The group's communicator without the cross-rank agreement check, for collops operations,
+  /// which run their own (torch.ops.collops.quant_all_reduce: an AllReduceOperation made on it).
+  /// Creates it on first use, so it is collective then. collops_backend.cpp.
+  Communicator& OperationComm();
+  /// Setup and Execute of `op`, an operation made on OperationComm(), over `pack`, as one of this
+  /// group's collectives; a failing Status raises a torch error naming it. collops_backend.cpp.
+  void RunOperation(Operation& op, const VariantPack& pack);
+
  private:
   // ---- collops_backend.cpp: the group's communicator and the per-call wrapper ----------------
 
@@ -177,6 +186,7 @@ class CollopsBackend final : public c10d::Backend {
   int generation_ = 0;     // hierarchical communicators created so far
   std::mutex mu_;
   std::shared_ptr<DeferredP2P> p2p_;
+  std::shared_ptr<Communicator> engine_;  // what comm_ wraps: OperationComm()
   std::shared_ptr<VerifiedCommunicator> comm_;
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
 };

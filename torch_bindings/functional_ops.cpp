@@ -8,6 +8,10 @@
 // collops group) goes on to the op's Python kernel in ops.py, which builds it from
 // torch.distributed.
 //
+// quant_all_reduce is AllReduceOperation with quantType: the operation's own checks (ATB's rules)
+// run on every call, and on a collops group the operation itself runs, on the group's
+// communicator. It has no gradient (x is int8), so no autograd kernel.
+//
 // Autograd: a call that records no gradient (grad mode off, or x not requiring grad) goes
 // straight on to the eager kernel. One that does goes to the autograd kernel _gradients.py makes
 // with torch.library's own machinery; registered through torch.library.register_autograd, that
@@ -27,10 +31,15 @@
 #include <string>
 #include <vector>
 
+#include "collops/operation_base.h"
+#include "collops/registry.h"
 #include "collops/status.h"
 #include "collops_backend.h"
+#include "dtype_map.h"
 #include "functional_ops.h"
+#include "ops/ops.h"
 #include "python_kernels.h"
+#include "variant_pack.h"
 
 namespace collops {
 namespace {
@@ -44,11 +53,14 @@ enum class Op {
   kAllToAll,
   kAllToAllV,
   kBroadcast,
+  kQuantAllReduce,
 };
 
-// The ops with kernels here, by their names in ops.py's SCHEMAS.
+// The ops with kernels here, by their names in ops.py's SCHEMAS: those with gradients, and the
+// one without.
 const char* const kNames[] = {"all_reduce",       "all_gather", "all_gather_v", "reduce_scatter",
                               "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"};
+constexpr char kQuantAllReduceName[] = "quant_all_reduce";
 
 // A reduce-op name as the ops take it (any case), as torch's ReduceOp.
 c10d::ReduceOp ReduceOpOf(const std::string& name) {
@@ -123,6 +135,56 @@ CollopsBackend* CollopsOf(const c10d::ProcessGroup& group) {
   } catch (const c10::Error&) {
     return nullptr;  // no backend for CPU tensors
   }
+}
+
+// quant_all_reduce(x, scale, offset, quant_type, out_dtype, group_name): checked by the
+// AllReduceOperation it is (its InferShape, on this rank: no data moves), then run as that
+// operation on a collops group; nullopt for any other group.
+std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, CollopsBackend* collops,
+                                         c10::ArrayRef<c10::IValue> args) {
+  const std::vector<at::Tensor> ins{args[0].toTensor(), args[1].toTensor(), args[2].toTensor()};
+  const int64_t quantType = args[3].toInt();
+  const at::ScalarType outDtype = args[4].toScalarType();
+  TORCH_CHECK_VALUE(quantType == AllReduceParam::QUANT_TYPE_PER_TENSOR ||
+                        quantType == AllReduceParam::QUANT_TYPE_PER_CHANNEL,
+                    "collops.quant_all_reduce: quant_type = ", quantType,
+                    " is not 1 (per tensor) or 2 (per channel)");
+  TORCH_CHECK_VALUE(outDtype == at::kHalf || outDtype == at::kBFloat16 || outDtype == at::kFloat,
+                    "collops.quant_all_reduce: out_dtype = torch.",
+                    c10::getDtypeNames(outDtype).first,
+                    " is not one of torch.float16, torch.bfloat16, torch.float32");
+  AllReduceParam param;
+  param.rank = static_cast<int>(group.getRank());
+  param.rankSize = static_cast<int>(group.getSize());
+  param.quantType = static_cast<int>(quantType);
+  param.outDataType = CollopsDtypeOf(outDtype);
+  param.comm = collops != nullptr ? &collops->OperationComm() : nullptr;
+  Operation* created = nullptr;
+  const Status made = CreateOperation(param, &created);
+  TORCH_CHECK(made == NO_ERROR, "collops.quant_all_reduce: ", StatusName(made), ": ",
+              LastErrorMessage());
+  const OperationPtr op(created);
+  std::vector<TensorDesc> outDescs;
+  const Status checked = Guarded([&] {
+    const Status inferred = op->InferShape(InputDescs(ins), outDescs);
+    if (inferred != NO_ERROR) throw Error(inferred, LastErrorMessage());
+  });
+  if (checked != NO_ERROR) {
+    const std::string message = LastErrorMessage();
+    // The peers of a collops group may be in this call's agreement check already: they fail at
+    // once instead of waiting for this rank until the timeout.
+    auto* base = dynamic_cast<OperationBase*>(op.get());
+    if (collops != nullptr && base != nullptr) base->ShareFailure(checked, nullptr);
+    TORCH_CHECK_VALUE(false, "collops.quant_all_reduce: ", message);
+  }
+  if (!collops) return std::nullopt;
+  const std::vector<at::Tensor> dense = DenseInputs(ins);
+  std::vector<at::Tensor> outs{at::empty(ins[0].sizes(), ins[0].options().dtype(outDtype))};
+  VariantPack pack;
+  const Status packed = Guarded([&] { pack = BuildVariantPack(dense, outs, HostCountBinding()); });
+  TORCH_CHECK(packed == NO_ERROR, "collops.quant_all_reduce: ", LastErrorMessage());
+  collops->RunOperation(*op, pack);
+  return outs[0];
 }
 
 // One call's arguments, checked, and its output if this kernel runs it.
@@ -216,6 +278,8 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       collops->broadcast(ts, opts);
       return ts[0];
     }
+    case Op::kQuantAllReduce:
+      return QuantAllReduce(group, collops, args);
   }
   return std::nullopt;
 }
@@ -250,7 +314,11 @@ void Autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
 
 }  // namespace
 
-std::vector<std::string> FunctionalOpNames() { return {std::begin(kNames), std::end(kNames)}; }
+std::vector<std::string> FunctionalOpNames() {
+  std::vector<std::string> names(std::begin(kNames), std::end(kNames));
+  names.emplace_back(kQuantAllReduceName);
+  return names;
+}
 
 }  // namespace collops
 
@@ -267,6 +335,8 @@ TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
   m.impl("all_to_all", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllToAll>>());
   m.impl("all_to_all_v", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllToAllV>>());
   m.impl("broadcast", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kBroadcast>>());
+  m.impl(collops::kQuantAllReduceName,
+         CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kQuantAllReduce>>());
 }
 
 TORCH_LIBRARY_IMPL(collops, Autograd, m) {

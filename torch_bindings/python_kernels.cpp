@@ -1,5 +1,6 @@
 #include "python_kernels.h"
 
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <cstddef>
@@ -36,6 +37,17 @@ PyObject* Find(const c10::OperatorHandle& op, PythonKernel kind) {
   return it == r.kernels.end() ? nullptr : it->second;
 }
 
+// One argument as torch's own Python kernels receive it: a ScalarType argument, which the stack
+// holds as an int, as its torch.dtype.
+pybind11::object ToPython(const c10::Argument& argument, c10::IValue value) {
+  if (argument.real_type()->kind() == c10::ScalarTypeType::Kind && value.isInt()) {
+    auto* dtype =
+        reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<at::ScalarType>(value.toInt())));
+    return pybind11::reinterpret_borrow<pybind11::object>(dtype);
+  }
+  return torch::jit::toPyObject(std::move(value));
+}
+
 }  // namespace
 
 void SetPythonKernel(const std::string& name, PythonKernel kind, pybind11::object fn) {
@@ -62,8 +74,8 @@ void CallPythonKernel(const c10::OperatorHandle& op, PythonKernel kind,
   pybind11::tuple args(n + (keyset ? 1 : 0));
   size_t i = 0;
   if (keyset) args[i++] = pybind11::cast(*keyset);
-  for (auto it = stack->end() - static_cast<std::ptrdiff_t>(n); it != stack->end(); ++it) {
-    args[i++] = torch::jit::toPyObject(std::move(*it));
+  for (size_t k = 0; k < n; ++k) {
+    args[i++] = ToPython(schema.arguments()[k], std::move(*(stack->end() - n + k)));
   }
   torch::jit::drop(*stack, n);
   pybind11::object result = pybind11::reinterpret_borrow<pybind11::object>(fn)(*args);

@@ -20,6 +20,7 @@ __all__ = [
     "all_to_all",
     "all_to_all_v",
     "broadcast",
+    "quant_all_reduce",
 ]
 
 
@@ -81,3 +82,14 @@ def all_to_all_v(x, output_split_sizes, input_split_sizes, group=None):
 def broadcast(x, src=0, group=None):
     """`x` of group rank `src`, on every rank."""
     return torch.ops.collops.broadcast(x, int(src), group_name(group))
+
+
+def quant_all_reduce(x, scale, offset, quant_type=1, out_dtype=torch.float16, group=None):
+    """(sum over the ranks of int8 `x` + R * offset) * scale, in `out_dtype` (float16, bfloat16
+    or float32), with x's shape: AllReduceOperation with quantType `quant_type` (1 per tensor:
+    scale float16 [1]; 2 per channel: scale float16 [n] or [1, n], n = x.shape[-1], a multiple of
+    16), offset float16 [1]. The int8 data crosses the wire as int8; every rank gets the same
+    bits. A broken rule raises ValueError naming the argument."""
+    return torch.ops.collops.quant_all_reduce(
+        x, scale, offset, int(quant_type), out_dtype, group_name(group)
+    )

@@ -12,7 +12,8 @@ group's CPU tensors on its communicator directly, and hand the rest to the Pytho
 which run the group's own c10d collectives. Uneven ops on other backends (gloo, nccl) are built
 from even ones there by padding to the largest chunk, since those backends require equal sizes.
 Reduce ops: "sum", "avg", "prod"/"product", "max", "min". Sizes and splits are counts of rows
-(dim 0).
+(dim 0). ``quant_all_reduce`` is AllReduceOperation with quantType (docs/operations.md): int8 `x`
+summed over the ranks and dequantised to `out_dtype`, the int8 data moving as int8.
 """
 
 import torch
@@ -36,6 +37,8 @@ SCHEMAS = {
     "all_to_all_v": "all_to_all_v(Tensor x, SymInt[] output_split_sizes, "
     "SymInt[] input_split_sizes, str group_name) -> Tensor",
     "broadcast": "broadcast(Tensor x, int src, str group_name) -> Tensor",
+    "quant_all_reduce": "quant_all_reduce(Tensor x, Tensor scale, Tensor offset, int quant_type, "
+    "ScalarType out_dtype, str group_name) -> Tensor",
 }
 
 #: Every reduce-op name the ops take (lower-cased first), and the ReduceOp it means.
@@ -178,6 +181,20 @@ def _broadcast(x, src, group_name):
     return out
 
 
+def _quant_all_reduce(x, scale, offset, quant_type, out_dtype, group_name):
+    """Over another backend (gloo): every rank's int8 `x` gathered as int8, summed exactly in
+    int32, then dequantised as the library does it: one float32 addition of R * offset, one
+    float32 multiplication by the scale (per tensor, or per channel of the last dim), one rounding
+    to `out_dtype`. The C++ kernel checked the arguments."""
+    pg = resolve_group(group_name)
+    world = dist.get_world_size(pg)
+    gathered = x.new_empty(world * x.numel())
+    _gather_into(gathered, x.reshape(-1).contiguous(), pg)
+    total = gathered.view(world, *x.shape).sum(0, dtype=torch.int32)
+    shifted = total.float() + offset.float() * world
+    return (shifted * scale.float().reshape(-1)).to(out_dtype)
+
+
 # Fake kernels: shapes only. Group sizes and ranks come from the real group at trace time.
 def _world(group_name):
     return dist.get_world_size(resolve_group(group_name))
@@ -198,6 +215,7 @@ _FAKES = {
     "all_to_all": lambda x, g: x.new_empty(x.shape),
     "all_to_all_v": lambda x, osz, isz, g: x.new_empty((sum(osz), *x.shape[1:])),
     "broadcast": lambda x, src, g: x.new_empty(x.shape),
+    "quant_all_reduce": lambda x, scale, offset, q, dtype, g: x.new_empty(x.shape, dtype=dtype),
 }
 
 _KERNELS = {
@@ -209,6 +227,7 @@ _KERNELS = {
     "all_to_all": _all_to_all,
     "all_to_all_v": _all_to_all_v,
     "broadcast": _broadcast,
+    "quant_all_reduce": _quant_all_reduce,
 }
 
 
