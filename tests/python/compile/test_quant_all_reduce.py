@@ -167,6 +167,15 @@ def _rule_cases(q):
             r"\(scale\) has 3 dims",
         ),
         (lambda: q(offset=torch.zeros(2, dtype=half)), r"\(offset\) has shape \[2\]"),
+        (
+            lambda: q(
+                quant_type=2,
+                x=torch.zeros(1, 4194320, dtype=torch.int8),
+                scale=torch.ones(4194320, dtype=half),
+            ),
+            r"\(x\) has shape \[1, 4194320\]; quantType 2 \(per channel\) takes at most "
+            r"4194304 channels",
+        ),
         (lambda: q(quant_type=0), r"quant_type = 0 is not 1 \(per tensor\) or 2 \(per channel\)"),
         (lambda: q(out_dtype=torch.int8), r"out_dtype = torch.int8 is not one of torch.float16"),
     ]
