@@ -39,6 +39,7 @@
 #include "functional_ops.h"
 #include "ops/ops.h"
 #include "python_kernels.h"
+#include "reused_outputs.h"
 #include "variant_pack.h"
 
 namespace collops {
@@ -115,15 +116,49 @@ std::vector<int64_t> WithRows(const at::Tensor& x, int64_t rows) {
   return shape;
 }
 
-// The group `name` names ("" = the default group, which only Python knows).
-c10::intrusive_ptr<c10d::ProcessGroup> GroupNamed(std::string name) {
-  if (name.empty()) {
-    pybind11::gil_scoped_acquire gil;
-    name = pybind11::module_::import("collops._c10d_backend")
-               .attr("default_group_name")()
-               .cast<std::string>();
+// The group registered as `name`, or null when none is.
+c10::intrusive_ptr<c10d::ProcessGroup> Registered(const std::string& name) {
+  try {
+    return c10d::resolve_process_group(name);
+  } catch (const c10::Error&) {
+    return {};
   }
-  return c10d::resolve_process_group(name);
+}
+
+// The group `name` names ("" = the default group, which only Python knows). Python is asked once
+// per thread while the default group stays: the answer is kept with a weak reference to its
+// group, and holds as long as that group is alive and still registered under that name. Torch
+// replaces the default group only by unregistering it (destroy_process_group unregisters every
+// group, shrink_group the one it replaces), so a new default group is always asked for.
+c10::intrusive_ptr<c10d::ProcessGroup> GroupNamed(const std::string& name) {
+  if (!name.empty()) return c10d::resolve_process_group(name);
+  struct Default {
+    std::string name;
+    c10::weak_intrusive_ptr<c10d::ProcessGroup> group{c10::intrusive_ptr<c10d::ProcessGroup>()};
+  };
+  thread_local Default known;
+  if (!known.name.empty()) {
+    c10::intrusive_ptr<c10d::ProcessGroup> group = known.group.lock();
+    if (group && Registered(known.name) == group) return group;
+  }
+  std::string asked;
+  {
+    pybind11::gil_scoped_acquire gil;
+    asked = pybind11::module_::import("collops._c10d_backend")
+                .attr("default_group_name")()
+                .cast<std::string>();
+  }
+  c10::intrusive_ptr<c10d::ProcessGroup> group = c10d::resolve_process_group(asked);
+  known = Default{asked, c10::weak_intrusive_ptr<c10d::ProcessGroup>(group)};
+  return group;
+}
+
+// A new uninitialised output of `sizes` like `x` (CPU, contiguous), over the memory of an
+// earlier output of this thread that nobody holds any more when there is one (reused_outputs.h):
+// a loop that drops each result allocates nothing. Two kept: a layer's two collectives.
+at::Tensor NewOutput(c10::IntArrayRef sizes, const at::Tensor& x) {
+  thread_local ReusedOutputs outputs(2);
+  return outputs.Take(sizes, x.scalar_type(), [&] { return at::empty(sizes, x.options()); });
 }
 
 // The collops backend serving `group`'s CPU tensors, or null (another backend, or torch's debug
@@ -198,14 +233,14 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
     case Op::kAllReduce: {
       const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+      at::Tensor out = NewOutput(x.sizes(), x);
       collops->AllReduceInto(x, out, op);
       return out;
     }
     case Op::kAllGather: {
       const int64_t rows = Rows(x, "all_gather");
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty(WithRows(x, world * rows), x.options());
+      at::Tensor out = NewOutput(WithRows(x, world * rows), x);
       at::Tensor in = x.contiguous();
       collops->_allgather_base(out, in, c10d::AllgatherOptions());
       return out;
@@ -217,7 +252,7 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       TORCH_CHECK_VALUE(sizes[rank] == rows, "collops.all_gather_v: sizes[", rank,
                         "] = ", sizes[rank], " but this rank's input has ", rows, " rows");
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty(WithRows(x, Sum(sizes)), x.options());
+      at::Tensor out = NewOutput(WithRows(x, Sum(sizes)), x);
       std::vector<std::vector<at::Tensor>> outs{out.split_with_sizes(sizes)};
       std::vector<at::Tensor> ins{x.contiguous()};
       collops->allgather(outs, ins, c10d::AllgatherOptions());
@@ -229,7 +264,7 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       TORCH_CHECK_VALUE(rows % world == 0, "collops.reduce_scatter: ", rows,
                         " rows do not split over ", world, " ranks; use reduce_scatter_v");
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty(WithRows(x, rows / world), x.options());
+      at::Tensor out = NewOutput(WithRows(x, rows / world), x);
       at::Tensor in = x.contiguous();
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = op;
@@ -244,7 +279,7 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       TORCH_CHECK_VALUE(Sum(sizes) == rows, "collops.reduce_scatter_v: sizes sum to ", Sum(sizes),
                         " but the input has ", rows, " rows");
       if (!collops) return std::nullopt;
-      std::vector<at::Tensor> outs{at::empty(WithRows(x, sizes[rank]), x.options())};
+      std::vector<at::Tensor> outs{NewOutput(WithRows(x, sizes[rank]), x)};
       std::vector<std::vector<at::Tensor>> ins{x.split_with_sizes(sizes)};
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = op;
@@ -253,7 +288,7 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
     }
     case Op::kAllToAll: {
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+      at::Tensor out = NewOutput(x.sizes(), x);
       at::Tensor in = x.contiguous();
       std::vector<int64_t> none;
       collops->alltoall_base(out, in, none, none, c10d::AllToAllOptions());
@@ -265,7 +300,7 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       CheckSizes(outSplits, world, "all_to_all_v");
       CheckSizes(inSplits, world, "all_to_all_v");
       if (!collops) return std::nullopt;
-      at::Tensor out = at::empty(WithRows(x, Sum(outSplits)), x.options());
+      at::Tensor out = NewOutput(WithRows(x, Sum(outSplits)), x);
       at::Tensor in = x.contiguous();
       collops->alltoall_base(out, in, outSplits, inSplits, c10d::AllToAllOptions());
       return out;

@@ -15,7 +15,8 @@
 // commMode 1 job; tests/python/operation_torch/test_operation_torch_threads.py checks exactly that.
 //
 // One execute call, in order: the custom-class dispatch (IValue lists of tensors in and out);
-// AllocateOutputs (input descriptions, the op's InferShape, output tensors); Prepare (contiguous
+// AllocateOutputs (the op's InferShape when the inputs' shapes or dtypes changed, output tensors
+// over reused or new memory); Prepare (contiguous
 // inputs, the VariantPack with bound host counts: variant_pack.h, host_count_binding.h); then
 // RunWithOwnWorkspace: the op's Setup (tensor and count checks, communicator lookup) and Execute
 // (the same checks again, the cross-rank agreement, the engine).
@@ -36,6 +37,7 @@
 #include "dtype_map.h"
 #include "host_count_binding.h"
 #include "intra_op_threads.h"
+#include "reused_outputs.h"
 #include "shared_tensor.h"
 #include "variant_pack.h"
 
@@ -89,6 +91,10 @@ class OperationTorch : public torch::CustomClassHolder {
     const Status status = CreateOperation(opName_, paramJson, &created);
     const std::string message = status == NO_ERROR ? std::string() : LastErrorMessage();
     op_.reset(status == NO_ERROR ? created : nullptr);
+    // What the previous operation inferred, allocated and found is not this one's.
+    inferred_ = InferredOutputs();
+    outputs_ = ReusedOutputs(op_ != nullptr ? op_->GetOutputNum() : 0);
+    heapComm_ = nullptr;
     binding_ = HostCountBinding();
     cpusShared_ = false;  // the new params may name another communicator
     setParamStatus_ = status;
@@ -252,18 +258,51 @@ class OperationTorch : public torch::CustomClassHolder {
     Fail(ERROR_INVALID_PARAM, "called before a successful set_param");
   }
 
-  std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) const {
-    std::vector<TensorDesc> outDescs;
-    Check(op_->InferShape(InputDescs(ins), outDescs));
-    // Outputs in shared memory let peers write them directly (AllToAllV); only once the
-    // communicator exists, since creating it is collective and belongs to Setup.
-    const std::shared_ptr<Communicator> comm = Communicators().Find(CommParamOf());
+  // The outputs of a call on `ins`: InferShape's shapes and dtypes, kept while the inputs' stay
+  // those of the last call that inferred them (the descriptions, and so InferShape's checks and
+  // answer, are the same); the memory an earlier output's when its caller has dropped it
+  // (reused_outputs.h), else from the communicator's shared heap once the communicator exists
+  // (outputs there let peers write them directly, AllToAllV; creating the communicator is
+  // collective and belongs to Setup), else ordinary.
+  std::vector<at::Tensor> AllocateOutputs(const std::vector<at::Tensor>& ins) {
+    if (!inferred_.Matches(ins)) {
+      inferred_ = InferredOutputs();
+      std::vector<TensorDesc> outDescs;
+      Check(op_->InferShape(InputDescs(ins), outDescs));
+      InferredOutputs inferred;
+      for (const auto& t : ins) inferred.inputs.emplace_back(t.scalar_type(), t.sizes().vec());
+      for (const auto& d : outDescs) {
+        inferred.outputs.emplace_back(RequireTorchDtype(d.dtype, "inferred output "), ShapeOf(d));
+      }
+      inferred_ = std::move(inferred);
+    }
+    if (heapComm_ == nullptr || heapComm_->Broken()) {
+      heapComm_ = Communicators().Find(CommParamOf());
+    }
     std::vector<at::Tensor> outs;
-    for (const auto& d : outDescs)
+    for (const auto& [dtype, shape] : inferred_.outputs) {
       outs.push_back(
-          SharedOrEmpty(ShapeOf(d), RequireTorchDtype(d.dtype, "inferred output "), comm));
+          outputs_.Take(shape, dtype, [&] { return SharedOrEmpty(shape, dtype, heapComm_); }));
+    }
     return outs;
   }
+
+  // InferShape's outputs for inputs of these dtypes and shapes.
+  struct InferredOutputs {
+    std::vector<std::pair<c10::ScalarType, std::vector<int64_t>>> inputs;
+    std::vector<std::pair<c10::ScalarType, std::vector<int64_t>>> outputs;
+
+    bool Matches(const std::vector<at::Tensor>& ins) const {
+      if (outputs.empty() || ins.size() != inputs.size()) return false;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        if (!ins[i].defined() || ins[i].scalar_type() != inputs[i].first ||
+            ins[i].sizes() != c10::IntArrayRef(inputs[i].second)) {
+          return false;
+        }
+      }
+      return true;
+    }
+  };
 
   static CommunicatorPool& Communicators() { return DefaultContext().Communicators(); }
 
@@ -331,7 +370,10 @@ class OperationTorch : public torch::CustomClassHolder {
   Status setParamStatus_ = NO_ERROR;  // of the last set_param
   std::string setParamError_;         // its message when it failed
   std::vector<uint8_t> workspace_;
-  bool cpusShared_ = false;  // SetupOp's CPU sharing is done for the held operation
+  bool cpusShared_ = false;                 // SetupOp's CPU sharing is done for the held operation
+  InferredOutputs inferred_;                // execute's, for the held operation
+  ReusedOutputs outputs_{0};                // the memory of execute's dropped outputs
+  std::shared_ptr<Communicator> heapComm_;  // the held operation's, once it exists
 };
 
 }  // namespace
