@@ -29,8 +29,9 @@ std::string ShowJson(const nlohmann::json& value) {
   return Cut(text);
 }
 
-JsonParamReader::JsonParamReader(const nlohmann::json& json, std::string opName)
-    : json_(json), opName_(std::move(opName)) {
+JsonParamReader::JsonParamReader(const nlohmann::json& json, std::string opName,
+                                 std::string keyPrefix)
+    : json_(json), opName_(std::move(opName)), keyPrefix_(std::move(keyPrefix)) {
   if (!json_.is_object()) {
     Fail(ERROR_INVALID_PARAM, opName_, ": params must be a JSON object, got ", json_.type_name(),
          " ", ShowJson(json_));
@@ -45,8 +46,8 @@ const nlohmann::json* JsonParamReader::Find(const char* key) {
 
 void JsonParamReader::WrongType(const char* key, const nlohmann::json& value,
                                 const char* expected) const {
-  Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" must be ", expected, ", got ",
-       value.type_name(), " ", ShowJson(value));
+  Fail(ERROR_INVALID_PARAM, opName_, ": param \"", keyPrefix_, key, "\" must be ", expected,
+       ", got ", value.type_name(), " ", ShowJson(value));
 }
 
 int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& value, int64_t lo,
@@ -54,13 +55,13 @@ int64_t JsonParamReader::ReadInteger(const char* key, const nlohmann::json& valu
   if (!value.is_number_integer()) WrongType(key, value, "an integer");
   if (value.is_number_unsigned() &&
       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", ShowJson(value),
+    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", keyPrefix_, key, "\" = ", ShowJson(value),
          " is out of range");
   }
   const int64_t v = value.get<int64_t>();
   if (v < lo || v > hi) {
-    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", key, "\" = ", v, " is out of range [", lo,
-         ", ", hi, "]");
+    Fail(ERROR_INVALID_PARAM, opName_, ": param \"", keyPrefix_, key, "\" = ", v,
+         " is out of range [", lo, ", ", hi, "]");
   }
   return v;
 }
@@ -134,8 +135,8 @@ void JsonParamReader::Finish() const {
     if (claimed_.count(item.key()) == 0) {
       std::string known;
       for (const auto& k : claimed_) known += (known.empty() ? "" : ", ") + k;
-      Fail(ERROR_INVALID_PARAM, opName_, ": unknown param \"", item.key(), "\" (known: ", known,
-           ")");
+      Fail(ERROR_INVALID_PARAM, opName_, ": unknown param \"", keyPrefix_, item.key(),
+           "\" (known: ", known, ")");
     }
   }
 }

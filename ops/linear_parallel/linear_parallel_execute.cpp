@@ -9,6 +9,7 @@
 #include "collops/reduce.h"
 #include "ops/linear_parallel/chunk_pipeline.h"
 #include "ops/linear_parallel/linear_parallel_operation.h"
+#include "ops/linear_parallel/two_dim_tp.h"
 
 namespace collops {
 namespace {
@@ -148,6 +149,22 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
                             counts.data(), displs.data(), p.dtype);
           },
           abandon);
+      return;
+    }
+    case AG_LINEAR_RS: {
+      AgLinearRsCall call;
+      call.x = xData;
+      call.rows = p.rows;
+      call.k = p.k;
+      call.n = n;
+      call.dtype = p.dtype;
+      call.gathered = workspace + p.gatheredOffset;
+      call.product = acc;
+      call.received = At<float>(workspace, p.scatteredOffset);
+      RunAgLinearRs(
+          TwoDimGrid(param_.twoDimTPInfo), comm, call,
+          [&](const void* rows, int64_t count, float* out) { run(rows, count, out); },
+          [&](float* rows, int64_t count) { finish(rows, count, yData); }, abandon);
       return;
     }
     default:  // PURE_LINEAR: no collective

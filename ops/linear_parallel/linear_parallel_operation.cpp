@@ -6,6 +6,7 @@
 
 #include "collops/environment.h"
 #include "collops/registry.h"
+#include "ops/linear_parallel/two_dim_tp.h"
 
 namespace collops {
 namespace {
@@ -82,13 +83,15 @@ void LinearParallelOperation::ValidateParam(const LinearParallelParam& param) {
   if (param.type < LINEAR_ALL_REDUCE || param.type > GMM_RS_ALLTOALLVC) {
     Fail(ERROR_INVALID_PARAM, kName, ": type = ", param.type,
          " is not one of 0 (LINEAR_ALL_REDUCE), 1 (LINEAR_REDUCE_SCATTER), 2 (ALL_GATHER_LINEAR), "
-         "3 (PURE_LINEAR)");
+         "3 (PURE_LINEAR), 4 (AG_LINEAR_RS)");
   }
-  if (param.type > PURE_LINEAR) {
+  if (param.type > AG_LINEAR_RS) {
     Fail(ERROR_INVALID_PARAM, kName, ": type = ", param.type, " (", ParallelTypeName(param.type),
-         ") is not supported; supported: 0 (LINEAR_ALL_REDUCE), 1 (LINEAR_REDUCE_SCATTER), "
-         "2 (ALL_GATHER_LINEAR), 3 (PURE_LINEAR)");
+         ") is not supported: ATB's MoE inputs are not defined well enough to match; supported: "
+         "0 (LINEAR_ALL_REDUCE), 1 (LINEAR_REDUCE_SCATTER), 2 (ALL_GATHER_LINEAR), "
+         "3 (PURE_LINEAR), 4 (AG_LINEAR_RS)");
   }
+  if (param.type == AG_LINEAR_RS) ValidateTwoDimTPInfo(kName, param.twoDimTPInfo, param.rankSize);
   if (param.keepIntermediate && param.type != ALL_GATHER_LINEAR) {
     Fail(ERROR_INVALID_PARAM, kName,
          ": keepIntermediate = true needs type = 2 (ALL_GATHER_LINEAR),",
@@ -204,6 +207,21 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
     }
     y.shape.dims[0] = x.shape.dims[0] / rankSize;
   }
+  if (param_.type == AG_LINEAR_RS) {
+    const LinearParallelTwoDimTPInfo& grid = param_.twoDimTPInfo;
+    int64_t gathered = 0;
+    if (__builtin_mul_overflow(x.shape.dims[0], static_cast<int64_t>(grid.agDim), &gathered)) {
+      Fail(ERROR_INVALID_TENSOR_SIZE, Where(), ": x dim0 = ", x.shape.dims[0],
+           " times twoDimTPInfo.agDim = ", grid.agDim, " overflows");
+    }
+    if (gathered % grid.rsDim != 0) {
+      Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": x has shape ", DimsToString(x.shape),
+           "; its dim0 = ", x.shape.dims[0], " times twoDimTPInfo.agDim = ", grid.agDim,
+           " is not divisible by twoDimTPInfo.rsDim = ", grid.rsDim,
+           " (AG_LINEAR_RS gives each rank dim0 * agDim / rsDim of the gathered product)");
+    }
+    y.shape.dims[0] = gathered / grid.rsDim;
+  }
   out = {y};
   if (param_.type == ALL_GATHER_LINEAR) {
     int64_t gathered = 0;
@@ -240,7 +258,11 @@ void LinearParallelOperation::CheckNoOverlap(const VariantPack& pack) const {
 
 int LinearParallelOperation::ChunkCount(int64_t blockRows) const {
   const std::string algo = RequestedAlgorithm();
-  if (param_.type == PURE_LINEAR || algo == "serial" || blockRows < 2) return 1;
+  // AG_LINEAR_RS runs its two collectives whole (two_dim_tp.h).
+  if (param_.type == PURE_LINEAR || param_.type == AG_LINEAR_RS || algo == "serial" ||
+      blockRows < 2) {
+    return 1;
+  }
   if (algo == "overlap") return static_cast<int>(std::min<int64_t>(kOverlapChunks, blockRows));
   // auto: serial. Where the product dominates, a helper thread computing beside the collective
   // only takes CPU time from the product; docs/performance.md has the sizes where overlap lost or
@@ -259,13 +281,20 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   p.n = y.shape.dims[y.shape.dimNum - 1];
   p.rows = NumElements(WithLast(x.shape, 1));
   const int64_t rankSize = commParam().rankSize;
-  p.blockRows = param_.type == LINEAR_REDUCE_SCATTER ? p.rows / rankSize : p.rows;
+  const bool twoDim = param_.type == AG_LINEAR_RS;
+  const int64_t agDim = param_.twoDimTPInfo.agDim, rsDim = param_.twoDimTPInfo.rsDim;
+  p.blockRows = param_.type == LINEAR_REDUCE_SCATTER ? p.rows / rankSize
+                : twoDim                             ? p.rows * agDim / rsDim
+                                                     : p.rows;
   p.chunks = ChunkCount(p.blockRows);
   // The product rows as they land in float32: all of them for LINEAR_ALL_REDUCE, PURE_LINEAR and
-  // LINEAR_REDUCE_SCATTER (before the scatter), R blocks for ALL_GATHER_LINEAR.
-  const int64_t productRows = param_.type == ALL_GATHER_LINEAR ? p.rows * rankSize : p.rows;
+  // LINEAR_REDUCE_SCATTER (before the scatter), R blocks for ALL_GATHER_LINEAR, agDim blocks for
+  // AG_LINEAR_RS.
+  const int64_t productRows = param_.type == ALL_GATHER_LINEAR ? p.rows * rankSize
+                              : twoDim                         ? p.rows * agDim
+                                                               : p.rows;
   const uint64_t productBytes = static_cast<uint64_t>(productRows) * p.n * sizeof(float);
-  const bool intoY = p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER;
+  const bool intoY = p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER && !twoDim;
   uint64_t offset = 0;
   auto reserve = [&](uint64_t bytes, uint64_t* at, uint64_t* size) {
     *at = offset;
@@ -281,6 +310,13 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
     reserve(static_cast<uint64_t>(p.rows) * rankSize * p.k * DataTypeSize(p.dtype),
             &p.gatheredOffset, &p.gatheredBytes);
   }
+  if (twoDim && agDim > 1) {
+    reserve(static_cast<uint64_t>(productRows) * p.k * DataTypeSize(p.dtype), &p.gatheredOffset,
+            &p.gatheredBytes);
+  }
+  if (twoDim && rsDim > 1) {  // the rsDim blocks this rank receives: as many rows as the product
+    reserve(productBytes, &p.scatteredOffset, &p.scatteredBytes);
+  }
   if (param_.hasResidual && p.dtype != ACL_FLOAT) {
     reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
   }
@@ -290,7 +326,8 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
     matmul_.reset();
     matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
   }
-  reserve(matmul_->ScratchBytes(p.blockRows), &p.matmulOffset, &p.matmulBytes);
+  reserve(matmul_->ScratchBytes(twoDim ? productRows : p.blockRows), &p.matmulOffset,
+          &p.matmulBytes);
   p.workspaceBytes = offset;
   plan_ = p;
 }
@@ -305,8 +342,15 @@ CallSignature LinearParallelOperation::SignatureImpl(const VariantPack& pack) co
   // The chunking decides the collectives each rank makes, so it is part of the name every rank
   // must agree on: "<chunks>x<rows of a block>" (the record keeps 47 characters of it).
   s.opName = Concat("LinearParallel/", TypeName(), " ", plan_.chunks, "x", plan_.blockRows);
+  if (param_.type == AG_LINEAR_RS) {
+    // The grid decides which ranks exchange what: "<agDim>x<rsDim>" and "a" when the AllGather
+    // groups are the inner ones, "r" otherwise.
+    const LinearParallelTwoDimTPInfo& grid = param_.twoDimTPInfo;
+    s.opName += Concat(" ", grid.agDim, "x", grid.rsDim, grid.innerDimIsAg != 0 ? "a" : "r");
+  }
   s.dtype = pack.inTensors[0].desc.dtype;
-  s.count = param_.type == ALL_GATHER_LINEAR ? plan_.rows * plan_.k : plan_.rows * plan_.n;
+  s.count = param_.type == ALL_GATHER_LINEAR || param_.type == AG_LINEAR_RS ? plan_.rows * plan_.k
+                                                                            : plan_.rows * plan_.n;
   return s;
 }
 

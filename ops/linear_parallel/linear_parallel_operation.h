@@ -8,6 +8,9 @@
 //   LINEAR_REDUCE_SCATTER  y [dim0 / R, .., n] = this rank's dim0 block of that sum + residual
 //   ALL_GATHER_LINEAR      y [R * dim0, .., n] = (x_0; ..; x_{R-1}) . W + residual
 //   PURE_LINEAR            y [.., n]          = x . W + residual (no communication)
+//   AG_LINEAR_RS           y [dim0 * agDim / rsDim, .., n] = this rank's block of the sum over its
+//                          ReduceScatter group of (x gathered over its AllGather group) . W, +
+//                          residual (the grid: LinearParallelTwoDimTPInfo; two_dim_tp.h)
 // where W = weight^T for transWeight. The product (matmul.h, oneDNN) lands in float32; the sum
 // over ranks runs in float32; the residual is added in float32 and y is rounded once, so every
 // rank gets the same bits.
@@ -42,10 +45,11 @@ class LinearParallelOperation final : public OperationBase {
     int64_t rows = 0;                      ///< rows of x (M)
     int64_t k = 0;
     int64_t n = 0;
-    int64_t blockRows = 0;                 ///< rows of one rank's block: M / R (RS), M (AG), else M
-    int chunks = 1;                        ///< row chunks of a block (1: no overlap)
-    int threads = 1;                       ///< OpenMP threads of each product
-    uint64_t accOffset = 0, accBytes = 0;  ///< float32 products (0 bytes: into y)
+    int64_t blockRows =
+        0;  ///< rows of this rank's y: M / R (RS), agDim * M / rsDim (AG_LINEAR_RS), else M
+    int chunks = 1;                                    ///< row chunks of a block (1: no overlap)
+    int threads = 1;                                   ///< OpenMP threads of each product
+    uint64_t accOffset = 0, accBytes = 0;              ///< float32 products (0 bytes: into y)
     uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< float32 RS result (0: into y)
     uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)
     uint64_t residualOffset = 0, residualBytes = 0;    ///< residual as float32 (0: as given)

@@ -16,7 +16,7 @@ enum LinearParallelType : int32_t {
   LINEAR_REDUCE_SCATTER = 1,  ///< y = rows [rank * M / R, (rank + 1) * M / R) of that sum
   ALL_GATHER_LINEAR = 2,      ///< y = allgather(x) . W (+ residual)
   PURE_LINEAR = 3,            ///< y = x . W (+ residual), no communication
-  AG_LINEAR_RS = 4,           ///< ATB's 2-D tensor parallel (twoDimTPInfo): not supported
+  AG_LINEAR_RS = 4,           ///< 2-D tensor parallel: y = RS_rsGroup(AG_agGroup(x) . W), see below
   ALLTOALLVC_AG_GMM = 5,      ///< ATB's MoE dispatch + grouped matmul: not supported
   GMM_RS_ALLTOALLVC = 6,      ///< ATB's grouped matmul + MoE combine: not supported
 };
@@ -30,6 +30,45 @@ enum LinearParallelQuantType : int32_t {
   LINEAR_QUANT_PER_TOKEN = 3,
 };
 
+/// ATB's LinearParallelParam::TwoDimTPInfo: the grid of AG_LINEAR_RS. The rankSize ranks form an
+/// agDim x rsDim grid (agDim * rsDim = rankSize). With innerDimIsAg = 1 the AllGather index is
+/// the inner (fastest-varying) one: rank r = rsIdx * agDim + agIdx, so consecutive ranks
+/// {s * agDim .. s * agDim + agDim - 1} form an AllGather group and ranks {agIdx, agIdx + agDim,
+/// ..} a ReduceScatter group. With innerDimIsAg = 0 it is the other way round: r = agIdx * rsDim +
+/// rsIdx, consecutive ranks form a ReduceScatter group. Rank r's x [m, k] (M rows) is gathered
+/// in agIdx order within its AllGather group to [agDim * M, k], multiplied by W, and the product
+/// rows are cut in rsDim blocks of agDim * M / rsDim rows; block s of the sum over the
+/// ReduceScatter group goes to the member with rsIdx = s, and the residual is added once.
+/// Read by type 4 only; the other types ignore it, as ATB does.
+struct LinearParallelTwoDimTPInfo {
+  int agDim = 0;         ///< ranks of an AllGather group (ATB: uint16, 0 = unset)
+  int rsDim = 0;         ///< ranks of a ReduceScatter group
+  int innerDimIsAg = 1;  ///< 1: consecutive ranks form the AllGather groups; 0: RS groups
+
+  template <class Visitor>
+  void VisitFields(Visitor& v) {
+    v("agDim", agDim);
+    v("rsDim", rsDim);
+    v("innerDimIsAg", innerDimIsAg);
+  }
+};
+
+/// ATB's LinearParallelParam::MoeInfo, for its MoE types 5 and 6, which collops does not run
+/// (their inputs are not defined well enough to match: docs/operations.md). Parsed so ATB's
+/// params load; the other types ignore it, as ATB does.
+struct LinearParallelMoeInfo {
+  int localExpertNums = 1;  ///< experts on each rank
+  int epSize = 1;           ///< ranks of an expert-parallel group
+  int tpSize = 1;           ///< ranks of a tensor-parallel group
+
+  template <class Visitor>
+  void VisitFields(Visitor& v) {
+    v("localExpertNums", localExpertNums);
+    v("epSize", epSize);
+    v("tpSize", tpSize);
+  }
+};
+
 /// Params of LinearParallelOperation (ATB's LinearParallelParam): a matrix product fused with the
 /// collective of a tensor-parallel linear layer. Inputs x [m, k] or [b, m, k], weight [n, k]
 /// (transWeight) or [k, n], residual [n] (hasResidual); float16, bfloat16 or float32, all alike.
@@ -39,7 +78,7 @@ struct LinearParallelParam : CommParam {
   /// true: a third input residual [n] is added to every row of y, once.
   bool hasResidual = false;
   /// LinearParallelType: 0 LINEAR_ALL_REDUCE, 1 LINEAR_REDUCE_SCATTER, 2 ALL_GATHER_LINEAR,
-  /// 3 PURE_LINEAR. 4, 5 and 6 are refused as not supported.
+  /// 3 PURE_LINEAR, 4 AG_LINEAR_RS (twoDimTPInfo). 5 and 6 are refused as not supported.
   int type = LINEAR_ALL_REDUCE;
   /// ALL_GATHER_LINEAR only: a second output holds the gathered x [R * m, k].
   bool keepIntermediate = false;
@@ -50,6 +89,10 @@ struct LinearParallelParam : CommParam {
   /// aclDataType of y: -1 (undefined) = x's dtype; else 1 float16, 27 bfloat16 or 0 float32 (a
   /// collops extension: ATB sets it for quantised inputs only).
   int outDataType = -1;
+  /// AG_LINEAR_RS's grid (read by type 4 only).
+  LinearParallelTwoDimTPInfo twoDimTPInfo;
+  /// ATB's MoE sizes (types 5 and 6, not supported; ignored by the others).
+  LinearParallelMoeInfo moeInfo;
 
   template <class Visitor>
   void VisitFields(Visitor& v) {
@@ -61,6 +104,8 @@ struct LinearParallelParam : CommParam {
     v("quantType", quantType);
     v("quantGroupSize", quantGroupSize);
     v("outDataType", outDataType);
+    v("twoDimTPInfo", twoDimTPInfo);
+    v("moeInfo", moeInfo);
   }
 };
 

@@ -41,16 +41,45 @@ std::vector<double> Product(const std::vector<double>& x, const std::vector<doub
   return out;
 }
 
+/// AG_LINEAR_RS's golden for `rank`: the grid written out independently of the library. With
+/// innerDimIsAg the ranks {s * agDim + a : a} gather (in a order) and {s * agDim + a : s}
+/// reduce-scatter; else {a * rsDim + s : a} gather and {a * rsDim + s : s} reduce-scatter. Every
+/// member j of rank's ReduceScatter group contributes its gathered x times its own weight; rank
+/// keeps the rows of block rsIdx(rank) of that sum.
+std::vector<double> TwoDimGolden(const LinearCase& c, const std::vector<std::vector<double>>& xs,
+                                 const std::vector<std::vector<double>>& ws, int rank, int64_t rows,
+                                 int64_t k) {
+  const int ag = c.agDim, rs = c.rsDim;
+  auto rankAt = [&](int a, int s) { return c.innerDimIsAg ? s * ag + a : a * rs + s; };
+  const int myA = c.innerDimIsAg ? rank % ag : rank / rs;
+  const int myS = c.innerDimIsAg ? rank / ag : rank % rs;
+  const int64_t gatheredRows = rows * ag;
+  std::vector<double> sum(gatheredRows * c.n, 0.0);
+  for (int s = 0; s < rs; ++s) {
+    const int member = rankAt(myA, s);
+    std::vector<double> gathered;
+    for (int a = 0; a < ag; ++a) {
+      const auto& x = xs[rankAt(a, s)];
+      gathered.insert(gathered.end(), x.begin(), x.end());
+    }
+    const auto p = Product(gathered, ws[member], gatheredRows, k, c.n, c.transWeight);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+  }
+  const int64_t block = gatheredRows / rs * c.n;
+  return std::vector<double>(sum.begin() + myS * block, sum.begin() + (myS + 1) * block);
+}
+
 }  // namespace
 
 std::string LinearCase::Name() const {
   static const char* kTypes[] = {"LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER", "ALL_GATHER_LINEAR",
-                                 "PURE_LINEAR"};
+                                 "PURE_LINEAR", "AG_LINEAR_RS"};
   std::string shape = DimsToString(MakeDims(xShape));
   return Concat(
-      type >= 0 && type < 4 ? kTypes[type] : "?", " ", DataTypeName(dtype), " x ", shape, " n ", n,
-      transWeight ? " transWeight" : "", hasResidual ? " residual" : "",
-      keepIntermediate ? " keepIntermediate" : "",
+      type >= 0 && type < 5 ? kTypes[type] : "?",
+      type == 4 ? Concat(" ", agDim, "x", rsDim, innerDimIsAg ? " innerDimIsAg" : "") : "", " ",
+      DataTypeName(dtype), " x ", shape, " n ", n, transWeight ? " transWeight" : "",
+      hasResidual ? " residual" : "", keepIntermediate ? " keepIntermediate" : "",
       outDataType >= 0 ? Concat(" out ", DataTypeName(static_cast<DataType>(outDataType))) : "");
 }
 
@@ -59,7 +88,8 @@ nlohmann::json LinearCase::Param() const {
           {"transWeight", transWeight},
           {"hasResidual", hasResidual},
           {"keepIntermediate", keepIntermediate},
-          {"outDataType", outDataType}};
+          {"outDataType", outDataType},
+          {"twoDimTPInfo", {{"agDim", agDim}, {"rsDim", rsDim}, {"innerDimIsAg", innerDimIsAg}}}};
 }
 
 void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int rank, int rankSize,
@@ -104,6 +134,10 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
       golden = Product(gathered, ws[rank], rows * rankSize, k, c.n, c.transWeight);
       yShape[0] *= rankSize;
       break;
+    case 4:
+      golden = TwoDimGolden(c, xs, ws, rank, rows, k);
+      yShape[0] = yShape[0] * c.agDim / c.rsDim;
+      break;
     default:
       golden = Product(xs[rank], ws[rank], rows, k, c.n, c.transWeight);
   }
@@ -145,6 +179,27 @@ std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize) {
       c.seed = ++seed;
       cases.push_back(c);
     }
+  }
+  struct Grid {
+    int ag, rs, inner;
+  };
+  std::vector<Grid> grids = {{rankSize, 1, 1}, {1, rankSize, 0}};
+  if (rankSize > 2 && rankSize % 2 == 0) grids.push_back({rankSize / 2, 2, 0});
+  for (size_t g = 0; g < grids.size(); ++g) {
+    LinearCase c;
+    c.type = 4;
+    c.dtype = dtype;
+    c.agDim = grids[g].ag;
+    c.rsDim = grids[g].rs;
+    c.innerDimIsAg = grids[g].inner;
+    c.transWeight = g != 1;
+    c.hasResidual = g != 0;
+    // dim0 * agDim divisible by rsDim on every grid.
+    c.xShape =
+        g == 1 ? std::vector<int64_t>{rankSize, 3, 24} : std::vector<int64_t>{2 * rankSize, 37};
+    c.n = 19;
+    c.seed = ++seed;
+    cases.push_back(c);
   }
   return cases;
 }

@@ -24,6 +24,10 @@ struct LinearCase {
   std::vector<int64_t> xShape;  ///< [m, k] or [b, m, k], the same on every rank
   int64_t n = 1;
   uint64_t seed = 1;
+  /// AG_LINEAR_RS's twoDimTPInfo (type 4 only).
+  int agDim = 0;
+  int rsDim = 0;
+  int innerDimIsAg = 1;
 
   /// "LINEAR_ALL_REDUCE bfloat16 x [4, 19] n 13 transWeight residual".
   std::string Name() const;
@@ -37,8 +41,9 @@ struct LinearCase {
 void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int rank, int rankSize,
                    Communicator* comm, const std::string& what);
 
-/// A short grid for engines that run every op (op_suite): the four types, both weight layouts,
-/// with and without residual, 2-D and 3-D x, for `dtype`.
+/// A short grid for engines that run every op (op_suite): types 0-3, both weight layouts, with
+/// and without residual, 2-D and 3-D x, for `dtype`; and AG_LINEAR_RS on the grids rankSize x 1,
+/// 1 x rankSize and, for even rankSize > 2, rankSize / 2 x 2, each with one innerDimIsAg.
 std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize);
 
 }  // namespace testing

@@ -332,5 +332,12 @@ const std::vector<int>& GoldenRankSizes() {
 
 std::string DtypeTestName(DataType dtype) { return DataTypeName(dtype); }
 
+TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape) {
+  TensorDesc d;
+  d.dtype = dtype;
+  d.shape = MakeDims(shape);
+  return d;
+}
+
 }  // namespace testing
 }  // namespace collops

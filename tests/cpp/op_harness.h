@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ double FoldPair(ReduceOp op, double a, double b);
 /// is applied by the comparison).
 std::vector<double> FoldRanks(const std::vector<std::vector<double>>& perRank, ReduceOp op);
 
+/// A desc of `dtype` and `shape`, for InferShape tests.
+TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape);
 /// Allocates outputs shaped by op.InferShape(ins) (ASSERTs success).
 std::vector<HostTensor> AllocateOutputs(Operation& op, const std::vector<Tensor>& ins);
 /// Setup, workspace, Execute. Returns the first failing Status.

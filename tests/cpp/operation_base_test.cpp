@@ -14,13 +14,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TensorDesc Desc(DataType dtype, std::initializer_list<int64_t> shape) {
-  TensorDesc d;
-  d.dtype = dtype;
-  d.shape = MakeDims(shape);
-  return d;
-}
-
 TEST(OperationBaseErrors, WrongInputCountIsInvalidInTensorNum) {
   OperationPtr op = SingleRankAllReduce();
   std::vector<TensorDesc> out;

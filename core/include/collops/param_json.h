@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,12 +22,22 @@ namespace collops {
 /// not UTF-8 replaced.
 std::string ShowJson(const nlohmann::json& value);
 
+/// True for a struct that lists its own fields (a param's nested struct, as ATB's
+/// LinearParallelParam::twoDimTPInfo): it is read from and written to a JSON object.
+template <class T, class Visitor, class = void>
+struct HasVisitFields : std::false_type {};
+template <class T, class Visitor>
+struct HasVisitFields<
+    T, Visitor, std::void_t<decltype(std::declval<T&>().VisitFields(std::declval<Visitor&>()))>>
+    : std::true_type {};
+
 /// Reads fields out of a JSON object. Absent keys keep their defaults; a present key of the wrong
 /// JSON type, or a key no field claims (reported by Finish), throws Error(ERROR_INVALID_PARAM)
-/// naming the op, the key and the offending value.
+/// naming the op, the key and the offending value. A nested struct's keys are named with its
+/// key in front ("twoDimTPInfo.agDim").
 class JsonParamReader {
  public:
-  JsonParamReader(const nlohmann::json& json, std::string opName);
+  JsonParamReader(const nlohmann::json& json, std::string opName, std::string keyPrefix = "");
 
   void operator()(const char* key, int& field);
   void operator()(const char* key, int64_t& field);
@@ -34,6 +46,15 @@ class JsonParamReader {
   void operator()(const char* key, std::vector<int64_t>& field);
   void operator()(const char* key, CommMode& field);
   void operator()(const char* key, std::array<uint8_t, kRsvSize>& field);
+  template <class Struct, std::enable_if_t<HasVisitFields<Struct, JsonParamReader>::value, int> = 0>
+  void operator()(const char* key, Struct& field) {
+    if (const auto* v = Find(key)) {
+      if (!v->is_object()) WrongType(key, *v, "an object");
+      JsonParamReader nested(*v, opName_, keyPrefix_ + key + ".");
+      field.VisitFields(nested);
+      nested.Finish();
+    }
+  }
 
   /// Throws for the first key that no field claimed.
   void Finish() const;
@@ -46,6 +67,7 @@ class JsonParamReader {
 
   const nlohmann::json& json_;
   std::string opName_;
+  std::string keyPrefix_;  ///< "" or a nested struct's "key."
   std::set<std::string> claimed_;
 };
 
@@ -54,7 +76,14 @@ class JsonParamWriter {
  public:
   template <class T>
   void operator()(const char* key, const T& field) {
-    json[key] = field;
+    if constexpr (HasVisitFields<T, JsonParamWriter>::value) {
+      JsonParamWriter nested;
+      T copy = field;  // VisitFields takes its fields by non-const reference
+      copy.VisitFields(nested);
+      json[key] = std::move(nested.json);
+    } else {
+      json[key] = field;
+    }
   }
   void operator()(const char* key, const CommMode& field) { json[key] = static_cast<int>(field); }
   void operator()(const char* key, const std::array<uint8_t, kRsvSize>& field);

@@ -256,32 +256,73 @@ class _LinearQuantType(enum.IntEnum):
     QUANT_TYPE_MAX = 4
 
 
-class TwoDimTPInfo:
-    """ATB's LinearParallelParam.TwoDimTPInfo (for ALL_GATHER_LINEAR_REDUCE_SCATTER, which collops
-    does not run): only its defaults are accepted."""
+class _Info:
+    """A struct field of a param: `_FIELDS` lists (name, JSON key, default) in ATB's order."""
 
-    __slots__ = ("ag_dim", "rs_dim", "inner_dim_is_ag")
+    _FIELDS = ()
+    __slots__ = ()
 
-    def __init__(self, ag_dim=0, rs_dim=0, inner_dim_is_ag=1):
-        self.ag_dim, self.rs_dim, self.inner_dim_is_ag = ag_dim, rs_dim, inner_dim_is_ag
+    def __init__(self, *args, **kwargs):
+        names = [name for name, _, _ in self._FIELDS]
+        values = dict(zip(names, args))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument {name!r} "
+                    f"(fields: {', '.join(names)})"
+                )
+            values[name] = value
+        for name, _, default in self._FIELDS:
+            setattr(self, name, values.get(name, default))
+
+    def _json(self):
+        return {key: int(getattr(self, name)) for name, key, _ in self._FIELDS}
 
     def __repr__(self):
-        return (
-            f"TwoDimTPInfo(ag_dim={self.ag_dim}, rs_dim={self.rs_dim}, "
-            f"inner_dim_is_ag={self.inner_dim_is_ag})"
-        )
+        fields = ", ".join(f"{name}={getattr(self, name)}" for name, _, _ in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
+class TwoDimTPInfo(_Info):
+    """ATB's LinearParallelParam.TwoDimTPInfo: the ag_dim x rs_dim grid of
+    ALL_GATHER_LINEAR_REDUCE_SCATTER (type 4). inner_dim_is_ag = 1: consecutive ranks form the
+    AllGather groups; 0: they form the ReduceScatter groups (docs/operations.md)."""
+
+    _FIELDS = (
+        ("ag_dim", "agDim", 0),
+        ("rs_dim", "rsDim", 0),
+        ("inner_dim_is_ag", "innerDimIsAg", 1),
+    )
+    __slots__ = ("ag_dim", "rs_dim", "inner_dim_is_ag")
+
+
+class MoeInfo(_Info):
+    """ATB's LinearParallelParam.MoeInfo, its fields under ATB's camelCase names and its Python
+    defaults (0). Its MoE types 5 and 6 are not supported; the other types ignore it."""
+
+    _FIELDS = (
+        ("localExpertNums", "localExpertNums", 0),
+        ("epSize", "epSize", 0),
+        ("tpSize", "tpSize", 0),
+    )
+    __slots__ = ("localExpertNums", "epSize", "tpSize")
 
 
 def _linear_parallel_json(self):
-    info = self.two_dim_TP_info
-    if (info.ag_dim, info.rs_dim, info.inner_dim_is_ag) != (0, 0, 1):
-        raise OperationError(
-            1,
-            "ERROR_INVALID_PARAM",
-            f"LinearParallelParam.two_dim_TP_info = {info!r}: 2-D tensor "
-            "parallelism (ALL_GATHER_LINEAR_REDUCE_SCATTER) is not supported",
-        )
-    return _Param._json(self)
+    out = _Param._json(self)
+    for name, key, cls in (
+        ("two_dim_TP_info", "twoDimTPInfo", TwoDimTPInfo),
+        ("moe_info", "moeInfo", MoeInfo),
+    ):
+        info = getattr(self, name)
+        if not isinstance(info, cls):
+            raise OperationError(
+                1,
+                "ERROR_INVALID_PARAM",
+                f"LinearParallelParam.{name} = {info!r} is not a LinearParallelParam.{cls.__name__}",
+            )
+        out[key] = info._json()
+    return out
 
 
 LinearParallelParam = _param_class(
@@ -299,6 +340,8 @@ LinearParallelParam = _param_class(
         ("out_data_type", "outDataType", AclDataType.ACL_DT_UNDEFINED),
         _COMM[7],
         ("two_dim_TP_info", None, TwoDimTPInfo),
+        # ATB's param default is its C++ struct's (1, 1, 1), not MoeInfo()'s zeros.
+        ("moe_info", None, lambda: MoeInfo(1, 1, 1)),
     ),
     {
         "_json": _linear_parallel_json,
@@ -309,6 +352,7 @@ LinearParallelParam = _param_class(
 LinearParallelParam.ParallelType = _ParallelType
 LinearParallelParam.QuantType = _LinearQuantType
 LinearParallelParam.TwoDimTPInfo = TwoDimTPInfo
+LinearParallelParam.MoeInfo = MoeInfo
 
 _PARAM_CLASSES = (
     AllReduceParam,

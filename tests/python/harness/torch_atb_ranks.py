@@ -86,6 +86,47 @@ def linear_parallel(ctx, type_name, dtype_name, trans_weight, has_residual, seed
     check_precision(outputs[0], golden, dtype)
 
 
+def _grid_rank(inner_dim_is_ag, ag_dim, rs_dim, ag_idx, rs_idx):
+    """The rank at (ag_idx, rs_idx) of the ag_dim x rs_dim grid."""
+    return rs_idx * ag_dim + ag_idx if inner_dim_is_ag else ag_idx * rs_dim + rs_idx
+
+
+def two_dim_linear(ctx, dtype_name, seed):
+    """ALL_GATHER_LINEAR_REDUCE_SCATTER (type 4) on every grid of the world size: rank r gathers
+    x over its AllGather group, multiplies by its own weight, and keeps block rs_idx of the sum
+    over its ReduceScatter group, plus the residual; checked in float64 on every rank."""
+    torch_atb, comm = _torch_atb(ctx)
+    dtype = DTYPES[dtype_name]
+    R, rank = ctx.world_size, ctx.rank
+    grids = [(a, R // a) for a in range(1, R + 1) if R % a == 0]
+    for ag_dim, rs_dim in grids:
+        for inner in (1, 0):
+            m, k, n = 2 * rs_dim, 24, 20
+            xs, ws, residual = _inputs(R, m, k, n, dtype, True, seed + 10 * ag_dim + inner)
+            info = torch_atb.LinearParallelParam.TwoDimTPInfo(
+                ag_dim=ag_dim, rs_dim=rs_dim, inner_dim_is_ag=inner
+            )
+            param = torch_atb.LinearParallelParam(
+                has_residual=True,
+                type=torch_atb.LinearParallelParam.ParallelType.ALL_GATHER_LINEAR_REDUCE_SCATTER,
+                two_dim_TP_info=info,
+                **comm,
+            )
+            (y,) = torch_atb.Operation(param).forward([xs[rank], ws[rank], residual])
+            ag_idx = rank % ag_dim if inner else rank // rs_dim
+            rs_idx = rank // ag_dim if inner else rank % rs_dim
+            total = 0
+            for s in range(rs_dim):
+                member = _grid_rank(inner, ag_dim, rs_dim, ag_idx, s)
+                gathered = torch.cat(
+                    [xs[_grid_rank(inner, ag_dim, rs_dim, a, s)] for a in range(ag_dim)]
+                )
+                total = total + _product(gathered, ws[member], True)
+            golden = total.chunk(rs_dim)[rs_idx] + residual.double()
+            assert y.dtype == dtype and y.shape == golden.shape, (ag_dim, rs_dim, inner, y.shape)
+            check_precision(y, golden, dtype)
+
+
 def linear_parallel_layouts(ctx, type_name, dtype_name, seed):
     """linear_parallel with the weight as [n, k] and no residual, then [k, n] with one."""
     linear_parallel(ctx, type_name, dtype_name, True, False, seed)
@@ -161,3 +202,9 @@ def linear_over_c10d(ctx, seed):
     ctx.backend, ctx.domain = "c10d", ""
     for type_name in ("LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER", "ALL_GATHER_LINEAR"):
         linear_parallel(ctx, type_name, "bfloat16", False, True, seed)
+
+
+def two_dim_over_c10d(ctx, seed):
+    """backend "c10d": ALL_GATHER_LINEAR_REDUCE_SCATTER on the default group (gloo)."""
+    ctx.backend, ctx.domain = "c10d", ""
+    two_dim_linear(ctx, "float32", seed)

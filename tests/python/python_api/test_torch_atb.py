@@ -44,6 +44,16 @@ def test_linear_parallel_over_c10d_gloo_group():
     c10d_ranks.run_group_job(2, ranks.linear_over_c10d, 9, backend="gloo")
 
 
+@pytest.mark.parametrize("backend, dtype", [("lccl", "bfloat16"), ("hccl", "float16")])
+def test_two_dim_linear_four_processes(backend, dtype):
+    """ALL_GATHER_LINEAR_REDUCE_SCATTER on R = 4: grids 1 x 4, 2 x 2, 4 x 1, both inner dims."""
+    run_process_ranks(4, ranks.two_dim_linear, dtype, 60, backend=backend)
+
+
+def test_two_dim_linear_over_c10d_gloo_group():
+    c10d_ranks.run_group_job(4, ranks.two_dim_over_c10d, 70, backend="gloo")
+
+
 @pytest.mark.parametrize("backend", ["lccl", "hccl"])
 def test_collective_params_two_processes(backend):
     run_process_ranks(2, ranks.collectives, 3, backend=backend)
@@ -90,6 +100,11 @@ def test_params_have_atb_fields_defaults_and_json_keys():
     assert p._json()["type"] == 2 and p._json()["commMode"] == 1
     assert p._json()["outDataType"] == 27
     assert torch_atb.ReduceScatterParam().backend == "lccl"  # ATB's default there
+    assert p._json()["twoDimTPInfo"] == {"agDim": 0, "rsDim": 0, "innerDimIsAg": 1}
+    assert p._json()["moeInfo"] == {"localExpertNums": 1, "epSize": 1, "tpSize": 1}
+    p.two_dim_TP_info = torch_atb.LinearParallelParam.TwoDimTPInfo(2, 1, 0)
+    assert p._json()["twoDimTPInfo"] == {"agDim": 2, "rsDim": 1, "innerDimIsAg": 0}
+    assert torch_atb.LinearParallelParam.ParallelType.ALL_GATHER_LINEAR_REDUCE_SCATTER == 4
     ar = torch_atb.AllReduceParam(
         quant_type=torch_atb.AllReduceParam.QuantType.QUANT_TYPE_PER_TENSOR,
         out_data_type=torch_atb.ACL_FLOAT16,
@@ -107,7 +122,8 @@ def test_params_have_atb_fields_defaults_and_json_keys():
     [
         (lambda: torch_atb.LinearParallelParam(rank_size=0), 1, "rankSize = 0"),
         (lambda: torch_atb.LinearParallelParam(rank_size=2, quant_type=0), 1, "quantType = 0"),
-        (lambda: torch_atb.LinearParallelParam(rank_size=2, type=4), 1, "is not supported"),
+        (lambda: torch_atb.LinearParallelParam(rank_size=2, type=5), 1, "is not supported"),
+        (lambda: torch_atb.LinearParallelParam(rank_size=2, type=4), 1, "twoDimTPInfo.agDim >= 1"),
         (
             lambda: torch_atb.LinearParallelParam(rank_size=2, keep_intermediate=True),
             1,
@@ -116,8 +132,15 @@ def test_params_have_atb_fields_defaults_and_json_keys():
         (lambda: torch_atb.LinearParallelParam(rank_size=2, hccl_comm=1), 1, "hccl_comm"),
         (
             lambda: torch_atb.LinearParallelParam(
-                rank_size=2, two_dim_TP_info=torch_atb.LinearParallelParam.TwoDimTPInfo(ag_dim=2)
+                rank_size=2,
+                type=4,
+                two_dim_TP_info=torch_atb.LinearParallelParam.TwoDimTPInfo(ag_dim=2, rs_dim=2),
             ),
+            1,
+            "twoDimTPInfo.agDim * twoDimTPInfo.rsDim = rankSize",
+        ),
+        (
+            lambda: torch_atb.LinearParallelParam(rank_size=2, two_dim_TP_info=(2, 1)),
             1,
             "two_dim_TP_info",
         ),
