@@ -264,6 +264,11 @@ class _Info:
 
     def __init__(self, *args, **kwargs):
         names = [name for name, _, _ in self._FIELDS]
+        if len(args) > len(names):
+            raise TypeError(
+                f"{type(self).__name__}() takes at most {len(names)} positional "
+                f"arguments ({len(args)} given)"
+            )
         values = dict(zip(names, args))
         for name, value in kwargs.items():
             if name not in names:

@@ -105,6 +105,12 @@ def test_params_have_atb_fields_defaults_and_json_keys():
     p.two_dim_TP_info = torch_atb.LinearParallelParam.TwoDimTPInfo(2, 1, 0)
     assert p._json()["twoDimTPInfo"] == {"agDim": 2, "rsDim": 1, "innerDimIsAg": 0}
     assert torch_atb.LinearParallelParam.ParallelType.ALL_GATHER_LINEAR_REDUCE_SCATTER == 4
+    moe = torch_atb.LinearParallelParam.MoeInfo(epSize=2)
+    assert (moe.localExpertNums, moe.epSize, moe.tpSize) == (0, 2, 0)  # ATB's Python defaults
+    with pytest.raises(TypeError, match="at most 3 positional"):
+        torch_atb.LinearParallelParam.TwoDimTPInfo(2, 2, 1, 0)
+    with pytest.raises(TypeError, match="ag_dims"):
+        torch_atb.LinearParallelParam.TwoDimTPInfo(ag_dims=2)
     ar = torch_atb.AllReduceParam(
         quant_type=torch_atb.AllReduceParam.QuantType.QUANT_TYPE_PER_TENSOR,
         out_data_type=torch_atb.ACL_FLOAT16,
