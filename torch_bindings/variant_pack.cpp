@@ -1,5 +1,7 @@
 #include "variant_pack.h"
 
+#include <algorithm>
+
 #include "collops/status.h"
 #include "dtype_map.h"
 
@@ -7,31 +9,33 @@ namespace collops {
 
 std::string Slot(const char* role, size_t index) { return Concat(role, "[", index, "]"); }
 
-TensorDesc ToDesc(const at::Tensor& t, const std::string& slot) {
+TensorDesc ToDesc(const at::Tensor& t, const SlotName& slot) {
   TensorDesc desc;
   desc.dtype = CollopsDtypeOf(t.scalar_type());
   if (desc.dtype == ACL_DT_UNDEFINED) {
-    Fail(ERROR_INVALID_TENSOR_DTYPE, slot, " has dtype ", c10::toString(t.scalar_type()),
+    Fail(ERROR_INVALID_TENSOR_DTYPE, slot.Text(), " has dtype ", c10::toString(t.scalar_type()),
          ", which collops does not support (", MappedDtypesText(), ")");
   }
   if (static_cast<size_t>(t.dim()) > kMaxDimNum) {
-    Fail(ERROR_INVALID_TENSOR_DIM_NUM, slot, " has ", t.dim(), " dims; at most ", kMaxDimNum,
+    Fail(ERROR_INVALID_TENSOR_DIM_NUM, slot.Text(), " has ", t.dim(), " dims; at most ", kMaxDimNum,
          " are supported");
   }
   desc.format = ACL_FORMAT_ND;
-  desc.shape = MakeDims(t.sizes().vec());
+  const c10::IntArrayRef sizes = t.sizes();
+  desc.shape.dimNum = sizes.size();
+  std::copy(sizes.begin(), sizes.end(), desc.shape.dims);
   return desc;
 }
 
-Tensor ToCollopsTensor(const at::Tensor& t, const std::string& slot) {
-  if (!t.defined()) Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is an undefined tensor");
+Tensor ToCollopsTensor(const at::Tensor& t, const SlotName& slot) {
+  if (!t.defined()) Fail(ERROR_INVALID_TENSOR_ADDR, slot.Text(), " is an undefined tensor");
   if (!t.device().is_cpu()) {
-    Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is on device ", t.device().str(),
+    Fail(ERROR_INVALID_TENSOR_ADDR, slot.Text(), " is on device ", t.device().str(),
          "; OperationTorch works on CPU tensors (call .cpu() first)");
   }
   if (!t.is_contiguous()) {
-    Fail(ERROR_INVALID_TENSOR_ADDR, slot, " is not contiguous (shape ", t.sizes(), ", strides ",
-         t.strides(), "); collectives need dense memory, call .contiguous() first");
+    Fail(ERROR_INVALID_TENSOR_ADDR, slot.Text(), " is not contiguous (shape ", t.sizes(),
+         ", strides ", t.strides(), "); collectives need dense memory, call .contiguous() first");
   }
   Tensor out;
   out.desc = ToDesc(t, slot);
@@ -42,7 +46,7 @@ Tensor ToCollopsTensor(const at::Tensor& t, const std::string& slot) {
 
 std::vector<TensorDesc> InputDescs(const std::vector<at::Tensor>& ins) {
   std::vector<TensorDesc> descs;
-  for (size_t i = 0; i < ins.size(); ++i) descs.push_back(ToDesc(ins[i], Slot("inTensors", i)));
+  for (size_t i = 0; i < ins.size(); ++i) descs.push_back(ToDesc(ins[i], {"inTensors", i}));
   return descs;
 }
 
@@ -62,12 +66,12 @@ VariantPack BuildVariantPack(const std::vector<at::Tensor>& ins,
                              const std::vector<at::Tensor>& outs, const HostCountBinding& binding) {
   VariantPack pack;
   for (size_t i = 0; i < ins.size(); ++i) {
-    Tensor t = ToCollopsTensor(ins[i], Slot("inTensors", i));
+    Tensor t = ToCollopsTensor(ins[i], {"inTensors", i});
     binding.Apply(i, ins[i], t);
     pack.inTensors.push_back(t);
   }
   for (size_t i = 0; i < outs.size(); ++i) {
-    pack.outTensors.push_back(ToCollopsTensor(outs[i], Slot("outTensors", i)));
+    pack.outTensors.push_back(ToCollopsTensor(outs[i], {"outTensors", i}));
   }
   return pack;
 }
