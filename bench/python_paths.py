@@ -5,7 +5,8 @@ shared-memory all_reduce and gloo, per call, interleaved in one run.
 Columns (every one measured in the same run, row by row, one after the other):
   engine          the C++ engine: collops-bench (process mode, Setup once, Execute in a loop, the
                   cross-rank check inside every call), run between the Python paths of the row
-  execute         OperationTorch.execute([x]) (outputs allocated on every call)
+  execute         OperationTorch.execute([x]) (new outputs every call, over reused memory when the
+                  previous ones were dropped)
   execute_out     OperationTorch.execute_out([x], [y]) into outputs from empty_shared (once)
   ops             torch.ops.collops.<op>(x, ..., group_name), eager
   dist            torch.distributed on the "cpu:collops" group (dist.all_reduce(y),
@@ -27,6 +28,8 @@ float32 and bfloat16. Every call is timed two ways, one after the other:
   loop   calls back to back, the mean per call, the max over ranks
 Every path's result is checked once per row against golden values (DeepSpeed's too, which also
 says whether its shared-memory kernel ran or DeepSpeed fell back to torch.distributed).
+Iterations: about --budget-ms of calls per path and mode (5 at least), after a probe and about
+30 ms of warm-up; calls of 10 ms or more get one probe and one warm-up call.
 
     python3 bench/python_paths.py                                 # R=2, 4 KiB..1 MiB
     python3 bench/python_paths.py --ranks 2,4 --sizes 256,4K,64K,1M,16M,64M --dtypes float32,bfloat16
@@ -503,6 +506,30 @@ def iterations(per_call_s, budget_s, most):
     return int(min(most, max(5, budget_s / max(per_call_s, 1e-7))))
 
 
+# Calls this long or longer (the 16-64 MiB rows, gloo from about 1 MiB) are timed with one probe
+# call and one warm-up call: the first call has faulted the pages in, and at these sizes the
+# caches hold nothing between calls, so more only lengthens the run (and these rows are most of
+# it); their 5 timed calls are what the budget allows anyway.
+LONG_CALL_S = 0.01
+
+
+def probe(ranks, path):
+    """Seconds per call of `path`, the max over ranks: one call, then three more when it was
+    short."""
+    per_call = max(ranks.gather(("probe", path, 1)))
+    if per_call < LONG_CALL_S:
+        per_call = max(ranks.gather(("probe", path, 3)))
+    return per_call
+
+
+def warmup_calls(per_call_s, iters, most):
+    """Warm-up calls before `iters` timed ones: about 30 ms of them, at least 3, one for long
+    calls."""
+    if per_call_s >= LONG_CALL_S:
+        return 1
+    return max(3, min(iters, iterations(per_call_s, 0.03, most)))
+
+
 # ---- one row -----------------------------------------------------------------------------------
 
 
@@ -518,6 +545,7 @@ def measure_row(args, ranks, op, dtype, size):
         for path in paths:
             if path in errors:
                 continue
+            per_call = None
             for mode in MODES:
                 try:
                     if path == "engine":
@@ -526,9 +554,10 @@ def measure_row(args, ranks, op, dtype, size):
                             raise RuntimeError(r["error"])
                         runs[path][mode].append(r)
                         continue
-                    per_call = max(ranks.gather(("probe", path, 3)))
+                    if per_call is None:
+                        per_call = probe(ranks, path)
                     iters = iterations(per_call, args.budget_ms / 1000, args.max_iters)
-                    warmup = max(3, min(iters, iterations(per_call, 0.03, args.max_iters)))
+                    warmup = warmup_calls(per_call, iters, args.max_iters)
                     times = ranks.gather(("time", path, mode, warmup, iters))
                     if mode == "loop":
                         us = max(times) * 1e6
@@ -633,7 +662,7 @@ def markdown(results, meta, plots):
         "the latency the max over ranks, the median over calls. `loop`: calls back to back, the "
         "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
         "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
-        "call). `execute`: OperationTorch.execute (outputs allocated per call); `execute_out`: "
+        "call). `execute`: OperationTorch.execute (new outputs every call); `execute_out`: "
         "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `dist`: "
         'torch.distributed on "cpu:collops"; `noop`: the same call on torch\'s registered no-op '
         'backend ("fake"), torch\'s own cost; `gloo`; `deepspeed`: '
