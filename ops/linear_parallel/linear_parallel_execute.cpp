@@ -171,6 +171,10 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
       RunChunkPipeline(
           1, /*communicateFirst=*/false,
           [&](int) {
+            if (p.direct) {
+              matmul_->RunInto(xData, p.rows, yData, p.outDtype, threads);
+              return;
+            }
             run(xData, p.rows, acc);
             finish(acc, p.rows, yData);
           },

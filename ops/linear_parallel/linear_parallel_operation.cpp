@@ -294,7 +294,17 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
                               : twoDim                         ? p.rows * agDim
                                                                : p.rows;
   const uint64_t productBytes = static_cast<uint64_t>(productRows) * p.n * sizeof(float);
-  const bool intoY = p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER && !twoDim;
+  if (!Matmul::Available())
+    Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
+  if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
+    matmul_.reset();
+    matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
+  }
+  // With nothing between the product and y but the rounding, oneDNN rounds into y itself.
+  p.direct =
+      param_.type == PURE_LINEAR && !param_.hasResidual && matmul_->WritesDirectly(p.outDtype);
+  const bool intoY =
+      p.direct || (p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER && !twoDim);
   uint64_t offset = 0;
   auto reserve = [&](uint64_t bytes, uint64_t* at, uint64_t* size) {
     *at = offset;
@@ -319,12 +329,6 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   }
   if (param_.hasResidual && p.dtype != ACL_FLOAT) {
     reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
-  }
-  if (!Matmul::Available())
-    Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
-  if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
-    matmul_.reset();
-    matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
   }
   reserve(matmul_->ScratchBytes(twoDim ? productRows : p.blockRows), &p.matmulOffset,
           &p.matmulBytes);

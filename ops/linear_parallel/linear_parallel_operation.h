@@ -13,7 +13,8 @@
 //                          residual (the grid: LinearParallelTwoDimTPInfo; two_dim_tp.h)
 // where W = weight^T for transWeight. The product (matmul.h, oneDNN) lands in float32; the sum
 // over ranks runs in float32; the residual is added in float32 and y is rounded once, so every
-// rank gets the same bits.
+// rank gets the same bits. PURE_LINEAR without residual has nothing between the product and y
+// but that rounding, so oneDNN writes y in its dtype itself where it multiplies that dtype.
 //
 // Overlap: the rows are cut in chunks, and the product of chunk c + 1 runs on a helper thread
 // while the collective of chunk c moves data (chunk_pipeline.h); for ALL_GATHER_LINEAR the gather
@@ -47,8 +48,9 @@ class LinearParallelOperation final : public OperationBase {
     int64_t n = 0;
     int64_t blockRows =
         0;  ///< rows of this rank's y: M / R (RS), agDim * M / rsDim (AG_LINEAR_RS), else M
-    int chunks = 1;                                    ///< row chunks of a block (1: no overlap)
-    int threads = 1;                                   ///< OpenMP threads of each product
+    int chunks = 1;       ///< row chunks of a block (1: no overlap)
+    int threads = 1;      ///< OpenMP threads of each product
+    bool direct = false;  ///< PURE_LINEAR without residual: oneDNN writes y in its dtype
     uint64_t accOffset = 0, accBytes = 0;              ///< float32 products (0 bytes: into y)
     uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< float32 RS result (0: into y)
     uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)

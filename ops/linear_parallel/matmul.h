@@ -8,6 +8,13 @@
 // input dtype on this CPU (float16 without AVX512-FP16; bfloat16 on AVX2-only CPUs), x and the
 // weight are widened to float32 first (exactly) and the float32 product runs instead.
 //
+// Where nothing follows the product but the rounding to y's dtype (no collective, no residual),
+// oneDNN can write y itself (RunInto): the float32 accumulators are rounded once in its kernel,
+// as ConvertFromFloat32 would round them, without a float32 copy of y and a second pass over it.
+//
+// Each product runs with a scratchpad this object owns (oneDNN's user scratchpad mode), so no
+// product allocates; one Matmul therefore runs one product at a time.
+//
 // Built without oneDNN (CMake found no libdnnl), Available() is false and every product throws
 // ERROR_BACKEND_UNAVAILABLE saying so.
 #pragma once
@@ -47,8 +54,13 @@ class Matmul {
   /// out[rows, n] = x[rows, k] . W with `threads` OpenMP threads; x and out are dense rows. The
   /// calling thread's OpenMP setting is restored afterwards.
   void Run(const void* x, int64_t rows, float* out, int threads);
+  /// Whether RunInto can write products in `outDtype` directly: float32, or the inputs' dtype
+  /// where oneDNN multiplies that dtype without widening and has a kernel writing it.
+  bool WritesDirectly(DataType outDtype) const;
+  /// out[rows, n] = x[rows, k] . W rounded once to `outDtype` (WritesDirectly(outDtype)).
+  void RunInto(const void* x, int64_t rows, void* out, DataType outDtype, int threads);
   /// oneDNN's name of the kernel it chose, e.g. "brg:avx512_core_bf16".
-  std::string Implementation(int64_t rows);
+  std::string Implementation(int64_t rows, DataType outDtype = ACL_FLOAT);
 
  private:
   struct Impl;

@@ -26,6 +26,8 @@ bool Matmul::Widens() const { return false; }
 uint64_t Matmul::ScratchBytes(int64_t) const { return 0; }
 void Matmul::Bind(const void*, uint8_t*, int) {}
 void Matmul::Run(const void*, int64_t, float*, int) {}
-std::string Matmul::Implementation(int64_t) { return "none"; }
+bool Matmul::WritesDirectly(DataType) const { return false; }
+void Matmul::RunInto(const void*, int64_t, void*, DataType, int) {}
+std::string Matmul::Implementation(int64_t, DataType) { return "none"; }
 
 }  // namespace collops
