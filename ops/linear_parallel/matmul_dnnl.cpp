@@ -14,12 +14,17 @@
 
 #include "collops/reduce.h"
 #include "collops/status.h"
+#include "ops/linear_parallel/dnnl_runtime.h"
 #include "ops/linear_parallel/matmul.h"
 
 namespace collops {
 namespace {
 
 using dnnl::memory;
+using dnnl_runtime::CpuEngine;
+using dnnl_runtime::CreationMutex;
+using dnnl_runtime::ScopedOmpThreads;
+using dnnl_runtime::UsableThreads;
 
 memory::data_type DnnlType(DataType dtype) {
   switch (dtype) {
@@ -35,56 +40,7 @@ memory::data_type DnnlType(DataType dtype) {
   }
 }
 
-dnnl::engine& CpuEngine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-[[noreturn]] void FailFromDnnl(const char* what, const dnnl::error& e) {
-  if (e.status == dnnl_out_of_memory)
-    Fail(ERROR_OUT_OF_HOST_MEMORY, "oneDNN ", what, ": ", e.what());
-  Fail(ERROR_INTERNAL_ERROR, "oneDNN ", what, ": ", e.what());
-}
-
-/// The threads a product may use. ThreadSanitizer cannot see libgomp's own synchronisation (the
-/// library is not instrumented), so in a ThreadSanitizer build every OpenMP team would look like a
-/// race: products there run on the calling thread alone.
-int UsableThreads(int requested) {
-#if defined(__SANITIZE_THREAD__)
-  (void)requested;
-  return 1;
-#else
-  return std::max(1, requested);
-#endif
-}
-
-/// Sets the calling thread's OpenMP thread count for one product and restores it after: in a
-/// torch process that setting is torch's intra-op thread count.
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    const int usable = UsableThreads(threads);
-    if (usable != saved_) omp_set_num_threads(usable);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int saved_;
-};
-
 constexpr uint64_t AlignUp(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-
-/// Held while primitives are described and created. oneDNN allows that from many threads at
-/// once, but its caches initialise lazily inside the library, where ThreadSanitizer sees the
-/// lock's memory written by one thread and read by another without the order between them; one
-/// lock of our own gives it that order. It costs nothing that matters: a primitive is made once
-/// per row count and operation.
-std::mutex& CreationMutex() {
-  static std::mutex mutex;
-  return mutex;
-}
 
 }  // namespace
 
@@ -164,7 +120,7 @@ Matmul::Matmul(DataType dtype, int64_t k, int64_t n, bool transWeight) : impl_(n
     try {
       m.Describe(1, memory::data_type::f32);
     } catch (const dnnl::error& e) {
-      FailFromDnnl("matmul", e);
+      dnnl_runtime::Fail("matmul", e);
     }
   }
   if (!m.widens && dtype != ACL_FLOAT) {
@@ -252,7 +208,7 @@ void Matmul::RunInto(const void* x, int64_t rows, void* out, DataType outDtype, 
                                      {DNNL_ARG_SCRATCHPAD, scratchMem}});
     stream.wait();
   } catch (const dnnl::error& e) {
-    FailFromDnnl("matmul", e);
+    dnnl_runtime::Fail("matmul", e);
   }
 }
 
@@ -261,7 +217,7 @@ std::string Matmul::Implementation(int64_t rows, DataType outDtype) {
   try {
     return impl_->For(rows, DnnlType(outDtype)).pd.impl_info_str();
   } catch (const dnnl::error& e) {
-    FailFromDnnl("matmul", e);
+    dnnl_runtime::Fail("matmul", e);
   }
 }
 
