@@ -10,6 +10,7 @@
 #include "ops/linear_parallel/chunk_pipeline.h"
 #include "ops/linear_parallel/linear_parallel_operation.h"
 #include "ops/linear_parallel/two_dim_tp.h"
+#include "ops/linear_parallel/weight_antiquant.h"
 
 namespace collops {
 namespace {
@@ -36,6 +37,35 @@ T* At(void* base, uint64_t offset) {
 
 }  // namespace
 
+void LinearParallelOperation::BindProduct(const VariantPack& pack, uint8_t* workspace,
+                                          int threads) {
+  const Plan& p = plan_;
+  const LinearInputIndex at = LinearInputs(param_);
+  const void* weight = pack.inTensors[1].deviceData;
+  if (p.form == LinearQuantForm::kW8A8) {
+    const Tensor& bias = pack.inTensors[at.bias];
+    quantMatmul_->Bind(static_cast<const int8_t*>(weight),
+                       bias.dataSize > 0 ? static_cast<const int32_t*>(bias.deviceData) : nullptr,
+                       static_cast<const float*>(pack.inTensors[at.scale].deviceData));
+    return;
+  }
+  if (p.form == LinearQuantForm::kW8A16) {
+    AntiquantLayout layout;
+    layout.k = p.k;
+    layout.n = p.n;
+    layout.transWeight = param_.transWeight;
+    layout.quantType = param_.quantType;
+    layout.groupSize = param_.quantGroupSize;
+    const Tensor& offset = pack.inTensors[at.bias];
+    void* dequantised = workspace + p.antiquantOffset;
+    AntiquantWeight(layout, static_cast<const int8_t*>(weight), p.dtype,
+                    offset.dataSize > 0 ? offset.deviceData : nullptr,
+                    pack.inTensors[at.scale].deviceData, dequantised, threads);
+    weight = dequantised;
+  }
+  matmul_->Bind(weight, workspace + p.matmulOffset, threads);
+}
+
 void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t,
                                           Communicator& comm) {
   const Plan& p = plan_;
@@ -48,6 +78,10 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
   float* acc =
       p.accBytes > 0 ? At<float>(workspace, p.accOffset) : static_cast<float*>(y.deviceData);
   const float* residual = nullptr;
+  const LinearInputIndex at = LinearInputs(param_);
+  const float* tokenScale =
+      at.perTokenScale >= 0 ? static_cast<const float*>(pack.inTensors[at.perTokenScale].deviceData)
+                            : nullptr;
   // A failure of this rank's own work after the signature check leaves its peers in collectives
   // it will not join: break the communicator for them, as a lost peer would.
   auto abandon = [&](const Error& e) { comm.Abort(e.status(), Concat(Where(), ": ", e.what())); };
@@ -55,16 +89,16 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
   try {
     threads = ProductThreads(commParam(), comm);
     if (param_.hasResidual) {
-      const Tensor& r = pack.inTensors[2];
-      if (p.dtype == ACL_FLOAT) {
+      const Tensor& r = pack.inTensors[at.residual];
+      if (p.residualDtype == ACL_FLOAT) {
         residual = static_cast<const float*>(r.deviceData);
       } else {
         float* wide = At<float>(workspace, p.residualOffset);
-        ConvertToFloat32(p.dtype, r.deviceData, wide, static_cast<size_t>(n));
+        ConvertToFloat32(p.residualDtype, r.deviceData, wide, static_cast<size_t>(n));
         residual = wide;
       }
     }
-    matmul_->Bind(pack.inTensors[1].deviceData, workspace + p.matmulOffset, threads);
+    BindProduct(pack, workspace, threads);
   } catch (const Error& e) {
     abandon(e);
     throw;
@@ -81,10 +115,21 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
   };
   auto begin = [&](int c) { return p.blockRows * c / p.chunks; };
   auto rowsOf = [&](int c) { return begin(c + 1) - begin(c); };
+  const auto* xData = static_cast<const uint8_t*>(x.deviceData);
+  // `run`: the float product of rows from anywhere (the gathered x of ALL_GATHER_LINEAR).
+  // `runRows`: rows [row, row + rows) of x through this call's product, quantised or not (types
+  // 0 and 3 may be quantised; PER_TOKEN's scales follow the rows).
   auto run = [&](const void* xRows, int64_t rows, float* out) {
     matmul_->Run(xRows, rows, out, threads);
   };
-  const auto* xData = static_cast<const uint8_t*>(x.deviceData);
+  auto runRows = [&](int64_t row, int64_t rows, float* out) {
+    if (quantMatmul_ != nullptr) {
+      quantMatmul_->Run(reinterpret_cast<const int8_t*>(xData + row * xRow), rows,
+                        tokenScale != nullptr ? tokenScale + row : nullptr, out, threads);
+    } else {
+      run(xData + row * xRow, rows, out);
+    }
+  };
   auto* yData = static_cast<uint8_t*>(y.deviceData);
   std::vector<int64_t> counts(rankSize), displs(rankSize);
 
@@ -92,7 +137,7 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
     case LINEAR_ALL_REDUCE:
       RunChunkPipeline(
           p.chunks, /*communicateFirst=*/false,
-          [&](int c) { run(xData + begin(c) * xRow, rowsOf(c), acc + begin(c) * n); },
+          [&](int c) { runRows(begin(c), rowsOf(c), acc + begin(c) * n); },
           [&](int c) {
             float* rows = acc + begin(c) * n;
             comm.AllReduce(rows, rows, static_cast<size_t>(rowsOf(c) * n), ACL_FLOAT,
@@ -175,7 +220,7 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
               matmul_->RunInto(xData, p.rows, yData, p.outDtype, threads);
               return;
             }
-            run(xData, p.rows, acc);
+            runRows(0, p.rows, acc);
             finish(acc, p.rows, yData);
           },
           [](int) {}, [](const Error&) {});

@@ -6,6 +6,7 @@
 
 #include "collops/environment.h"
 #include "collops/registry.h"
+#include "ops/linear_parallel/linear_parallel_quant.h"
 #include "ops/linear_parallel/two_dim_tp.h"
 
 namespace collops {
@@ -27,20 +28,6 @@ const char* ParallelTypeName(int type) {
       return "ALLTOALLVC_AG_GMM";
     case GMM_RS_ALLTOALLVC:
       return "GMM_RS_ALLTOALLVC";
-  }
-  return "?";
-}
-
-const char* QuantTypeName(int quantType) {
-  switch (quantType) {
-    case LINEAR_QUANT_PER_TENSOR:
-      return "PER_TENSOR";
-    case LINEAR_QUANT_PER_CHANNEL:
-      return "PER_CHANNEL";
-    case LINEAR_QUANT_PER_GROUP:
-      return "PER_GROUP";
-    case LINEAR_QUANT_PER_TOKEN:
-      return "PER_TOKEN";
   }
   return "?";
 }
@@ -97,25 +84,12 @@ void LinearParallelOperation::ValidateParam(const LinearParallelParam& param) {
          ": keepIntermediate = true needs type = 2 (ALL_GATHER_LINEAR),",
          " got type = ", param.type, " (", ParallelTypeName(param.type), ")");
   }
-  if (param.quantType < LINEAR_QUANT_UNQUANT || param.quantType > LINEAR_QUANT_PER_TOKEN) {
-    Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType,
-         " is not one of -1 (UNQUANT), 0 (PER_TENSOR), 1 (PER_CHANNEL), 2 (PER_GROUP), "
-         "3 (PER_TOKEN)");
-  }
-  if (param.quantType != LINEAR_QUANT_UNQUANT) {
-    Fail(ERROR_INVALID_PARAM, kName, ": quantType = ", param.quantType, " (",
-         QuantTypeName(param.quantType),
-         ") is not supported: quantised inputs are not, only -1 (UNQUANT)");
-  }
-  if (param.quantGroupSize != 0) {
-    Fail(ERROR_INVALID_PARAM, kName, ": quantGroupSize = ", param.quantGroupSize,
-         " must be 0: it sizes PER_GROUP quantisation, which is not supported");
-  }
   if (param.outDataType != ACL_DT_UNDEFINED && param.outDataType != ACL_FLOAT16 &&
       param.outDataType != ACL_BF16 && param.outDataType != ACL_FLOAT) {
     Fail(ERROR_INVALID_PARAM, kName, ": outDataType = ", param.outDataType,
          " is not one of -1 (x's dtype), 1 (float16), 27 (bfloat16), 0 (float32)");
   }
+  ValidateLinearQuantParam(kName, param);
   if (param.backend == "lcoc" && (param.rankSize & (param.rankSize - 1)) != 0) {
     Fail(ERROR_INVALID_PARAM, kName, ": backend \"lcoc\" needs rankSize a power of 2, got ",
          param.rankSize);
@@ -143,8 +117,14 @@ LinearParallelOperation::~LinearParallelOperation() = default;
 std::string LinearParallelOperation::TypeName() const { return ParallelTypeName(param_.type); }
 
 std::vector<TensorSpec> LinearParallelOperation::InputSpecs() const {
-  std::vector<TensorSpec> specs = {{"x", DtypeSet::kReducible}, {"weight", DtypeSet::kReducible}};
+  const bool quant = param_.quantType != LINEAR_QUANT_UNQUANT;
+  std::vector<TensorSpec> specs = {{"x", DtypeSet::kReducible},
+                                   {"weight", quant ? DtypeSet::kInt8 : DtypeSet::kReducible}};
+  // The quantised inputs' dtypes depend on the form (W8A8 or W8A16): CheckLinearQuantInputs.
+  if (quant) specs.insert(specs.end(), {{"bias", DtypeSet::kAny}, {"scale", DtypeSet::kAny}});
   if (param_.hasResidual) specs.push_back({"residual", DtypeSet::kReducible});
+  if (param_.quantType == LINEAR_QUANT_PER_TOKEN)
+    specs.push_back({"perTokenScale", DtypeSet::kAny});
   return specs;
 }
 
@@ -158,15 +138,22 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
                                              std::vector<TensorDesc>& out) const {
   const TensorDesc& x = in[0];
   const TensorDesc& w = in[1];
-  if (!IsFloat(x.dtype)) {
-    Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": x has dtype ", DataTypeName(x.dtype),
-         "; accepted: float16, bfloat16, float32");
-  }
-  for (size_t i = 1; i < in.size(); ++i) {
-    if (in[i].dtype != x.dtype) {
-      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": ", i == 1 ? "weight" : "residual", " has dtype ",
-           DataTypeName(in[i].dtype), " but x has ", DataTypeName(x.dtype), "; they must match");
+  const bool quant = param_.quantType != LINEAR_QUANT_UNQUANT;
+  const LinearInputIndex at = LinearInputs(param_);
+  if (!quant) {
+    if (!IsFloat(x.dtype)) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": x has dtype ", DataTypeName(x.dtype),
+           "; accepted: float16, bfloat16, float32");
     }
+    for (size_t i = 1; i < in.size(); ++i) {
+      if (in[i].dtype != x.dtype) {
+        Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": ", i == 1 ? "weight" : "residual",
+             " has dtype ", DataTypeName(in[i].dtype), " but x has ", DataTypeName(x.dtype),
+             "; they must match");
+      }
+    }
+  } else {
+    QuantFormOf(Where(), param_, x.dtype);  // x's dtype first: the other rules depend on it
   }
   if (x.shape.dimNum != 2 && x.shape.dimNum != 3) {
     Fail(ERROR_INVALID_TENSOR_DIM_NUM, Where(), ": x has shape ", DimsToString(x.shape),
@@ -184,8 +171,20 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
          DimsToString(x.shape), " has k = ", k, "; with transWeight = ",
          param_.transWeight ? "true the weight must be [n, k]" : "false the weight must be [k, n]");
   }
+  TensorDesc y = x;
+  y.shape = WithLast(x.shape, n);
+  if (quant) {
+    y.dtype = CheckLinearQuantInputs(Where(), param_, in, NumElements(WithLast(x.shape, 1)), k, n);
+  } else if (param_.outDataType != ACL_DT_UNDEFINED) {
+    y.dtype = static_cast<DataType>(param_.outDataType);
+  }
   if (param_.hasResidual) {
-    const TensorDesc& r = in[2];
+    const TensorDesc& r = in[at.residual];
+    if (quant && r.dtype != y.dtype) {
+      Fail(ERROR_INVALID_TENSOR_DTYPE, Where(), ": inTensors[", at.residual,
+           "] (residual) has dtype ", DataTypeName(r.dtype), "; a quantised op adds it to y, so ",
+           "it must be y's ", DataTypeName(y.dtype));
+    }
     if (r.shape.dimNum != 1) {
       Fail(ERROR_INVALID_TENSOR_DIM_NUM, Where(), ": residual has shape ", DimsToString(r.shape),
            "; it must be [n] = [", n, "]");
@@ -196,9 +195,6 @@ void LinearParallelOperation::InferShapeImpl(const std::vector<TensorDesc>& in,
     }
   }
   const int64_t rankSize = commParam().rankSize;
-  TensorDesc y = x;
-  y.shape = WithLast(x.shape, n);
-  if (param_.outDataType != ACL_DT_UNDEFINED) y.dtype = static_cast<DataType>(param_.outDataType);
   if (param_.type == LINEAR_REDUCE_SCATTER) {
     if (x.shape.dims[0] % rankSize != 0) {
       Fail(ERROR_INVALID_TENSOR_DIM, Where(), ": x has shape ", DimsToString(x.shape),
@@ -280,6 +276,9 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   p.k = x.shape.dims[x.shape.dimNum - 1];
   p.n = y.shape.dims[y.shape.dimNum - 1];
   p.rows = NumElements(WithLast(x.shape, 1));
+  p.form = QuantFormOf(Where(), param_, p.dtype);
+  const LinearInputIndex at = LinearInputs(param_);
+  p.residualDtype = param_.hasResidual ? pack.inTensors[at.residual].desc.dtype : p.dtype;
   const int64_t rankSize = commParam().rankSize;
   const bool twoDim = param_.type == AG_LINEAR_RS;
   const int64_t agDim = param_.twoDimTPInfo.agDim, rsDim = param_.twoDimTPInfo.rsDim;
@@ -296,13 +295,33 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   const uint64_t productBytes = static_cast<uint64_t>(productRows) * p.n * sizeof(float);
   if (!Matmul::Available())
     Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
-  if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
+  if (p.form == LinearQuantForm::kW8A8) {
     matmul_.reset();
-    matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
+    QuantMatmul::Shape shape;
+    shape.k = p.k;
+    shape.n = p.n;
+    shape.transWeight = param_.transWeight;
+    shape.perChannel = param_.quantType != LINEAR_QUANT_PER_TENSOR;
+    shape.hasBias = NumElements(pack.inTensors[at.bias].desc.shape) > 0;
+    shape.perToken = param_.quantType == LINEAR_QUANT_PER_TOKEN;
+    const QuantMatmul::Shape* had = quantMatmul_ ? &quantMatmul_->shape() : nullptr;
+    if (had == nullptr || had->k != shape.k || had->n != shape.n ||
+        had->perChannel != shape.perChannel || had->hasBias != shape.hasBias ||
+        had->perToken != shape.perToken) {
+      quantMatmul_.reset();
+      quantMatmul_ = std::make_unique<QuantMatmul>(shape);
+    }
+  } else {
+    quantMatmul_.reset();
+    if (matmul_ == nullptr || plan_.dtype != p.dtype || plan_.k != p.k || plan_.n != p.n) {
+      matmul_.reset();
+      matmul_ = std::make_unique<Matmul>(p.dtype, p.k, p.n, param_.transWeight);
+    }
   }
-  // With nothing between the product and y but the rounding, oneDNN rounds into y itself.
-  p.direct =
-      param_.type == PURE_LINEAR && !param_.hasResidual && matmul_->WritesDirectly(p.outDtype);
+  // With nothing between the product and y but the rounding, oneDNN rounds into y itself (the
+  // float product only: W8A8's int32 sums are scaled after).
+  p.direct = param_.type == PURE_LINEAR && !param_.hasResidual && matmul_ != nullptr &&
+             matmul_->WritesDirectly(p.outDtype);
   const bool intoY =
       p.direct || (p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER && !twoDim);
   uint64_t offset = 0;
@@ -327,11 +346,17 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   if (twoDim && rsDim > 1) {  // the rsDim blocks this rank receives: as many rows as the product
     reserve(productBytes, &p.scatteredOffset, &p.scatteredBytes);
   }
-  if (param_.hasResidual && p.dtype != ACL_FLOAT) {
+  if (param_.hasResidual && p.residualDtype != ACL_FLOAT) {
     reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
   }
-  reserve(matmul_->ScratchBytes(twoDim ? productRows : p.blockRows), &p.matmulOffset,
-          &p.matmulBytes);
+  if (matmul_ != nullptr) {
+    reserve(matmul_->ScratchBytes(twoDim ? productRows : p.blockRows), &p.matmulOffset,
+            &p.matmulBytes);
+  }
+  if (p.form == LinearQuantForm::kW8A16) {
+    reserve(static_cast<uint64_t>(p.k) * p.n * DataTypeSize(p.dtype), &p.antiquantOffset,
+            &p.antiquantBytes);
+  }
   p.workspaceBytes = offset;
   plan_ = p;
 }

@@ -2,7 +2,8 @@
 // its collective (ATB's LinearParallelOperation).
 //
 // Inputs: x [m, k] or [b, m, k] (M = m or b * m rows), weight [n, k] (transWeight) or [k, n],
-// residual [n] (hasResidual); float16, bfloat16 or float32, all of one dtype. Output y
+// residual [n] (hasResidual); float16, bfloat16 or float32, all of one dtype; with quantType an
+// int8 weight and its bias and scale (linear_parallel_quant.h: W8A8 and W8A16). Output y
 // (outDataType, default x's dtype), and for ALL_GATHER_LINEAR with keepIntermediate the gathered x.
 //   LINEAR_ALL_REDUCE      y [.., n]          = sum over ranks of x_r . W_r + residual
 //   LINEAR_REDUCE_SCATTER  y [dim0 / R, .., n] = this rank's dim0 block of that sum + residual
@@ -28,7 +29,9 @@
 
 #include "collops/operation_base.h"
 #include "ops/linear_parallel/linear_parallel_param.h"
+#include "ops/linear_parallel/linear_parallel_quant.h"
 #include "ops/linear_parallel/matmul.h"
+#include "ops/linear_parallel/quant_matmul.h"
 
 namespace collops {
 
@@ -41,9 +44,11 @@ class LinearParallelOperation final : public OperationBase {
 
   /// This call's sizes and workspace layout, from PrepareImpl.
   struct Plan {
-    DataType dtype = ACL_DT_UNDEFINED;     ///< of x, weight, residual
+    DataType dtype = ACL_DT_UNDEFINED;     ///< of x (and the float product's inputs)
     DataType outDtype = ACL_DT_UNDEFINED;  ///< of y
-    int64_t rows = 0;                      ///< rows of x (M)
+    DataType residualDtype = ACL_DT_UNDEFINED;
+    LinearQuantForm form = LinearQuantForm::kNone;
+    int64_t rows = 0;  ///< rows of x (M)
     int64_t k = 0;
     int64_t n = 0;
     int64_t blockRows =
@@ -56,6 +61,7 @@ class LinearParallelOperation final : public OperationBase {
     uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)
     uint64_t residualOffset = 0, residualBytes = 0;    ///< residual as float32 (0: as given)
     uint64_t matmulOffset = 0, matmulBytes = 0;        ///< Matmul's widening scratch
+    uint64_t antiquantOffset = 0, antiquantBytes = 0;  ///< W8A16's dequantised weight
     uint64_t workspaceBytes = 0;
   };
 
@@ -76,9 +82,13 @@ class LinearParallelOperation final : public OperationBase {
   int ChunkCount(int64_t blockRows) const;
   std::string TypeName() const;
 
+  /// Binds this call's weight (dequantised first for W8A16) to the product of plan_'s form.
+  void BindProduct(const VariantPack& pack, uint8_t* workspace, int threads);
+
   LinearParallelParam param_;
   Plan plan_;
   std::unique_ptr<Matmul> matmul_;  ///< for plan_'s dtype, k, n (made again when they change)
+  std::unique_ptr<QuantMatmul> quantMatmul_;  ///< W8A8's, likewise
 };
 
 }  // namespace collops

@@ -21,7 +21,7 @@ enum LinearParallelType : int32_t {
   GMM_RS_ALLTOALLVC = 6,      ///< ATB's grouped matmul + MoE combine: not supported
 };
 
-/// ATB's LinearParallelParam::QuantType numbering (-1 UNQUANT is the only one supported).
+/// ATB's LinearParallelParam::QuantType numbering (linear_parallel_quant.h has the forms).
 enum LinearParallelQuantType : int32_t {
   LINEAR_QUANT_UNQUANT = -1,
   LINEAR_QUANT_PER_TENSOR = 0,
@@ -72,6 +72,8 @@ struct LinearParallelMoeInfo {
 /// Params of LinearParallelOperation (ATB's LinearParallelParam): a matrix product fused with the
 /// collective of a tensor-parallel linear layer. Inputs x [m, k] or [b, m, k], weight [n, k]
 /// (transWeight) or [k, n], residual [n] (hasResidual); float16, bfloat16 or float32, all alike.
+/// quantType other than -1 takes an int8 weight and a bias and scale after it
+/// (linear_parallel_quant.h).
 struct LinearParallelParam : CommParam {
   /// true: weight is [n, k] and y = x . weight^T (ATB's default); false: weight is [k, n].
   bool transWeight = true;
@@ -82,12 +84,13 @@ struct LinearParallelParam : CommParam {
   int type = LINEAR_ALL_REDUCE;
   /// ALL_GATHER_LINEAR only: a second output holds the gathered x [R * m, k].
   bool keepIntermediate = false;
-  /// LinearParallelQuantType; only -1 (UNQUANT) is supported.
+  /// LinearParallelQuantType: -1 UNQUANT, 0 PER_TENSOR, 1 PER_CHANNEL, 2 PER_GROUP, 3 PER_TOKEN;
+  /// quantised only with type 0 (LINEAR_ALL_REDUCE) or 3 (PURE_LINEAR).
   int quantType = LINEAR_QUANT_UNQUANT;
-  /// Group size of PER_GROUP quantisation; must stay 0 (quantisation is not supported).
+  /// PER_GROUP only (> 0, dividing k): the length along k of a group sharing a scale; else 0.
   int quantGroupSize = 0;
   /// aclDataType of y: -1 (undefined) = x's dtype; else 1 float16, 27 bfloat16 or 0 float32 (a
-  /// collops extension: ATB sets it for quantised inputs only).
+  /// collops extension for unquantised x). Required (1 or 27) for an int8 x (W8A8).
   int outDataType = -1;
   /// AG_LINEAR_RS's grid (read by type 4 only).
   LinearParallelTwoDimTPInfo twoDimTPInfo;

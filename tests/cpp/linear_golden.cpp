@@ -1,28 +1,19 @@
 #include "linear_golden.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <random>
 
 #include "op_harness.h"
+#include "process_ranks.h"
 
 namespace collops {
 namespace testing {
 namespace {
 
-/// Values in [-1, 1) as `dtype` stores them, different per (seed, rank, what).
 std::vector<double> Uniform(DataType dtype, int64_t count, uint64_t seed, int rank, int what) {
-  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + what * 104729u);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  std::vector<double> values(count);
-  for (auto& v : values) v = RoundTrip(dtype, dist(rng));
-  return values;
-}
-
-int64_t Rows(const std::vector<int64_t>& xShape) {
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < xShape.size(); ++i) rows *= xShape[i];
-  return rows;
+  return LinearUniform(dtype, count, seed, rank, what, -1.0, 1.0);
 }
 
 /// rows x n product of x (rows x k) and the weight as stored ([n, k] or [k, n]), in double.
@@ -70,6 +61,21 @@ std::vector<double> TwoDimGolden(const LinearCase& c, const std::vector<std::vec
 }
 
 }  // namespace
+
+std::vector<double> LinearUniform(DataType dtype, int64_t count, uint64_t seed, int rank, int what,
+                                  double lo, double hi) {
+  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + what * 104729u);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> values(count);
+  for (auto& v : values) v = RoundTrip(dtype, dist(rng));
+  return values;
+}
+
+int64_t Rows(const std::vector<int64_t>& xShape) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < xShape.size(); ++i) rows *= xShape[i];
+  return rows;
+}
 
 std::string LinearCase::Name() const {
   static const char* kTypes[] = {"LINEAR_ALL_REDUCE", "LINEAR_REDUCE_SCATTER", "ALL_GATHER_LINEAR",
@@ -202,6 +208,52 @@ std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize) {
     cases.push_back(c);
   }
   return cases;
+}
+
+ScopedLinearAlgorithm::ScopedLinearAlgorithm(const char* algo) {
+  setenv("COLLOPS_ALGO_LINEARPARALLEL", algo, 1);
+}
+
+ScopedLinearAlgorithm::~ScopedLinearAlgorithm() { unsetenv("COLLOPS_ALGO_LINEARPARALLEL"); }
+
+void RunLinearProcessRanks(int rankSize, const std::string& backend, const std::string& domain,
+                           const std::function<void(int rank, const nlohmann::json& job)>& body) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_LINEARPARALLEL"] = "overlap";
+  options.env["COLLOPS_TIMEOUT"] = "30";
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      rankSize,
+      [&](int rank) {
+        const nlohmann::json job = {
+            {"rank", rank}, {"rankSize", rankSize}, {"backend", backend}, {"commDomain", domain}};
+        body(rank, job);
+      },
+      options);
+}
+
+Status CreateLinearParallel(const nlohmann::json& extra) {
+  nlohmann::json param = {{"rank", 0}, {"rankSize", 2}};
+  for (const auto& [key, value] : extra.items()) param[key] = value;
+  Operation* op = nullptr;
+  const Status status = CreateOperation("LinearParallelOperation", param, &op);
+  if (op != nullptr) DestroyOperation(op);
+  return status;
+}
+
+Status InferLinearParallel(const nlohmann::json& extra, const std::vector<TensorDesc>& ins) {
+  nlohmann::json param = {{"rank", 1}, {"rankSize", 2}};
+  for (const auto& [key, value] : extra.items()) param[key] = value;
+  OperationPtr op = MakeOperation("LinearParallelOperation", param);
+  std::vector<TensorDesc> out;
+  return op->InferShape(ins, out);
+}
+
+TensorDesc LinearDesc(DataType dtype, const std::vector<int64_t>& shape) {
+  TensorDesc d;
+  d.dtype = dtype;
+  d.shape = MakeDims(shape);
+  return d;
 }
 
 }  // namespace testing

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,33 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
 /// and without residual, 2-D and 3-D x, for `dtype`; and AG_LINEAR_RS on the grids rankSize x 1,
 /// 1 x rankSize and, for even rankSize > 2, rankSize / 2 x 2, each with one innerDimIsAg.
 std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize);
+
+/// Values in [lo, hi) as `dtype` stores them, different per (seed, rank, what): every rank makes
+/// every rank's inputs alike.
+std::vector<double> LinearUniform(DataType dtype, int64_t count, uint64_t seed, int rank, int what,
+                                  double lo, double hi);
+/// The rows of x [m, k] or [b, m, k]: m or b * m.
+int64_t Rows(const std::vector<int64_t>& xShape);
+
+/// Sets COLLOPS_ALGO_LINEARPARALLEL for one scope (before any rank thread starts).
+class ScopedLinearAlgorithm {
+ public:
+  explicit ScopedLinearAlgorithm(const char* algo);
+  ~ScopedLinearAlgorithm();
+  ScopedLinearAlgorithm(const ScopedLinearAlgorithm&) = delete;
+  ScopedLinearAlgorithm& operator=(const ScopedLinearAlgorithm&) = delete;
+};
+
+/// Runs body(rank, job) on `rankSize` process ranks of `backend` (job: their comm params, in
+/// commDomain `domain`) with overlapped chunks, COLLOPS_TIMEOUT 30 and a 90 s deadline.
+void RunLinearProcessRanks(int rankSize, const std::string& backend, const std::string& domain,
+                           const std::function<void(int rank, const nlohmann::json& job)>& body);
+
+/// The status of creating a LinearParallelOperation as rank 0 of 2 with `extra` params.
+Status CreateLinearParallel(const nlohmann::json& extra);
+/// The status of InferShape on `ins` of a LinearParallelOperation, rank 1 of 2, `extra` params.
+Status InferLinearParallel(const nlohmann::json& extra, const std::vector<TensorDesc>& ins);
+TensorDesc LinearDesc(DataType dtype, const std::vector<int64_t>& shape);
 
 }  // namespace testing
 }  // namespace collops

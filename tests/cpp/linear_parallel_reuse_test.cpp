@@ -9,23 +9,27 @@
 
 #include "collops/registry.h"
 #include "op_harness.h"
-#include "thread_ranks.h"
 #include "ops/linear_parallel/linear_parallel_param.h"
+#include "thread_ranks.h"
 
 namespace collops {
 namespace testing {
 namespace {
 
 nlohmann::json PureLinear(bool transWeight, bool residual) {
-  return {{"rank", 0},          {"rankSize", 1},         {"commMode", 1},
-          {"commDomain", UniqueDomain()}, {"type", PURE_LINEAR}, {"transWeight", transWeight},
+  return {{"rank", 0},
+          {"rankSize", 1},
+          {"commMode", 1},
+          {"commDomain", UniqueDomain()},
+          {"type", PURE_LINEAR},
+          {"transWeight", transWeight},
           {"hasResidual", residual}};
 }
 
 /// x [rows, k] . W + residual in double, W = weight^T for a weight [n, k] (transWeight).
 std::vector<double> Golden(const std::vector<double>& x, const std::vector<double>& w,
-                           const std::vector<double>& residual, int64_t rows, int64_t k,
-                           int64_t n, bool transWeight) {
+                           const std::vector<double>& residual, int64_t rows, int64_t k, int64_t n,
+                           bool transWeight) {
   std::vector<double> y(rows * n, 0.0);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -48,8 +52,8 @@ void RunAndCheck(Operation& op, const Call& call, uint64_t seed, bool transWeigh
                  std::vector<HostTensor>& weight, uint64_t* workspace = nullptr) {
   const std::string what = Concat(DtypeTestName(call.dtype), " rows ", call.rows, " k ", call.k,
                                   " n ", call.n, " seed ", seed, transWeight ? " trans" : "");
-  const std::vector<int64_t> wShape = transWeight ? std::vector<int64_t>{call.n, call.k}
-                                                  : std::vector<int64_t>{call.k, call.n};
+  const std::vector<int64_t> wShape =
+      transWeight ? std::vector<int64_t>{call.n, call.k} : std::vector<int64_t>{call.k, call.n};
   const auto x = TestValues(call.dtype, call.rows * call.k, seed, 0, true);
   const auto w = TestValues(call.dtype, call.k * call.n, seed + 1, 0, true);
   const auto r = residual ? TestValues(call.dtype, call.n, seed + 2, 0) : std::vector<double>{};

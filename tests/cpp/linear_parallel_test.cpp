@@ -1,17 +1,16 @@
 // Golden and error tests of LinearParallelOperation on thread ranks: every type x dtype x R, both
 // weight layouts, with and without residual, 2-D and 3-D x, serial and overlapped (chunked), plus
 // one test per validation rule. Process ranks and the other engines run linear_golden's cases
-// through the op suite (process_ops_test.cpp, tests/mpi, hierarchical_comm_test.cpp).
+// through the op suite (process_ops_test.cpp, tests/mpi, hierarchical_comm_test.cpp). The
+// quantised forms have their own file (linear_parallel_quant_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <tuple>
 
 #include "linear_golden.h"
 #include "op_harness.h"
 #include "ops/linear_parallel/linear_parallel_param.h"
-#include "process_ranks.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -19,13 +18,6 @@ namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-/// Sets COLLOPS_ALGO_LINEARPARALLEL for one scope (before any rank thread starts).
-class ScopedAlgorithm {
- public:
-  explicit ScopedAlgorithm(const char* algo) { setenv("COLLOPS_ALGO_LINEARPARALLEL", algo, 1); }
-  ~ScopedAlgorithm() { unsetenv("COLLOPS_ALGO_LINEARPARALLEL"); }
-};
 
 nlohmann::json ThreadJob(int rank, int rankSize, const std::string& domain) {
   return {{"rank", rank}, {"rankSize", rankSize}, {"commMode", 1}, {"commDomain", domain}};
@@ -41,7 +33,7 @@ class LinearParallelGolden
 
 TEST_P(LinearParallelGolden, MatchesFloat64Reference) {
   const auto [rankSize, dtype, type, algo] = GetParam();
-  ScopedAlgorithm scoped(algo);
+  ScopedLinearAlgorithm scoped(algo);
   std::vector<LinearCase> cases;
   uint64_t seed = 0;
   for (bool trans : {true, false}) {
@@ -124,22 +116,13 @@ class LinearParallelProcessGolden : public ::testing::TestWithParam<std::tuple<i
 
 TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
   const auto [rankSize, backend] = GetParam();
-  ProcessRanksOptions options;
-  options.env["COLLOPS_ALGO_LINEARPARALLEL"] = "overlap";
-  options.env["COLLOPS_TIMEOUT"] = "30";
-  options.deadlineSeconds = 90;
-  RunProcessRanks(
-      rankSize,
-      [rankSize = rankSize, backend = backend](int rank) {
-        const nlohmann::json job = {
-            {"rank", rank}, {"rankSize", rankSize}, {"backend", backend}, {"commDomain", "linear"}};
-        for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
-          for (const LinearCase& c : LinearSuiteCases(dtype, rankSize)) {
-            RunLinearCase(c, job, rank, rankSize, nullptr, "overlap between processes");
-          }
-        }
-      },
-      options);
+  RunLinearProcessRanks(rankSize, backend, "linear", [&](int rank, const nlohmann::json& job) {
+    for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+      for (const LinearCase& c : LinearSuiteCases(dtype, rankSize)) {
+        RunLinearCase(c, job, rank, rankSize, nullptr, "overlap between processes");
+      }
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden,
@@ -153,132 +136,114 @@ INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden,
 
 // ---- errors: one per rule --------------------------------------------------------------------
 
-Status CreateWith(nlohmann::json extra) {
-  nlohmann::json param = {{"rank", 0}, {"rankSize", 2}};
-  for (const auto& [key, value] : extra.items()) param[key] = value;
-  Operation* op = nullptr;
-  const Status status = CreateOperation("LinearParallelOperation", param, &op);
-  if (op != nullptr) DestroyOperation(op);
-  return status;
-}
-
 TEST(LinearParallelErrors, RejectsUnknownType) {
-  EXPECT_EQ(CreateWith({{"type", 7}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"type", 7}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("type = 7 is not one of"));
-  EXPECT_EQ(CreateWith({{"type", -1}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"type", -1}}), ERROR_INVALID_PARAM);
 }
 
 TEST(LinearParallelErrors, RejectsUnsupportedAtbTypes) {
   for (int type : {5, 6}) {
-    EXPECT_EQ(CreateWith({{"type", type}}), ERROR_INVALID_PARAM) << type;
+    EXPECT_EQ(CreateLinearParallel({{"type", type}}), ERROR_INVALID_PARAM) << type;
     EXPECT_THAT(LastErrorMessage(), HasSubstr("is not supported"));
   }
   EXPECT_THAT(LastErrorMessage(), HasSubstr("GMM_RS_ALLTOALLVC"));
 }
 
 TEST(LinearParallelErrors, KeepIntermediateNeedsAllGatherLinear) {
-  EXPECT_EQ(CreateWith({{"type", 0}, {"keepIntermediate", true}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"type", 0}, {"keepIntermediate", true}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("keepIntermediate = true needs type = 2"));
-  EXPECT_EQ(CreateWith({{"type", 2}, {"keepIntermediate", true}}), NO_ERROR);
-}
-
-TEST(LinearParallelErrors, RejectsQuantisation) {
-  for (int quant : {0, 1, 2, 3}) {
-    EXPECT_EQ(CreateWith({{"quantType", quant}}), ERROR_INVALID_PARAM) << quant;
-    EXPECT_THAT(LastErrorMessage(), HasSubstr("quantType"));
-    EXPECT_THAT(LastErrorMessage(), HasSubstr("not supported"));
-  }
-  EXPECT_EQ(CreateWith({{"quantType", 4}}), ERROR_INVALID_PARAM);
-  EXPECT_THAT(LastErrorMessage(), HasSubstr("quantType = 4 is not one of"));
-  EXPECT_EQ(CreateWith({{"quantGroupSize", 128}}), ERROR_INVALID_PARAM);
-  EXPECT_THAT(LastErrorMessage(), HasSubstr("quantGroupSize = 128"));
+  EXPECT_EQ(CreateLinearParallel({{"type", 2}, {"keepIntermediate", true}}), NO_ERROR);
 }
 
 TEST(LinearParallelErrors, RejectsOutDataTypeOtherThanFloats) {
-  EXPECT_EQ(CreateWith({{"outDataType", ACL_INT8}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"outDataType", ACL_INT8}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("outDataType = 2"));
-  EXPECT_EQ(CreateWith({{"outDataType", ACL_BF16}}), NO_ERROR);
+  EXPECT_EQ(CreateLinearParallel({{"outDataType", ACL_BF16}}), NO_ERROR);
 }
 
 TEST(LinearParallelErrors, AtbBackendRules) {
-  EXPECT_EQ(CreateWith({{"backend", "lcoc"}, {"rankSize", 3}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "lcoc"}, {"rankSize", 3}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("power of 2"));
-  EXPECT_EQ(CreateWith({{"backend", "lcoc"}, {"rankSize", 4}}), NO_ERROR);
-  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 0}, {"commMode", 1}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "lcoc"}, {"rankSize", 4}}), NO_ERROR);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "mc2"}, {"type", 0}, {"commMode", 1}}),
+            ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("type = 1 (LINEAR_REDUCE_SCATTER) only"));
-  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "mc2"}, {"type", 1}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("commMode = 1"));
-  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}, {"commMode", 1}, {"hasResidual", true}}),
+  EXPECT_EQ(CreateLinearParallel(
+                {{"backend", "mc2"}, {"type", 1}, {"commMode", 1}, {"hasResidual", true}}),
             ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("no residual"));
-  EXPECT_EQ(CreateWith({{"backend", "mc2"}, {"type", 1}, {"commMode", 1}}), NO_ERROR);
-  EXPECT_EQ(CreateWith({{"backend", "lccc"}}), ERROR_INVALID_PARAM);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "mc2"}, {"type", 1}, {"commMode", 1}}), NO_ERROR);
+  EXPECT_EQ(CreateLinearParallel({{"backend", "lccc"}}), ERROR_INVALID_PARAM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("backend = \"lccc\""));
 }
 
-/// InferShape of a LinearParallelOperation with `extra` params on `ins`.
-Status Infer(nlohmann::json extra, const std::vector<TensorDesc>& ins) {
-  nlohmann::json param = {{"rank", 1}, {"rankSize", 2}};
-  for (const auto& [key, value] : extra.items()) param[key] = value;
-  OperationPtr op = MakeOperation("LinearParallelOperation", param);
-  std::vector<TensorDesc> out;
-  return op->InferShape(ins, out);
-}
-
 TEST(LinearParallelErrors, RejectsNonFloatAndMixedDtypes) {
-  EXPECT_EQ(Infer({}, {Desc(ACL_INT32, {2, 4}), Desc(ACL_INT32, {3, 4})}),
+  EXPECT_EQ(InferLinearParallel({}, {LinearDesc(ACL_INT32, {2, 4}), LinearDesc(ACL_INT32, {3, 4})}),
             ERROR_INVALID_TENSOR_DTYPE);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("x has dtype int32"));
-  EXPECT_EQ(Infer({}, {Desc(ACL_BF16, {2, 4}), Desc(ACL_FLOAT16, {3, 4})}),
-            ERROR_INVALID_TENSOR_DTYPE);
+  EXPECT_EQ(
+      InferLinearParallel({}, {LinearDesc(ACL_BF16, {2, 4}), LinearDesc(ACL_FLOAT16, {3, 4})}),
+      ERROR_INVALID_TENSOR_DTYPE);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("weight has dtype float16 but x has bfloat16"));
-  EXPECT_EQ(Infer({{"hasResidual", true}},
-                  {Desc(ACL_BF16, {2, 4}), Desc(ACL_BF16, {3, 4}), Desc(ACL_FLOAT, {3})}),
+  EXPECT_EQ(InferLinearParallel({{"hasResidual", true}},
+                                {LinearDesc(ACL_BF16, {2, 4}), LinearDesc(ACL_BF16, {3, 4}),
+                                 LinearDesc(ACL_FLOAT, {3})}),
             ERROR_INVALID_TENSOR_DTYPE);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("residual has dtype float32"));
 }
 
 TEST(LinearParallelErrors, RejectsWrongDimCounts) {
-  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {4}), Desc(ACL_FLOAT, {3, 4})}),
+  EXPECT_EQ(InferLinearParallel({}, {LinearDesc(ACL_FLOAT, {4}), LinearDesc(ACL_FLOAT, {3, 4})}),
             ERROR_INVALID_TENSOR_DIM_NUM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("[m, k] or [b, m, k]"));
-  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {1, 2, 2, 4}), Desc(ACL_FLOAT, {3, 4})}),
-            ERROR_INVALID_TENSOR_DIM_NUM);
-  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {1, 3, 4})}),
-            ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_EQ(
+      InferLinearParallel({}, {LinearDesc(ACL_FLOAT, {1, 2, 2, 4}), LinearDesc(ACL_FLOAT, {3, 4})}),
+      ERROR_INVALID_TENSOR_DIM_NUM);
+  EXPECT_EQ(
+      InferLinearParallel({}, {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {1, 3, 4})}),
+      ERROR_INVALID_TENSOR_DIM_NUM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("weight has shape [1, 3, 4]"));
-  EXPECT_EQ(Infer({{"hasResidual", true}},
-                  {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {1, 3})}),
+  EXPECT_EQ(InferLinearParallel({{"hasResidual", true}},
+                                {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {3, 4}),
+                                 LinearDesc(ACL_FLOAT, {1, 3})}),
             ERROR_INVALID_TENSOR_DIM_NUM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("residual has shape [1, 3]"));
 }
 
 TEST(LinearParallelErrors, RejectsWeightOfOtherK) {
-  EXPECT_EQ(Infer({}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {4, 3})}),
+  EXPECT_EQ(InferLinearParallel({}, {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {4, 3})}),
             ERROR_INVALID_TENSOR_DIM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("k = 4; with transWeight = true"));
-  EXPECT_EQ(Infer({{"transWeight", false}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4})}),
+  EXPECT_EQ(InferLinearParallel({{"transWeight", false}},
+                                {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {3, 4})}),
             ERROR_INVALID_TENSOR_DIM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("must be [k, n]"));
-  EXPECT_EQ(Infer({{"transWeight", false}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {4, 3})}),
+  EXPECT_EQ(InferLinearParallel({{"transWeight", false}},
+                                {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {4, 3})}),
             NO_ERROR);
 }
 
 TEST(LinearParallelErrors, RejectsResidualOfOtherN) {
-  EXPECT_EQ(Infer({{"hasResidual", true}},
-                  {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {4})}),
+  EXPECT_EQ(InferLinearParallel({{"hasResidual", true}},
+                                {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {3, 4}),
+                                 LinearDesc(ACL_FLOAT, {4})}),
             ERROR_INVALID_TENSOR_DIM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("the weight gives n = 3"));
 }
 
 TEST(LinearParallelErrors, ReduceScatterNeedsDim0DivisibleByRankSize) {
-  EXPECT_EQ(Infer({{"type", 1}}, {Desc(ACL_FLOAT, {3, 4}), Desc(ACL_FLOAT, {5, 4})}),
+  EXPECT_EQ(InferLinearParallel({{"type", 1}},
+                                {LinearDesc(ACL_FLOAT, {3, 4}), LinearDesc(ACL_FLOAT, {5, 4})}),
             ERROR_INVALID_TENSOR_DIM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("dim0 = 3 is not divisible by rankSize = 2"));
 }
 
 TEST(LinearParallelErrors, ResidualInputCountFollowsHasResidual) {
-  EXPECT_EQ(Infer({{"hasResidual", true}}, {Desc(ACL_FLOAT, {2, 4}), Desc(ACL_FLOAT, {3, 4})}),
+  EXPECT_EQ(InferLinearParallel({{"hasResidual", true}},
+                                {LinearDesc(ACL_FLOAT, {2, 4}), LinearDesc(ACL_FLOAT, {3, 4})}),
             ERROR_INVALID_IN_TENSOR_NUM);
   EXPECT_THAT(LastErrorMessage(), HasSubstr("x, weight, residual"));
 }
@@ -297,7 +262,7 @@ TEST(LinearParallelErrors, RejectsOutputOverlappingAnInput) {
 }
 
 TEST(LinearParallelErrors, RejectsUnknownAlgorithm) {
-  ScopedAlgorithm scoped("pipelined");
+  ScopedLinearAlgorithm scoped("pipelined");
   OperationPtr op = MakeOperation(
       "LinearParallelOperation",
       {{"rank", 0}, {"rankSize", 1}, {"commMode", 1}, {"commDomain", UniqueDomain()}});

@@ -350,7 +350,13 @@ LinearParallelParam = _param_class(
     ),
     {
         "_json": _linear_parallel_json,
-        "_input_num": lambda self: 3 if self.has_residual else 2,
+        # x, weight [, bias, scale (quantised)] [, residual] [, perTokenScale (PER_TOKEN)]
+        "_input_num": lambda self: (
+            2
+            + (2 if int(self.quant_type) != -1 else 0)
+            + (1 if self.has_residual else 0)
+            + (1 if int(self.quant_type) == 3 else 0)
+        ),
         "_output_num": lambda self: 2 if self.keep_intermediate else 1,
     },
 )

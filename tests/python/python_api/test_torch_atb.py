@@ -127,7 +127,11 @@ def test_params_have_atb_fields_defaults_and_json_keys():
     "param, status, text",
     [
         (lambda: torch_atb.LinearParallelParam(rank_size=0), 1, "rankSize = 0"),
-        (lambda: torch_atb.LinearParallelParam(rank_size=2, quant_type=0), 1, "quantType = 0"),
+        (
+            lambda: torch_atb.LinearParallelParam(rank_size=2, type=2, quant_type=0),
+            1,
+            "quantType = 0 (PER_TENSOR) is supported with type = 0",
+        ),
         (lambda: torch_atb.LinearParallelParam(rank_size=2, type=5), 1, "is not supported"),
         (lambda: torch_atb.LinearParallelParam(rank_size=2, type=4), 1, "twoDimTPInfo.agDim >= 1"),
         (
