@@ -38,10 +38,14 @@ void AntiquantWeight(const AntiquantLayout& layout, const int8_t* weight, DataTy
 #if defined(__SANITIZE_THREAD__)
   threads = 1;  // as the products (dnnl_runtime.h): ThreadSanitizer cannot see OpenMP's ordering
 #endif
+#if defined(_OPENMP)
 #pragma omp parallel num_threads(threads < 1 ? 1 : threads)
+#endif
   {
     std::vector<float> row(static_cast<size_t>(inner));
+#if defined(_OPENMP)
 #pragma omp for schedule(static)
+#endif
     for (int64_t r = 0; r < outer; ++r) {
       const int8_t* w = weight + r * inner;
       for (int64_t c = 0; c < inner; ++c) {
