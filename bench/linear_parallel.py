@@ -18,6 +18,7 @@ ratio to oneDNN called directly is bench/linear_blas.cpp's.
 
     python3 bench/linear_parallel.py                          # R=2, bf16 and f32, m 16,256,2048
     python3 bench/linear_parallel.py --dtypes bfloat16 --ms 256 --rounds 5
+    python3 bench/linear_parallel.py -r 1 --threads 1   # products alone: one process, one thread
 """
 
 import argparse
@@ -90,8 +91,8 @@ def _rank(rank, world, store, args, results):
 
     dist.init_process_group("collops", init_method=f"file://{store}", rank=rank, world_size=world)
     gloo = dist.new_group(backend="gloo")
-    # Both peers compute with the threads OperationTorch gives an lccl rank.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    # Both peers compute with the threads OperationTorch gives an lccl rank (or --threads).
+    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
     rows = []
     for dtype_name in args.dtypes:
         for m in args.ms:
@@ -121,10 +122,15 @@ def main():
     parser.add_argument("-k", type=int, default=4096)
     parser.add_argument("-n", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="threads per rank (default: CPUs / ranks)"
+    )
     args = parser.parse_args()
     bad = [d for d in args.dtypes if d not in DTYPES]
-    if bad or args.ranks < 1 or args.rounds < 1 or min(args.ms) < 1:
-        parser.error(f"bad --dtypes {bad}" if bad else "ranks, rounds and m must be >= 1")
+    if bad or args.ranks < 1 or args.rounds < 1 or min(args.ms) < 1 or args.threads < 0:
+        parser.error(
+            f"bad --dtypes {bad}" if bad else "ranks, rounds, m must be >= 1, threads >= 0"
+        )
     per_rank = spawned_ranks.run(_rank, args.ranks, args, "linear-bench", join_seconds=120)
     rows = per_rank[0][1]
     print(
