@@ -431,7 +431,7 @@ TEST_P(ProcessHeapCollectives, AllReduceWithEveryBufferInTheHeapsTakesThreeRound
             for (const Placement& p : placements) {
               const bool inHeap = (p.inputs >> rank) & 1, outHeap = (p.outputs >> rank) & 1;
               const uint64_t rounds = CheckedAllReduce(*comm, count, false, inHeap, outHeap);
-              // rsag and cma take two rounds per chunk.
+              // rsag takes one round per chunk and one more, cma two.
               EXPECT_EQ(rounds == 3u, p.inputs == all && p.outputs == all)
                   << "rank " << rank << " placement " << p.inputs << "/" << p.outputs << ": "
                   << rounds << " rounds";

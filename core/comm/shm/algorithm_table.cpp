@@ -34,9 +34,10 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kAllReduce,
      kAlgoReduceScatterAllGather,
      {"AllReduce", "AllReduce", "rsag",
-      "per chunk of up to 2 MiB: each rank stages the slices the others reduce (round A), reduces "
-      "its own slice over all ranks into its slot (round B), and copies every reduced slice out; "
-      "inputs in heaps are read in place",
+      "per chunk of up to 2 MiB: each rank stages the slices the others reduce, reduces its own "
+      "slice over all ranks into its slot and copies every reduced slice out; the round that "
+      "publishes a chunk's staged slices also publishes the previous chunk's reduced ones, so K "
+      "chunks take K + 1 rounds; inputs in heaps are read in place",
       "any call", "where neither `oneshot` nor `cma` is picked"}},
     {Collective::kAllReduce,
      kAlgoCrossMemory,

@@ -106,48 +106,58 @@ void AllReduceAlgorithms::ReduceScatterAllGather(const uint8_t* in, uint8_t* out
   size_t fullSlice = chunkBytes / size / e / align * align;
   if (fullSlice == 0) fullSlice = align;
   const size_t fullChunk = fullSlice * size;
-  // A rank whose input lies in its heap stages nothing in round A; the others read its slices
-  // there. Each rank publishes its input's heap offset with the first round.
+  const size_t chunks = CeilDiv(count, fullChunk);
+  // Rank r's slice of chunk k: elements [first, first + length) of the call. In a half, slice r
+  // of every chunk sits at r * fullSlice, so the slices a rank stages for chunk k (the others'
+  // places) and its reduced slice of chunk k - 1 (its own place) share a half without overlap.
+  const auto sliceOf = [&](size_t k, int r) {
+    const size_t lo = k * fullChunk;
+    const size_t n = std::min(fullChunk, count - lo);
+    const size_t slice = n == fullChunk ? fullSlice : CeilDiv(CeilDiv(n, size), align) * align;
+    const size_t first = std::min(n, r * slice);
+    return Slice{lo + first, std::min(n, (r + 1) * slice) - first};
+  };
+  const auto place = [&](int r) { return r * fullSlice * e; };
+  // A rank whose input lies in its heap stages nothing; the others read its slices there. Each
+  // rank publishes its input's heap offset with the first round.
   const bool inputInHeap = inputs_.PublishHeap(in, count * e, 0);
   PublishHeapBuffers(in, out, count * e);
   srcs_.resize(size);
-  size_t lo = 0;
-  do {
-    const size_t n = std::min(fullChunk, count - lo);
-    const size_t slice = n == fullChunk ? fullSlice : CeilDiv(CeilDiv(n, size), align) * align;
-    auto begin = [&](int r) { return std::min(n, r * slice); };
-    auto end = [&](int r) { return std::min(n, (r + 1) * slice); };
-    // Round A: publish the slices the other ranks reduce.
-    uint8_t* stage = t_.NextHalf();
-    for (int r = 0; r < size && !inputInHeap; ++r) {
-      if (r != rank)
-        CopyBytes(stage + begin(r) * e, in + (lo + begin(r)) * e, (end(r) - begin(r)) * e);
-    }
-    t_.Round();
-    if (lo == 0 && FindHeapBuffers(count * e) && mayTakeHeap) {
-      return InHeaps(in, out, count, dtype, op);
-    }
-    if (lo == 0) inputs_.FindHeap([&](int) { return count * e; });
-    // Reduce the own slice over all ranks into the half of round B.
-    const size_t mine = end(rank) - begin(rank);
-    if (mine != 0) {
-      for (int r = 0; r < size; ++r) {
-        const size_t at = (lo + begin(rank)) * e;
-        srcs_[r] = r == rank                      ? in + at
-                   : inputs_.InHeap(r) != nullptr ? inputs_.InHeap(r) + at
-                                                  : t_.HalfOf(r) + begin(rank) * e;
+  // Round k publishes chunk k's staged slices and the reduced own slice of chunk k - 1, so a call
+  // of K chunks takes K + 1 rounds. Between rounds k and k + 1 a rank writes only the half it
+  // publishes with round k + 1 and reads only the halves of round k (and the inputs in heaps,
+  // which the next round keeps in place): chunk k's slices there to reduce, chunk k - 1's
+  // reduced slices to copy out.
+  for (size_t k = 0; k <= chunks; ++k) {
+    uint8_t* const next = t_.NextHalf();
+    if (k >= 1) {
+      const Slice mine = sliceOf(k - 1, rank);
+      if (mine.length != 0) {
+        for (int r = 0; r < size; ++r) {
+          srcs_[r] = r == rank                      ? in + mine.first * e
+                     : inputs_.InHeap(r) != nullptr ? inputs_.InHeap(r) + mine.first * e
+                                                    : t_.HalfOf(r) + place(rank);
+        }
+        ReduceArrays(dtype, op, srcs_.data(), size, next + place(rank), mine.length);
       }
-      ReduceArrays(dtype, op, srcs_.data(), size, t_.NextHalf() + begin(rank) * e, mine);
     }
-    // Round B also keeps every shared input in place until no rank reads it any more.
+    for (int r = 0; r < size && k < chunks && !inputInHeap; ++r) {
+      if (r == rank) continue;
+      const Slice theirs = sliceOf(k, r);
+      CopyBytes(next + place(r), in + theirs.first * e, theirs.length * e);
+    }
     t_.Round();
-    // All-gather the reduced slices.
-    for (int r = 0; r < size; ++r) {
-      t_.CopyOut(out + (lo + begin(r)) * e, t_.HalfOf(r) + begin(r) * e, (end(r) - begin(r)) * e,
-                 count * e);
+    if (k == 0) {
+      if (FindHeapBuffers(count * e) && mayTakeHeap) return InHeaps(in, out, count, dtype, op);
+      inputs_.FindHeap([&](int) { return count * e; });
     }
-    lo += n;
-  } while (lo < count);
+    if (k >= 1) {
+      for (int r = 0; r < size; ++r) {
+        const Slice reduced = sliceOf(k - 1, r);
+        t_.CopyOut(out + reduced.first * e, t_.HalfOf(r) + place(r), reduced.length * e, count * e);
+      }
+    }
+  }
 }
 
 void AllReduceAlgorithms::CrossMemory(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,

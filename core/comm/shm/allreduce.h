@@ -25,7 +25,8 @@ class AllReduceAlgorithms {
   /// Copy in, one round (per half-full), every rank reduces all R inputs.
   void OneShot(const uint8_t* in, uint8_t* out, size_t count, DataType dtype, ReduceOp op,
                bool mayTakeHeap);
-  /// Reduce-scatter round, all-gather round, per chunk.
+  /// Reduce-scatter and all-gather pipelined over chunks: one round per chunk and one more, each
+  /// publishing a chunk's staged slices with the previous chunk's reduced ones.
   void ReduceScatterAllGather(const uint8_t* in, uint8_t* out, size_t count, DataType dtype,
                               ReduceOp op, bool mayTakeHeap);
   /// Each rank reduces its slice from the peers' inputs by process_vm_readv and writes it into
