@@ -19,6 +19,11 @@ ratio to oneDNN called directly is bench/linear_blas.cpp's.
     python3 bench/linear_parallel.py                          # R=2, bf16 and f32, m 16,256,2048
     python3 bench/linear_parallel.py --dtypes bfloat16 --ms 256 --rounds 5
     python3 bench/linear_parallel.py -r 1 --threads 1   # products alone: one process, one thread
+    python3 bench/linear_parallel.py --w8a8 --dtypes bfloat16 --ms 256   # + the W8A8 table
+
+With --w8a8 a second table times, interleaved in the same rounds, the quantised op (int8 x and
+weight, int32 bias, per-channel float32 scale, y bfloat16: quantType 1) against the bfloat16 op
+of the same m, k, n, both LINEAR_ALL_REDUCE.
 """
 
 import argparse
@@ -108,8 +113,45 @@ def _rank(rank, world, store, args, results):
                     times[path].append((time.perf_counter() - start) * 1e3)
             rows.append((dtype_name, m, times))
     os.environ["COLLOPS_ALGO_LINEARPARALLEL"] = "auto"
-    results.put((rank, rows))
+    quant_rows = [(m, _w8a8_times(rank, world, m, args)) for m in args.ms] if args.w8a8 else []
+    results.put((rank, rows, quant_rows))
     dist.destroy_process_group()
+
+
+QUANT_PATHS = ("w8a8", "bf16")
+
+
+def _w8a8_times(rank, world, m, args):
+    """Times of the W8A8 op and the bfloat16 op at one m, interleaved round by round."""
+    gen = torch.Generator().manual_seed(rank)
+    k, n = args.k, args.n
+    xq = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
+    wq = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
+    bias = torch.randint(-1000, 1000, (n,), generator=gen, dtype=torch.int32)
+    scale = torch.rand(n, generator=gen) * 1e-4
+    x = (torch.rand(m, k, generator=gen) - 0.5).to(torch.bfloat16)
+    w = (torch.rand(n, k, generator=gen) - 0.5).to(torch.bfloat16)
+    y = torch.empty(m, n, dtype=torch.bfloat16)
+    quant = _op(rank, world, quantType=1, outDataType=27)
+    plain = _op(rank, world)
+    calls = {
+        "w8a8": lambda: quant.execute_out([xq, wq, bias, scale], [y]),
+        "bf16": lambda: plain.execute_out([x, w], [y]),
+    }
+    for call in calls.values():
+        call()
+    times = {path: [] for path in QUANT_PATHS}
+    for _ in range(args.rounds):
+        for path in QUANT_PATHS:
+            dist.barrier()
+            start = time.perf_counter()
+            calls[path]()
+            times[path].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def _median_of_max(per_rank, pick, rounds):
+    return statistics.median(max(pick(r)[j] for r in per_rank) for j in range(rounds))
 
 
 def main():
@@ -125,6 +167,7 @@ def main():
     parser.add_argument(
         "--threads", type=int, default=0, help="threads per rank (default: CPUs / ranks)"
     )
+    parser.add_argument("--w8a8", action="store_true", help="add the W8A8 vs bfloat16 table")
     args = parser.parse_args()
     bad = [d for d in args.dtypes if d not in DTYPES]
     if bad or args.ranks < 1 or args.rounds < 1 or min(args.ms) < 1 or args.threads < 0:
@@ -145,9 +188,7 @@ def main():
     print("|---|---|" + "---|" * (len(PATHS) + 4))
     for i, (dtype_name, m, _) in enumerate(rows):
         t = {
-            path: statistics.median(
-                max(r[1][i][2][path][j] for r in per_rank) for j in range(args.rounds)
-            )
+            path: _median_of_max(per_rank, lambda r: r[1][i][2][path], args.rounds)
             for path in PATHS
         }
         cells = " | ".join(f"{t[p]:.2f}" for p in PATHS)
@@ -156,6 +197,19 @@ def main():
             f"{t['mm_gloo'] / t['op']:.2f}× | {t['op_serial'] / t['op_overlap']:.2f}× | "
             f"{t['op_serial'] / t['product']:.2f}× |"
         )
+    if args.w8a8:
+        print(
+            f"\n# W8A8 (quantType 1, y bfloat16) vs bfloat16, LINEAR_ALL_REDUCE, R={args.ranks}, "
+            f"k={args.k}, n={args.n}; ms per call"
+        )
+        print("| m | w8a8 | bf16 | bf16 ÷ w8a8 |")
+        print("|---|---|---|---|")
+        for i, (m, _) in enumerate(per_rank[0][2]):
+            t = {
+                path: _median_of_max(per_rank, lambda r: r[2][i][1][path], args.rounds)
+                for path in QUANT_PATHS
+            }
+            print(f"| {m} | {t['w8a8']:.2f} | {t['bf16']:.2f} | {t['bf16'] / t['w8a8']:.2f}× |")
 
 
 if __name__ == "__main__":
