@@ -91,6 +91,21 @@ def _paths(rank, world, dtype, m, k, n, gloo):
     }
 
 
+def _timed_rounds(calls, rounds):
+    """Each call once to warm up (primitives, communicators, pages), then `rounds` rounds that
+    time every call once in turn, each after a barrier: {path: [ms per round]}."""
+    for call in calls.values():
+        call()
+    times = {path: [] for path in calls}
+    for _ in range(rounds):
+        for path, call in calls.items():
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            times[path].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def _rank(rank, world, store, args, results):
     import collops  # noqa: F401  (OperationTorch, the "collops" backend)
 
@@ -102,16 +117,7 @@ def _rank(rank, world, store, args, results):
     for dtype_name in args.dtypes:
         for m in args.ms:
             calls = _paths(rank, world, DTYPES[dtype_name], m, args.k, args.n, gloo)
-            for call in calls.values():  # warm-up: primitives, communicators, pages
-                call()
-            times = {path: [] for path in PATHS}
-            for _ in range(args.rounds):
-                for path in PATHS:
-                    dist.barrier()
-                    start = time.perf_counter()
-                    calls[path]()
-                    times[path].append((time.perf_counter() - start) * 1e3)
-            rows.append((dtype_name, m, times))
+            rows.append((dtype_name, m, _timed_rounds(calls, args.rounds)))
     os.environ["COLLOPS_ALGO_LINEARPARALLEL"] = "auto"
     quant_rows = [(m, _w8a8_times(rank, world, m, args)) for m in args.ms] if args.w8a8 else []
     results.put((rank, rows, quant_rows))
@@ -138,16 +144,7 @@ def _w8a8_times(rank, world, m, args):
         "w8a8": lambda: quant.execute_out([xq, wq, bias, scale], [y]),
         "bf16": lambda: plain.execute_out([x, w], [y]),
     }
-    for call in calls.values():
-        call()
-    times = {path: [] for path in QUANT_PATHS}
-    for _ in range(args.rounds):
-        for path in QUANT_PATHS:
-            dist.barrier()
-            start = time.perf_counter()
-            calls[path]()
-            times[path].append((time.perf_counter() - start) * 1e3)
-    return times
+    return _timed_rounds(calls, args.rounds)
 
 
 def _median_of_max(per_rank, pick, rounds):
