@@ -185,7 +185,7 @@ def main():
     print("|---|---|" + "---|" * (len(PATHS) + 4))
     for i, (dtype_name, m, _) in enumerate(rows):
         t = {
-            path: _median_of_max(per_rank, lambda r: r[1][i][2][path], args.rounds)
+            path: _median_of_max(per_rank, lambda r, i=i, path=path: r[1][i][2][path], args.rounds)
             for path in PATHS
         }
         cells = " | ".join(f"{t[p]:.2f}" for p in PATHS)
@@ -203,7 +203,9 @@ def main():
         print("|---|---|---|---|")
         for i, (m, _) in enumerate(per_rank[0][2]):
             t = {
-                path: _median_of_max(per_rank, lambda r: r[2][i][1][path], args.rounds)
+                path: _median_of_max(
+                    per_rank, lambda r, i=i, path=path: r[2][i][1][path], args.rounds
+                )
                 for path in QUANT_PATHS
             }
             print(f"| {m} | {t['w8a8']:.2f} | {t['bf16']:.2f} | {t['bf16'] / t['w8a8']:.2f}× |")

@@ -111,12 +111,29 @@ def _check_atb_home(path):
         )
 
 
+def _bind_onednn_to_itself():
+    """Loads the system's oneDNN (libdnnl.so.2, which libcollops links for LinearParallel's
+    products) with RTLD_DEEPBIND before the library, so oneDNN's references to its own
+    symbols stay inside it. torch carries its own oneDNN, of another version, whose symbols it
+    exports: loaded after torch without this, oneDNN's one-time initialisations of its gemm
+    kernel tables bind to torch's copies, torch's tables get filled and oneDNN's stay empty,
+    and every product that oneDNN runs on its `gemm:jit` kernels (float32 on a CPU without
+    AVX-512, for one) fails to execute. A build without oneDNN has no such library to load."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libdnnl.so.2", mode=os.RTLD_LOCAL | os.RTLD_DEEPBIND)
+    except OSError:
+        pass
+
+
 def _load():
     if _already_registered():
         # A second copy of the library would register OperationTorch twice; use the first.
         return _mapped_binding()
     path = library_path()
     _check_atb_home(path)
+    _bind_onednn_to_itself()
     # torch.ops.load_library dlopens the file and runs its TORCH_LIBRARY registration; loading
     # the same file again is a no-op for the dynamic loader.
     torch.ops.load_library(path)
