@@ -83,6 +83,31 @@ class OperationError(RuntimeError):
 # ---- params ---------------------------------------------------------------------------------
 
 
+def _set_fields(obj, args, kwargs):
+    """Sets every field of `obj._FIELDS` ((name, JSON key, default) in ATB's positional order)
+    from positional then keyword arguments, the rest to their defaults (a callable default is
+    called, so each object gets its own list); too many or unknown arguments are a TypeError."""
+    names = [name for name, _, _ in obj._FIELDS]
+    if len(args) > len(names):
+        raise TypeError(
+            f"{type(obj).__name__}() takes at most {len(names)} positional "
+            f"arguments ({len(args)} given)"
+        )
+    values = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name not in names:
+            raise TypeError(
+                f"{type(obj).__name__}() got an unexpected keyword argument "
+                f"{name!r} (fields: {', '.join(names)})"
+            )
+        values[name] = value
+    for name, _, default in obj._FIELDS:
+        if name in values:
+            setattr(obj, name, values[name])
+        else:
+            setattr(obj, name, default() if callable(default) else default)
+
+
 class _Param:
     """Base of the param classes: `_FIELDS` lists (snake_case name, JSON key, default) in ATB's
     positional order; `_OP` names the collops operation."""
@@ -92,23 +117,7 @@ class _Param:
     __slots__ = ()
 
     def __init__(self, *args, **kwargs):
-        names = [name for name, _, _ in self._FIELDS]
-        if len(args) > len(names):
-            raise TypeError(
-                f"{type(self).__name__}() takes at most {len(names)} positional "
-                f"arguments ({len(args)} given)"
-            )
-        for name, _, default in self._FIELDS:
-            setattr(self, name, default() if callable(default) else default)
-        for name, value in zip(names, args):
-            setattr(self, name, value)
-        for name, value in kwargs.items():
-            if name not in names:
-                raise TypeError(
-                    f"{type(self).__name__}() got an unexpected keyword argument "
-                    f"{name!r} (fields: {', '.join(names)})"
-                )
-            setattr(self, name, value)
+        _set_fields(self, args, kwargs)
 
     def _json(self):
         """The collops JSON params: every field, enums as their numbers."""
@@ -263,22 +272,7 @@ class _Info:
     __slots__ = ()
 
     def __init__(self, *args, **kwargs):
-        names = [name for name, _, _ in self._FIELDS]
-        if len(args) > len(names):
-            raise TypeError(
-                f"{type(self).__name__}() takes at most {len(names)} positional "
-                f"arguments ({len(args)} given)"
-            )
-        values = dict(zip(names, args))
-        for name, value in kwargs.items():
-            if name not in names:
-                raise TypeError(
-                    f"{type(self).__name__}() got an unexpected keyword argument {name!r} "
-                    f"(fields: {', '.join(names)})"
-                )
-            values[name] = value
-        for name, _, default in self._FIELDS:
-            setattr(self, name, values.get(name, default))
+        _set_fields(self, args, kwargs)
 
     def _json(self):
         return {key: int(getattr(self, name)) for name, key, _ in self._FIELDS}
