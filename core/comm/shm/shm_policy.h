@@ -27,8 +27,9 @@ constexpr uint64_t kTwoRankOneShotToBytes = 2 << 20;
 /// locality of smaller chunks is worth little.
 constexpr uint64_t kChunkBytes = 2 << 20;
 /// Outputs from this size up are written with non-temporal stores (COLLOPS_SHM_STREAM_BYTES;
-/// process_copy.h says why); smaller ones still fit the caches.
-constexpr uint64_t kStreamOutputBytes = 2 << 20;
+/// process_copy.h says why); smaller ones still fit the caches (a 4 MiB AllReduce output read
+/// back by the next call is faster with ordinary stores).
+constexpr uint64_t kStreamOutputBytes = 8 << 20;
 /// Pieces from this size up move by process_vm_readv/writev ("cma") where that is allowed and
 /// pays (COLLOPS_SHM_CMA_BYTES); below it the system call's fixed cost outweighs the copy saved.
 constexpr uint64_t kCrossMemoryMinBytes = 16 << 10;
