@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +70,19 @@ class ScopedLinearAlgorithm {
 /// commDomain `domain`) with overlapped chunks, COLLOPS_TIMEOUT 30 and a 90 s deadline.
 void RunLinearProcessRanks(int rankSize, const std::string& backend, const std::string& domain,
                            const std::function<void(int rank, const nlohmann::json& job)>& body);
+
+/// The parameters of the process-rank golden suites: R in {2, 3} on lccl and hccl.
+inline auto LinearProcessParams() {
+  return ::testing::Combine(::testing::Values(2, 3),
+                            ::testing::Values(std::string("lccl"), std::string("hccl")));
+}
+
+/// Names a process-rank golden case "R<ranks>_<backend>".
+struct LinearProcessParamName {
+  std::string operator()(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) const {
+    return "R" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+  }
+};
 
 /// The status of creating a LinearParallelOperation as rank 0 of 2 with `extra` params.
 Status CreateLinearParallel(const nlohmann::json& extra);

@@ -58,14 +58,8 @@ TEST_P(LinearParallelQuantProcessGolden, OverlappedChunksMatchFloat64Reference) 
       });
 }
 
-INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelQuantProcessGolden,
-                         ::testing::Combine(::testing::Values(2, 3),
-                                            ::testing::Values(std::string("lccl"),
-                                                              std::string("hccl"))),
-                         [](const auto& info) {
-                           return Concat("R", std::get<0>(info.param), "_",
-                                         std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelQuantProcessGolden, LinearProcessParams(),
+                         LinearProcessParamName());
 
 // ---- errors at creation: one per rule ----------------------------------------------------------
 

@@ -125,14 +125,8 @@ TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden,
-                         ::testing::Combine(::testing::Values(2, 3),
-                                            ::testing::Values(std::string("lccl"),
-                                                              std::string("hccl"))),
-                         [](const auto& info) {
-                           return Concat("R", std::get<0>(info.param), "_",
-                                         std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden, LinearProcessParams(),
+                         LinearProcessParamName());
 
 // ---- errors: one per rule --------------------------------------------------------------------
 
