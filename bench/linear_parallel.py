@@ -27,9 +27,7 @@ of the same m, k, n, both LINEAR_ALL_REDUCE.
 """
 
 import argparse
-import json
 import os
-import statistics
 import sys
 import time
 
@@ -44,17 +42,9 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch
 
 
 def _op(rank, world, **extra):
-    op = torch.classes.OperationTorch.OperationTorch("LinearParallelOperation")
-    param = {
-        "rank": rank,
-        "rankSize": world,
-        "backend": "lccl",
-        "commDomain": "linear-bench",
-        **extra,
-    }
-    result = json.loads(op.set_param(json.dumps(param)))
-    assert result["result"] == 0, result
-    return op
+    return spawned_ranks.lccl_operation(
+        "LinearParallelOperation", rank, world, "linear-bench", **extra
+    )
 
 
 def _paths(rank, world, dtype, m, k, n, gloo):
@@ -147,10 +137,6 @@ def _w8a8_times(rank, world, m, args):
     return _timed_rounds(calls, args.rounds)
 
 
-def _median_of_max(per_rank, pick, rounds):
-    return statistics.median(max(pick(r)[j] for r in per_rank) for j in range(rounds))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--ranks", type=int, default=2)
@@ -185,7 +171,9 @@ def main():
     print("|---|---|" + "---|" * (len(PATHS) + 4))
     for i, (dtype_name, m, _) in enumerate(rows):
         t = {
-            path: _median_of_max(per_rank, lambda r, i=i, path=path: r[1][i][2][path], args.rounds)
+            path: spawned_ranks.median_of_max(
+                per_rank, lambda r, i=i, path=path: r[1][i][2][path], args.rounds
+            )
             for path in PATHS
         }
         cells = " | ".join(f"{t[p]:.2f}" for p in PATHS)
@@ -203,7 +191,7 @@ def main():
         print("|---|---|---|---|")
         for i, (m, _) in enumerate(per_rank[0][2]):
             t = {
-                path: _median_of_max(
+                path: spawned_ranks.median_of_max(
                     per_rank, lambda r, i=i, path=path: r[2][i][1][path], args.rounds
                 )
                 for path in QUANT_PATHS

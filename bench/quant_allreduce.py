@@ -20,10 +20,8 @@ checked against the float32 steps of its golden once, before the timing.
 """
 
 import argparse
-import json
 import os
 import re
-import statistics
 import sys
 import time
 
@@ -39,17 +37,7 @@ UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
 def _op(rank, world, **extra):
-    op = torch.classes.OperationTorch.OperationTorch("AllReduceOperation")
-    param = {
-        "rank": rank,
-        "rankSize": world,
-        "backend": "lccl",
-        "commDomain": "quant-bench",
-        **extra,
-    }
-    result = json.loads(op.set_param(json.dumps(param)))
-    assert result["result"] == 0, result
-    return op
+    return spawned_ranks.lccl_operation("AllReduceOperation", rank, world, "quant-bench", **extra)
 
 
 def _paths(rank, world, elements, gloo):
@@ -165,8 +153,8 @@ def main():
         per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
         for i, (size, _) in enumerate(per_rank[0][1]):
             t = {
-                path: statistics.median(
-                    max(r[1][i][1][path][j] for r in per_rank) for j in range(args.rounds)
+                path: spawned_ranks.median_of_max(
+                    per_rank, lambda r, i=i, path=path: r[1][i][1][path], args.rounds
                 )
                 for path in PATHS
             }

@@ -1,9 +1,11 @@
-"""The rank processes of a Python benchmark (bench/linear_parallel.py): R spawned processes of
-one host that meet through a FileStore, each reporting its rows on a queue, every exit code
-checked."""
+"""The rank processes of a Python benchmark (bench/linear_parallel.py, bench/quant_allreduce.py):
+R spawned processes of one host that meet through a FileStore, each reporting its rows on a queue,
+every exit code checked; the lccl operation each rank times, and the statistic of the tables."""
 
+import json
 import os
 import queue
+import statistics
 import sys
 import tempfile
 
@@ -43,3 +45,20 @@ def run(target, ranks, args, name, join_seconds=60):
     if any(p.exitcode != 0 for p in procs):
         sys.exit(f"{name}: a rank failed: " + str([p.exitcode for p in procs]))
     return reports
+
+
+def lccl_operation(name, rank, world, domain, **extra):
+    """An OperationTorch of operation `name` on this rank's lccl communicator in `domain`, with
+    `extra` params; fails the rank when set_param refuses them."""
+    import torch
+
+    op = torch.classes.OperationTorch.OperationTorch(name)
+    param = {"rank": rank, "rankSize": world, "backend": "lccl", "commDomain": domain, **extra}
+    result = json.loads(op.set_param(json.dumps(param)))
+    assert result["result"] == 0, result
+    return op
+
+
+def median_of_max(per_rank, pick, rounds):
+    """The median over rounds of the slowest rank's time: pick(report) is a rank's list of times."""
+    return statistics.median(max(pick(r)[j] for r in per_rank) for j in range(rounds))
