@@ -11,6 +11,7 @@
 #include "collops_backend_tensors.h"
 #include "group_join.h"
 #include "intra_op_threads.h"
+#include "ops/ops.h"
 #include "shared_tensor.h"
 
 namespace collops {
@@ -116,6 +117,26 @@ Communicator& CollopsBackend::OperationComm() {
   Comm();
   std::lock_guard<std::mutex> lock(mu_);
   return *engine_;
+}
+
+Operation& CollopsBackend::QuantAllReduceOperation(int quantType, int outDataType) {
+  Communicator& comm = OperationComm();
+  std::lock_guard<std::mutex> lock(mu_);
+  OperationPtr& op = quantOps_[{quantType, outDataType}];
+  if (!op) {
+    AllReduceParam param;
+    param.rank = getRank();
+    param.rankSize = getSize();
+    param.quantType = quantType;
+    param.outDataType = outDataType;
+    param.comm = &comm;
+    Operation* created = nullptr;
+    const Status made = CreateOperation(param, &created);
+    TORCH_CHECK(made == NO_ERROR, "collops.quant_all_reduce: ", StatusName(made), ": ",
+                LastErrorMessage());
+    op.reset(created);
+  }
+  return *op;
 }
 
 void CollopsBackend::RunOperation(Operation& op, const VariantPack& pack) {

@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,6 +42,7 @@
 #include "collops/comm_params.h"
 #include "collops/communicator.h"
 #include "collops/operation.h"
+#include "collops/registry.h"
 #include "collops/status.h"
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
@@ -140,6 +142,10 @@ class CollopsBackend final : public c10d::Backend {
   /// Setup and Execute of `op`, an operation made on OperationComm(), over `pack`, as one of this
   /// group's collectives; a failing Status raises a torch error naming it. collops_backend.cpp.
   void RunOperation(Operation& op, const VariantPack& pack);
+  /// The AllReduceOperation with `quantType` and `outDataType` made on OperationComm() the first
+  /// time a pair is asked for and kept with the group, so a repeated call reuses its Setup;
+  /// creation errors raise a torch error naming the status. collops_backend.cpp.
+  Operation& QuantAllReduceOperation(int quantType, int outDataType);
 
  private:
   // ---- collops_backend.cpp: the group's communicator and the per-call wrapper ----------------
@@ -189,6 +195,7 @@ class CollopsBackend final : public c10d::Backend {
   std::shared_ptr<Communicator> engine_;  // what comm_ wraps: OperationComm()
   std::shared_ptr<VerifiedCommunicator> comm_;
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
+  std::map<std::pair<int, int>, OperationPtr> quantOps_;  // by (quantType, outDataType), mu_
 };
 
 // The definitions of RunCollective and Run, for the files that define collectives.

@@ -188,17 +188,25 @@ std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, Collop
                     "collops.quant_all_reduce: out_dtype = torch.",
                     c10::getDtypeNames(outDtype).first,
                     " is not one of torch.float16, torch.bfloat16, torch.float32");
-  AllReduceParam param;
-  param.rank = static_cast<int>(group.getRank());
-  param.rankSize = static_cast<int>(group.getSize());
-  param.quantType = static_cast<int>(quantType);
-  param.outDataType = CollopsDtypeOf(outDtype);
-  param.comm = collops != nullptr ? &collops->OperationComm() : nullptr;
-  Operation* created = nullptr;
-  const Status made = CreateOperation(param, &created);
-  TORCH_CHECK(made == NO_ERROR, "collops.quant_all_reduce: ", StatusName(made), ": ",
-              LastErrorMessage());
-  const OperationPtr op(created);
+  // A collops group keeps the operation (its Setup is reused call after call); another group's
+  // is made for this call's checks only.
+  OperationPtr made;
+  Operation* op = nullptr;
+  if (collops != nullptr) {
+    op = &collops->QuantAllReduceOperation(static_cast<int>(quantType), CollopsDtypeOf(outDtype));
+  } else {
+    AllReduceParam param;
+    param.rank = static_cast<int>(group.getRank());
+    param.rankSize = static_cast<int>(group.getSize());
+    param.quantType = static_cast<int>(quantType);
+    param.outDataType = CollopsDtypeOf(outDtype);
+    Operation* created = nullptr;
+    const Status status = CreateOperation(param, &created);
+    TORCH_CHECK(status == NO_ERROR, "collops.quant_all_reduce: ", StatusName(status), ": ",
+                LastErrorMessage());
+    made.reset(created);
+    op = made.get();
+  }
   std::vector<TensorDesc> outDescs;
   const Status checked = Guarded([&] {
     const Status inferred = op->InferShape(InputDescs(ins), outDescs);
@@ -208,7 +216,7 @@ std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, Collop
     const std::string message = LastErrorMessage();
     // The peers of a collops group may be in this call's agreement check already: they fail at
     // once instead of waiting for this rank until the timeout.
-    auto* base = dynamic_cast<OperationBase*>(op.get());
+    auto* base = dynamic_cast<OperationBase*>(op);
     if (collops != nullptr && base != nullptr) base->ShareFailure(checked, nullptr);
     TORCH_CHECK_VALUE(false, "collops.quant_all_reduce: ", message);
   }
