@@ -8,10 +8,13 @@ machine's load, and the other ranks run natively (they wait for rank 0 in every 
 finds them there and its own waits stay short). For each path rank 0 zeroes the counts
 (--zero-before=getsid) right before `--calls` timed calls and writes them (--dump-before=getpgrp)
 right after; callgrind_annotate's inclusive counts of the functions listed in CATEGORIES then
-give each part. Paths and their set-up are bench/python_paths.py's.
+give each part. Paths and their set-up are bench/python_paths.py's; DeepSpeed's (deepspeed,
+ds_kernel) only when --paths names them, and the shared-memory files its kernel leaves behind are
+removed at the end.
 
     python3 bench/profile_python_call.py                       # R=2, float32 all_reduce 4 KiB
     python3 bench/profile_python_call.py --op allgather --size 65536 --keep /tmp/cg
+    python3 bench/profile_python_call.py --paths ops,dist,ds_kernel    # against DeepSpeed's kernel
 Needs valgrind and `import collops` (the torch binding, README.md).
 """
 
@@ -29,6 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 PATHS = ["execute", "execute_out", "ops", "dist", "noop"]
+#: Paths that need DeepSpeed (bench/python_paths.py's), profiled only when asked for by --paths.
+DS_PATHS = ["deepspeed", "ds_kernel"]
 
 # Each part of a call: the functions whose inclusive instructions make it up (regular
 # expressions matched against callgrind_annotate's function names), minus those of `minus`
@@ -193,12 +198,15 @@ def worker(args):
     import python_paths as pp
 
     rank, world = args.worker, args.ranks
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-    env = pp.RankEnv(rank, world, args.store, use_ds=False)
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_SIZE=str(world)
+    )
+    paths = args.paths.split(",")
+    env = pp.RankEnv(rank, world, args.store, use_ds=any(p in DS_PATHS for p in paths))
     import torch.distributed as dist
 
     row = pp.Row(env, args.op, args.dtype, args.size)
-    for path in args.paths.split(","):
+    for path in paths:
         fn = row.calls[path]
         for _ in range(args.warmup):
             fn()
@@ -244,6 +252,10 @@ def main():
         COLLOPS_TIMEOUT="3600",
         OMP_NUM_THREADS="1",
         COLLOPS_JOB_ID=f"profile-{os.getpid()}",
+        # DeepSpeed's paths: its CPU accelerator, its rendezvous (deepspeed.init_distributed).
+        DS_ACCELERATOR="cpu",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(20000 + os.getpid() % 20000),
     )
     # The interpreter itself (pyenv's python3 is a shell script valgrind would follow instead).
     python = os.path.realpath(sys.executable)
@@ -267,6 +279,12 @@ def main():
         store,
     ]
     out_file = os.path.join(out_dir, "callgrind.%p")
+    # DeepSpeed's kernel leaves a shared-memory file per rank behind: removed at the end.
+    import python_paths as pp
+
+    uses_ds = any(p in DS_PATHS for p in args.paths.split(","))
+    segments = pp.ds_segments(args.ranks, env["MASTER_ADDR"], env["MASTER_PORT"]) if uses_ds else []
+    existed = {p for p in segments if os.path.exists(p)}
     procs = [
         subprocess.Popen(
             [
@@ -291,7 +309,11 @@ def main():
         for r in range(1, args.ranks)
     ]
     started = time.time()
-    codes = [p.wait(timeout=3600) for p in procs]
+    try:
+        codes = [p.wait(timeout=3600) for p in procs]
+    finally:
+        for path in pp.remove_ds_segments(segments, existed):
+            print(f"profile_python_call: removed DeepSpeed's {path}", file=sys.stderr)
     stderr = procs[0].stderr.read()
     if any(codes):
         sys.exit(f"profile_python_call: ranks exited with {codes}\n{stderr[-2000:]}")

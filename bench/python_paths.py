@@ -317,6 +317,29 @@ class DeepSpeedShm:
         return wrong
 
 
+def ds_segments(world, addr, port):
+    """The shared-memory files DeepSpeed's kernel makes for ranks 0..world-1 of a job with
+    MASTER_ADDR `addr` and MASTER_PORT `port`: its shm.cpp names each
+    deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (in /dev/shm) and never unlinks it, so
+    every rank's file (over 64 MiB) outlives the job."""
+    prefix = f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}"
+    return [os.path.join("/dev/shm", f"{prefix}_{r}") for r in range(world)]
+
+
+def remove_ds_segments(candidates, existed):
+    """Unlinks the files of `candidates` that exist now and were not in `existed` (the ones this
+    run created); returns their paths."""
+    removed = []
+    for path in candidates:
+        if path not in existed and os.path.exists(path):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
 class RankEnv:
     def __init__(self, rank, world, store, use_ds):
         import torch.distributed as dist
@@ -857,6 +880,12 @@ def main():
     os.environ.setdefault("COLLOPS_JOB_ID", f"python-paths-{os.getpid()}")
     os.environ["COLLOPS_SHM_BIND"] = "1"  # the Python ranks pinned as collops-bench's are
     started = datetime.datetime.now(datetime.timezone.utc)
+    segments = (
+        ds_segments(max(args.ranks), os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+        if use_ds
+        else []
+    )
+    existed = {p for p in segments if os.path.exists(p)}
     results, t0 = {}, time.time()
     raw = open(args.out, "w") if args.out else None
     ds_version = None
@@ -893,6 +922,13 @@ def main():
     finally:
         if raw:
             raw.close()
+        removed = remove_ds_segments(segments, existed)
+        if removed:
+            print(
+                f"python_paths: removed the {len(removed)} shared-memory files DeepSpeed made in "
+                f"this run (it does not unlink them): {', '.join(removed)}",
+                flush=True,
+            )
     git = sh(f"git -C {ROOT} rev-parse --short HEAD")
     torch_version = sh(sys.executable + " -c 'import torch; print(torch.__version__)'")
     meta = {
