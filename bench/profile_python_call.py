@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-PATHS = ["execute", "execute_out", "ops", "dist", "noop"]
+PATHS = ["execute", "execute_out", "ops", "ops_", "dist", "noop"]
 #: Paths that need DeepSpeed (bench/python_paths.py's), profiled only when asked for by --paths.
 DS_PATHS = ["deepspeed", "ds_kernel"]
 

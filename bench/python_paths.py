@@ -9,6 +9,8 @@ Columns (every one measured in the same run, row by row, one after the other):
                   previous ones were dropped)
   execute_out     OperationTorch.execute_out([x], [y]) into outputs from empty_shared (once)
   ops             torch.ops.collops.<op>(x, ..., group_name), eager
+  ops_            torch.ops.collops.all_reduce_(y, "sum", group_name): in place, nothing allocated
+                  (all_reduce only), what ds_kernel is
   dist            torch.distributed on the "cpu:collops" group (dist.all_reduce(y),
                   dist.all_gather_single(y, x))
   noop            the same torch.distributed call on a group of torch's registered no-op backend
@@ -60,6 +62,7 @@ PATHS = [
     "execute",
     "execute_out",
     "ops",
+    "ops_",
     "dist",
     "noop",
     "gloo",
@@ -171,6 +174,7 @@ class Row:
                 "execute": lambda: opt.execute([x]),
                 "execute_out": lambda: opt.execute_out([x], [out]),
                 "ops": lambda: torch.ops.collops.all_reduce(x, "sum", gname),
+                "ops_": lambda: torch.ops.collops.all_reduce_(y, "sum", gname),
                 "dist": lambda: dist.all_reduce(y),
                 "noop": lambda: dist.all_reduce(y, group=env.noop),
                 "gloo": lambda: dist.all_reduce(y, group=env.gloo),
@@ -200,6 +204,7 @@ class Row:
                     lambda: (out.fill_(-1), self.calls["execute_out"]()), lambda r: out
                 ),
                 "ops": lambda: check_out_of_place(self.calls["ops"], lambda r: r),
+                "ops_": lambda: check_in_place(self.calls["ops_"]),
                 "dist": lambda: check_in_place(self.calls["dist"]),
                 "noop": lambda: 0,  # moves nothing by design
                 "gloo": lambda: check_in_place(self.calls["gloo"]),
@@ -640,7 +645,7 @@ def budgets(row, mode):
     e, floor = us_of(row, "engine", mode), us_of(row, "noop", mode)
     out = {}
     if e is not None:
-        out["execute"] = out["ops"] = 1.5 * e + 3
+        out["execute"] = out["ops"] = out["ops_"] = 1.5 * e + 3
         if floor is not None:
             out["dist"] = floor + 1.5 * e + 3
     return out
@@ -655,7 +660,7 @@ def verdicts(op, size, row, mode):
             got.append((f"{path} ≤ {limit:.1f} µs", limit / t, t <= limit))
     ds = [us_of(row, p, mode) for p in DS_PATHS]
     ds = [t for t in ds if t is not None]
-    for path in ("execute", "ops", "dist"):
+    for path in ("execute", "ops", "ops_", "dist"):
         t = us_of(row, path, mode)
         if t is None:
             continue
@@ -686,12 +691,13 @@ def markdown(results, meta, plots):
         "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
         "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
         "call). `execute`: OperationTorch.execute (new outputs every call); `execute_out`: "
-        "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `dist`: "
+        "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `ops_`: eager "
+        "`torch.ops.collops.all_reduce_` (in place, as `ds_kernel`); `dist`: "
         'torch.distributed on "cpu:collops"; `noop`: the same call on torch\'s registered no-op '
         'backend ("fake"), torch\'s own cost; `gloo`; `deepspeed`: '
         "`deepspeed.comm.inference_all_reduce`, `ds_kernel`: "
         "`torch.ops.deepspeed.inference_all_reduce_` (DeepSpeed's shared-memory kernel; "
-        "DeepSpeed has no shared-memory all_gather). Targets: `execute` and `ops` ≤ 1.5 × "
+        "DeepSpeed has no shared-memory all_gather). Targets: `execute`, `ops` and `ops_` ≤ 1.5 × "
         "engine + 3 µs; `dist` ≤ noop + 1.5 × engine + 3 µs; faster than DeepSpeed; ≥ 20× gloo "
         "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met).",
         "",

@@ -134,6 +134,10 @@ class CollopsBackend final : public c10d::Backend {
   /// `in` written to `out`, a contiguous tensor of in's shape and dtype, out of place (no copy of
   /// `in` first), and no Work. collops_backend_reduce.cpp.
   void AllReduceInto(const at::Tensor& in, at::Tensor& out, const c10d::ReduceOp& op);
+  /// torch.ops.collops.all_reduce_'s kernel on this group: `t` reduced in place, as allreduce
+  /// does it (any layout; a strided `t` through a contiguous copy), and no Work.
+  /// collops_backend_reduce.cpp.
+  void AllReduceInPlace(at::Tensor& t, const c10d::ReduceOp& op);
 
   /// The group's communicator without the cross-rank agreement check, for collops operations,
   /// which run their own (torch.ops.collops.quant_all_reduce: an AllReduceOperation made on it).

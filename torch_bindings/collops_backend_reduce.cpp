@@ -206,6 +206,10 @@ void CollopsBackend::AllReduceInto(const at::Tensor& in, at::Tensor& out,
   });
 }
 
+void CollopsBackend::AllReduceInPlace(at::Tensor& t, const c10d::ReduceOp& op) {
+  RunCollective([&] { AllReduceOne(t, op, "all_reduce_"); });
+}
+
 // BAND/BOR/BXOR of integer and bool tensors, which gloo computes (a bool BOR is a cheap "any
 // rank"): every rank gathers every rank's tensor and folds them in rank order. R times the
 // memory of a reduction, but these carry flags and masks, not activations.

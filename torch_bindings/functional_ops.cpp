@@ -8,6 +8,8 @@
 // collops group) goes on to the op's Python kernel in ops.py, which builds it from
 // torch.distributed.
 //
+// all_reduce_ is all_reduce in place: x itself is reduced and returned, no output allocated.
+//
 // quant_all_reduce is AllReduceOperation with quantType: the operation's own checks (ATB's rules)
 // run on every call, and on a collops group the operation itself runs, on the group's
 // communicator. It has no gradient (x is int8), so no autograd kernel.
@@ -47,6 +49,7 @@ namespace {
 
 enum class Op {
   kAllReduce,
+  kAllReduceInPlace,
   kAllGather,
   kAllGatherV,
   kReduceScatter,
@@ -62,6 +65,9 @@ enum class Op {
 const char* const kNames[] = {"all_reduce",       "all_gather", "all_gather_v", "reduce_scatter",
                               "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"};
 constexpr char kQuantAllReduceName[] = "quant_all_reduce";
+// all_reduce_: x reduced in place and returned (DeepSpeed's inference_all_reduce_ is this op); no
+// gradient (an in-place collective on a tensor autograd tracks is refused), no output allocated.
+constexpr char kAllReduceInPlaceName[] = "all_reduce_";
 
 // A reduce-op name as the ops take it (any case), as torch's ReduceOp.
 c10d::ReduceOp ReduceOpOf(const std::string& name) {
@@ -245,6 +251,13 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
       collops->AllReduceInto(x, out, op);
       return out;
     }
+    case Op::kAllReduceInPlace: {
+      const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
+      if (!collops) return std::nullopt;
+      at::Tensor t = x;  // x itself (its TensorImpl), which the op returns
+      collops->AllReduceInPlace(t, op);
+      return t;
+    }
     case Op::kAllGather: {
       const int64_t rows = Rows(x, "all_gather");
       if (!collops) return std::nullopt;
@@ -355,11 +368,30 @@ void Autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
+// all_reduce_ records no gradient: a call on a tensor that would need one is refused before any
+// data moves. Others run below autograd, and x's version counter moves as any in-place op's does,
+// so a saved copy of x that autograd would later read is caught as modified.
+void AutogradInPlace(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                     torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  const at::Tensor x = torch::jit::peek(*stack, 0, n).toTensor();
+  TORCH_CHECK(!(c10::GradMode::is_enabled() && x.requires_grad()),
+              "collops.all_reduce_: x requires grad, and an in-place collective records no "
+              "gradient; use torch.ops.collops.all_reduce (out of place), or call it under "
+              "torch.no_grad()");
+  {
+    at::AutoDispatchBelowAutograd below;
+    op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+  }
+  if (!x.is_inference()) x.unsafeGetTensorImpl()->bump_version();
+}
+
 }  // namespace
 
 std::vector<std::string> FunctionalOpNames() {
   std::vector<std::string> names(std::begin(kNames), std::end(kNames));
   names.emplace_back(kQuantAllReduceName);
+  names.emplace_back(kAllReduceInPlaceName);
   return names;
 }
 
@@ -369,6 +401,8 @@ TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
   using collops::Op;
   using torch::CppFunction;
   m.impl("all_reduce", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduce>>());
+  m.impl(collops::kAllReduceInPlaceName,
+         CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduceInPlace>>());
   m.impl("all_gather", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGather>>());
   m.impl("all_gather_v", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGatherV>>());
   m.impl("reduce_scatter",
@@ -386,4 +420,6 @@ TORCH_LIBRARY_IMPL(collops, Autograd, m) {
   for (const char* name : collops::kNames) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collops::Autograd>());
   }
+  m.impl(collops::kAllReduceInPlaceName,
+         torch::CppFunction::makeFromBoxedFunction<&collops::AutogradInPlace>());
 }

@@ -7,7 +7,8 @@
 
 namespace collops {
 
-/// The names (as ops.py's SCHEMAS has them) of the ops whose eager and autograd kernels are C++.
+/// The names (as ops.py's SCHEMAS has them) of the ops whose eager and autograd kernels are C++:
+/// the ops with gradients, quant_all_reduce and all_reduce_.
 std::vector<std::string> FunctionalOpNames();
 
 }  // namespace collops

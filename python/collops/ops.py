@@ -3,7 +3,10 @@
 Each op returns a new tensor (inputs are never mutated), has a fake kernel for tracing, and is
 registered as an *ordered effect* (``torch.library._register_effectful_op``): the compiler
 threads an effect token through every collops collective, so none is ever dropped as dead code
-or reordered against another -- ranks must issue collectives in the same order.
+or reordered against another -- ranks must issue collectives in the same order. The one
+exception, ``all_reduce_``, reduces `x` in place and returns it (no output allocated, as
+DeepSpeed's ``inference_all_reduce_``); under torch.compile it becomes ``all_reduce`` and a copy
+into `x`, so it is ordered as the others are.
 
 ``group_name`` names a torch ProcessGroup (``group.group_name``; "" the default group); any
 backend works. The eager kernels and the autograd dispatch are C++
@@ -29,6 +32,7 @@ _NS = "collops"
 #: The schema of every op (docs/distributed.md, "Functional ops (torch.compile)").
 SCHEMAS = {
     "all_reduce": "all_reduce(Tensor x, str op, str group_name) -> Tensor",
+    "all_reduce_": "all_reduce_(Tensor(a!) x, str op, str group_name) -> Tensor(a!)",
     "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",
     "all_gather_v": "all_gather_v(Tensor x, SymInt[] sizes, str group_name) -> Tensor",
     "reduce_scatter": "reduce_scatter(Tensor x, str op, str group_name) -> Tensor",
@@ -114,6 +118,11 @@ def _all_reduce(x, op, group_name):
     out = x.clone(memory_format=torch.contiguous_format)
     _eager("all_reduce")(out, op=_reduce_op(op), group=resolve_group(group_name))
     return out
+
+
+def _all_reduce_(x, op, group_name):
+    _eager("all_reduce")(x, op=_reduce_op(op), group=resolve_group(group_name))
+    return x
 
 
 def _all_gather(x, group_name):
@@ -206,6 +215,7 @@ def _rank(group_name):
 
 _FAKES = {
     "all_reduce": lambda x, op, g: x.new_empty(x.shape),
+    "all_reduce_": lambda x, op, g: x,
     "all_gather": lambda x, g: x.new_empty((_world(g) * _rows(x, "all_gather"), *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
     "reduce_scatter": lambda x, op, g: x.new_empty(
@@ -220,6 +230,7 @@ _FAKES = {
 
 _KERNELS = {
     "all_reduce": _all_reduce,
+    "all_reduce_": _all_reduce_,
     "all_gather": _all_gather,
     "all_gather_v": _all_gather_v,
     "reduce_scatter": _reduce_scatter,
@@ -236,6 +247,13 @@ _KERNELS = {
 NATIVE = frozenset(_c10d_backend.factory().functional_ops())
 
 
+def _functional_all_reduce_(x, op, group_name):
+    """all_reduce_ as the compiler sees it: the functional all_reduce (an ordered effect, as every
+    collective here) and a copy into x, which functionalization turns into the graph's mutation of
+    its input."""
+    return x.copy_(torch.ops.collops.all_reduce(x, op, group_name))
+
+
 def _register():
     lib = torch.library.Library(_NS, "FRAGMENT")
     for name, schema in SCHEMAS.items():
@@ -247,6 +265,14 @@ def _register():
             # what it supports.
             lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
         torch.library.register_fake(f"{_NS}::{name}", _FAKES[name], lib=lib)
+        if name == "all_reduce_":
+            # A mutating op cannot carry an effect token itself; torch.compile's functionalization
+            # decomposes it (a Python-only CompositeImplicitAutograd kernel, which eager dispatch
+            # never sees) into the functional op, which does.
+            torch.ops.collops.all_reduce_.default.py_impl(
+                torch._C.DispatchKey.CompositeImplicitAutograd
+            )(_functional_all_reduce_)
+            continue
         torch.library._register_effectful_op(
             f"{_NS}::{name}", torch.library.EffectType.ORDERED, lib=lib
         )
