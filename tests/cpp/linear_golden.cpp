@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <random>
 
 #include "op_harness.h"
@@ -37,15 +38,16 @@ std::vector<double> Product(const std::vector<double>& x, const std::vector<doub
 /// reduce-scatter; else {a * rsDim + s : a} gather and {a * rsDim + s : s} reduce-scatter. Every
 /// member j of rank's ReduceScatter group contributes its gathered x times its own weight; rank
 /// keeps the rows of block rsIdx(rank) of that sum.
+/// `partialsMagnitude` gets the sum over the members of |their product| in the same rows.
 std::vector<double> TwoDimGolden(const LinearCase& c, const std::vector<std::vector<double>>& xs,
                                  const std::vector<std::vector<double>>& ws, int rank, int64_t rows,
-                                 int64_t k) {
+                                 int64_t k, std::vector<double>* partialsMagnitude) {
   const int ag = c.agDim, rs = c.rsDim;
   auto rankAt = [&](int a, int s) { return c.innerDimIsAg ? s * ag + a : a * rs + s; };
   const int myA = c.innerDimIsAg ? rank % ag : rank / rs;
   const int myS = c.innerDimIsAg ? rank / ag : rank % rs;
   const int64_t gatheredRows = rows * ag;
-  std::vector<double> sum(gatheredRows * c.n, 0.0);
+  std::vector<double> sum(gatheredRows * c.n, 0.0), magnitude(sum.size(), 0.0);
   for (int s = 0; s < rs; ++s) {
     const int member = rankAt(myA, s);
     std::vector<double> gathered;
@@ -54,9 +56,13 @@ std::vector<double> TwoDimGolden(const LinearCase& c, const std::vector<std::vec
       gathered.insert(gathered.end(), x.begin(), x.end());
     }
     const auto p = Product(gathered, ws[member], gatheredRows, k, c.n, c.transWeight);
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+    for (size_t i = 0; i < sum.size(); ++i) {
+      sum[i] += p[i];
+      magnitude[i] += std::fabs(p[i]);
+    }
   }
   const int64_t block = gatheredRows / rs * c.n;
+  partialsMagnitude->assign(magnitude.begin() + myS * block, magnitude.begin() + (myS + 1) * block);
   return std::vector<double>(sum.begin() + myS * block, sum.begin() + (myS + 1) * block);
 }
 
@@ -69,6 +75,18 @@ std::vector<double> LinearUniform(DataType dtype, int64_t count, uint64_t seed, 
   std::vector<double> values(count);
   for (auto& v : values) v = RoundTrip(dtype, dist(rng));
   return values;
+}
+
+std::vector<double> LinearBoundMagnitude(DataType yDtype,
+                                         const std::vector<double>& partialsMagnitude,
+                                         const std::vector<double>& golden) {
+  std::vector<double> magnitude(golden.size());
+  const bool roundedPartials =
+      !partialsMagnitude.empty() && (yDtype == ACL_FLOAT16 || yDtype == ACL_BF16);
+  for (size_t i = 0; i < golden.size(); ++i) {
+    magnitude[i] = std::fabs(golden[i]) + (roundedPartials ? partialsMagnitude[i] : 0.0);
+  }
+  return magnitude;
 }
 
 int64_t Rows(const std::vector<int64_t>& xShape) {
@@ -117,19 +135,26 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
   std::vector<int64_t> yShape = c.xShape;
   yShape.back() = c.n;
   std::vector<double> gathered;
+  std::vector<double> partialsMagnitude;  // types 0, 1, 4: sum over ranks of |P_r|
   switch (c.type) {
     case 0:
     case 1: {
-      std::vector<double> sum(rows * c.n, 0.0);
+      std::vector<double> sum(rows * c.n, 0.0), magnitude(sum.size(), 0.0);
       for (int r = 0; r < rankSize; ++r) {
         const auto p = Product(xs[r], ws[r], rows, k, c.n, c.transWeight);
-        for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+        for (size_t i = 0; i < sum.size(); ++i) {
+          sum[i] += p[i];
+          magnitude[i] += std::fabs(p[i]);
+        }
       }
       if (c.type == 0) {
         golden = sum;
+        partialsMagnitude = magnitude;
       } else {
         const int64_t block = rows / rankSize * c.n;
         golden.assign(sum.begin() + rank * block, sum.begin() + (rank + 1) * block);
+        partialsMagnitude.assign(magnitude.begin() + rank * block,
+                                 magnitude.begin() + (rank + 1) * block);
         yShape[0] /= rankSize;
       }
       break;
@@ -141,7 +166,7 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
       yShape[0] *= rankSize;
       break;
     case 4:
-      golden = TwoDimGolden(c, xs, ws, rank, rows, k);
+      golden = TwoDimGolden(c, xs, ws, rank, rows, k, &partialsMagnitude);
       yShape[0] = yShape[0] * c.agDim / c.rsDim;
       break;
     default:
@@ -164,7 +189,9 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
       << where;
   const Status status = RunOperation(*op, Tensors(ins), Tensors(outs));
   ASSERT_EQ(status, NO_ERROR) << where << ": " << StatusName(status) << ": " << LastErrorMessage();
-  ExpectClose(outs[0], golden, where);
+  const DataType yDtype = c.outDataType >= 0 ? static_cast<DataType>(c.outDataType) : c.dtype;
+  ExpectCloseScaled(outs[0], golden, LinearBoundMagnitude(yDtype, partialsMagnitude, golden),
+                    where);
   if (c.keepIntermediate) ExpectExactly(outs[1], gathered, where + " (intermediate)");
 }
 

@@ -41,7 +41,8 @@ struct LinearCase {
 
 /// Runs `c` as rank `rank` of `rankSize` with `commParams` (rank, rankSize, backend, ...), on
 /// `comm` when not null, and checks y (and the intermediate) against the golden with ATB's
-/// per-dtype tolerance (the intermediate exactly). Failures name `what` and the case.
+/// per-dtype threshold thr, scaled as LinearBoundMagnitude says (the intermediate exactly).
+/// Failures name `what` and the case.
 void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int rank, int rankSize,
                    Communicator* comm, const std::string& what);
 
@@ -49,6 +50,17 @@ void RunLinearCase(const LinearCase& c, const nlohmann::json& commParams, int ra
 /// and without residual, 2-D and 3-D x, for `dtype`; and AG_LINEAR_RS on the grids rankSize x 1,
 /// 1 x rankSize and, for even rankSize > 2, rankSize / 2 x 2, each with one innerDimIsAg.
 std::vector<LinearCase> LinearSuiteCases(DataType dtype, int rankSize);
+
+/// What y's error may scale with, per element: |g| (ATB's rule, |a - g| <= thr * max(1, |g|)),
+/// plus, where the ranks sum partials rounded to a float16/bfloat16 y (`partialsMagnitude` holds
+/// sum_r |P_r| of the exact partials; empty for types 2 and 3), sum_r |P_r|. Each rounding errs
+/// by at most u times the value it rounds (u = 2^-8 bfloat16, 2^-11 float16): the R partials
+/// (sum_r |P_r|), their sum S (|S| <= sum_r |P_r|) and y = S + residual (|g|), so
+/// |a - g| <= u * (2 sum_r |P_r| + |g|) <= thr * (sum_r |P_r| + |g|) for thr >= 2u. Cancellation
+/// makes |g| alone too small a scale: the partials' rounding does not shrink with their sum.
+std::vector<double> LinearBoundMagnitude(DataType yDtype,
+                                         const std::vector<double>& partialsMagnitude,
+                                         const std::vector<double>& golden);
 
 /// Values in [lo, hi) as `dtype` stores them, different per (seed, rank, what): every rank makes
 /// every rank's inputs alike.

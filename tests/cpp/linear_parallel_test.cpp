@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <tuple>
 
 #include "linear_golden.h"
@@ -127,6 +129,59 @@ TEST_P(LinearParallelProcessGolden, OverlappedChunksMatchFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(LinearParallel, LinearParallelProcessGolden, LinearProcessParams(),
                          LinearProcessParamName());
+
+// The bound the goldens use where ranks sum partials rounded to y's dtype (LinearBoundMagnitude)
+// admits that computation, which |g| alone does not, and still rejects wrong sums.
+TEST(LinearParallelBound, AdmitsRoundedPartialsAndRejectsWrongSums) {
+  const int rankSize = 3;
+  const int64_t rows = 15, k = 33, n = 40;
+  const DataType dtype = ACL_BF16;
+  std::vector<std::vector<double>> partials(rankSize, std::vector<double>(rows * n, 0.0));
+  for (int r = 0; r < rankSize; ++r) {
+    const auto x = LinearUniform(dtype, rows * k, 5, r, 1, -1.0, 1.0);
+    const auto w = LinearUniform(dtype, k * n, 5, r, 2, -1.0, 1.0);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t t = 0; t < k; ++t) partials[r][i * n + j] += x[i * k + t] * w[j * k + t];
+      }
+    }
+  }
+  std::vector<double> golden(rows * n, 0.0), sumOfMagnitudes(rows * n, 0.0);
+  for (int r = 0; r < rankSize; ++r) {
+    for (size_t i = 0; i < golden.size(); ++i) {
+      golden[i] += partials[r][i];
+      sumOfMagnitudes[i] += std::fabs(partials[r][i]);
+    }
+  }
+  const std::vector<double> magnitude = LinearBoundMagnitude(dtype, sumOfMagnitudes, golden);
+  // y = round(sum over the ranks but `skip` of roundPartial(P_r)), the sum exact.
+  auto sumOf = [&](const std::function<double(double)>& roundPartial, int skip) {
+    std::vector<double> y(golden.size(), 0.0);
+    for (size_t i = 0; i < y.size(); ++i) {
+      for (int r = 0; r < rankSize; ++r) {
+        if (r != skip) y[i] += roundPartial(partials[r][i]);
+      }
+      y[i] = RoundTrip(dtype, y[i]);
+    }
+    return y;
+  };
+  auto rounded = [&](double v) { return RoundTrip(dtype, v); };
+  // A bfloat16 ulp of v (8 significant bits).
+  auto ulp = [](double v) { return v == 0 ? 0.0 : std::ldexp(1.0, std::ilogb(v) - 7); };
+  const std::vector<double> atb = sumOf(rounded, -1);
+  EXPECT_EQ(FirstBeyondBound(dtype, atb, golden, magnitude), -1)
+      << "ATB's graph: partials rounded once, summed, rounded once";
+  std::vector<double> ofGolden(golden.size());
+  for (size_t i = 0; i < golden.size(); ++i) ofGolden[i] = std::fabs(golden[i]);
+  EXPECT_NE(FirstBeyondBound(dtype, atb, golden, ofGolden), -1)
+      << "thr * max(1, |g|) rejects honest rounded partials where they cancel";
+  EXPECT_NE(FirstBeyondBound(dtype, sumOf(rounded, 1), golden, magnitude), -1)
+      << "rank 1's partial dropped";
+  const std::vector<double> twiceUp =
+      sumOf([&](double v) { return rounded(v) + 2 * ulp(rounded(v)); }, -1);
+  EXPECT_NE(FirstBeyondBound(dtype, twiceUp, golden, magnitude), -1)
+      << "every partial rounded up twice more (two ulps too high)";
+}
 
 // ---- errors: one per rule --------------------------------------------------------------------
 

@@ -278,29 +278,47 @@ void ExpectExactly(const HostTensor& got, const std::vector<double>& golden,
   }
 }
 
-void ExpectClose(const HostTensor& got, const std::vector<double>& golden,
-                 const std::string& what) {
-  double thr = 0;
-  switch (got.dtype()) {
+double CloseThreshold(DataType dtype) {
+  switch (dtype) {
     case ACL_FLOAT16:
-      thr = std::ldexp(1.0, -8);
-      break;
+      return std::ldexp(1.0, -8);
     case ACL_BF16:
-      thr = std::ldexp(1.0, -7);
-      break;
+      return std::ldexp(1.0, -7);
     case ACL_FLOAT:
-      thr = std::ldexp(1.0, -11);
-      break;
+      return std::ldexp(1.0, -11);
     default:
-      return ExpectExactly(got, golden, what);
+      return 0;
   }
+}
+
+int64_t FirstBeyondBound(DataType dtype, const std::vector<double>& values,
+                         const std::vector<double>& golden, const std::vector<double>& magnitude) {
+  const double thr = CloseThreshold(dtype);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!(std::fabs(values[i] - golden[i]) <= thr * std::max(1.0, magnitude[i]))) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+void ExpectCloseScaled(const HostTensor& got, const std::vector<double>& golden,
+                       const std::vector<double>& magnitude, const std::string& what) {
+  if (CloseThreshold(got.dtype()) == 0) return ExpectExactly(got, golden, what);
   const std::vector<double> values = got.ToDoubles();
   ASSERT_EQ(values.size(), golden.size()) << what;
-  for (size_t i = 0; i < values.size(); ++i) {
-    ASSERT_LE(std::fabs(values[i] - golden[i]), thr * std::max(1.0, std::fabs(golden[i])))
-        << what << ": element " << i << " of " << DataTypeName(got.dtype()) << " is " << values[i]
-        << ", golden " << golden[i];
-  }
+  ASSERT_EQ(magnitude.size(), golden.size()) << what;
+  const int64_t i = FirstBeyondBound(got.dtype(), values, golden, magnitude);
+  ASSERT_EQ(i, -1) << what << ": element " << i << " of " << DataTypeName(got.dtype()) << " is "
+                   << values[i] << ", golden " << golden[i] << ", bound "
+                   << CloseThreshold(got.dtype()) << " * max(1, " << magnitude[i] << ")";
+}
+
+void ExpectClose(const HostTensor& got, const std::vector<double>& golden,
+                 const std::string& what) {
+  std::vector<double> magnitude(golden.size());
+  for (size_t i = 0; i < golden.size(); ++i) magnitude[i] = std::fabs(golden[i]);
+  ExpectCloseScaled(got, golden, magnitude, what);
 }
 
 const std::vector<DataType>& ReducibleDtypes() {

@@ -76,6 +76,16 @@ void ExpectExactly(const HostTensor& got, const std::vector<double>& golden,
 /// ATB's rule: |a - g| <= thr * max(1, |g|), thr float16 2^-8, bfloat16 2^-7, float32 2^-11;
 /// integers exact after wrapping golden to the dtype.
 void ExpectClose(const HostTensor& got, const std::vector<double>& golden, const std::string& what);
+/// ATB's per-dtype threshold above; 0 for integers.
+double CloseThreshold(DataType dtype);
+/// The first i with |values[i] - golden[i]| > CloseThreshold(dtype) * max(1, magnitude[i]), or
+/// -1. `magnitude` is what the computation's rounding errors scale with, at least |golden[i]|
+/// (ExpectClose's is |golden[i]| itself).
+int64_t FirstBeyondBound(DataType dtype, const std::vector<double>& values,
+                         const std::vector<double>& golden, const std::vector<double>& magnitude);
+/// ExpectClose with |a - g| <= thr * max(1, magnitude[i]) (FirstBeyondBound).
+void ExpectCloseScaled(const HostTensor& got, const std::vector<double>& golden,
+                       const std::vector<double>& magnitude, const std::string& what);
 
 const std::vector<DataType>& ReducibleDtypes();
 const std::vector<DataType>& MovableDtypes();
