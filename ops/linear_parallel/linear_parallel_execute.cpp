@@ -75,8 +75,9 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
   const size_t xRow = static_cast<size_t>(p.k) * DataTypeSize(p.dtype);
   const size_t yRow = static_cast<size_t>(p.n) * DataTypeSize(p.outDtype);
   const int64_t n = p.n;
-  float* acc =
-      p.accBytes > 0 ? At<float>(workspace, p.accOffset) : static_cast<float*>(y.deviceData);
+  // The product: productDtype rows, in the workspace or in y itself (Plan::accBytes).
+  void* product = p.accBytes > 0 ? workspace + p.accOffset : y.deviceData;
+  float* acc = static_cast<float*>(product);  // where productDtype is float32
   const float* residual = nullptr;
   const LinearInputIndex at = LinearInputs(param_);
   const float* tokenScale =
@@ -92,7 +93,7 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
       const Tensor& r = pack.inTensors[at.residual];
       if (p.residualDtype == ACL_FLOAT) {
         residual = static_cast<const float*>(r.deviceData);
-      } else {
+      } else if (p.residualBytes > 0) {  // else added as given (addResidual)
         float* wide = At<float>(workspace, p.residualOffset);
         ConvertToFloat32(p.residualDtype, r.deviceData, wide, static_cast<size_t>(n));
         residual = wide;
@@ -103,7 +104,7 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
     abandon(e);
     throw;
   }
-  // y rows = product rows (float32) + residual, rounded once to y's dtype.
+  // y rows = float32 product rows + residual, rounded once to y's dtype.
   auto finish = [&](float* rows, int64_t count, void* out) {
     if (residual != nullptr) {
       for (int64_t i = 0; i < count; ++i) {
@@ -113,12 +114,36 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
     }
     ConvertFromFloat32(rows, p.outDtype, out, static_cast<size_t>(count * n));
   };
+  // y rows that already hold the sum over ranks (in y's dtype) += residual, rounded once: ATB's
+  // Add after its AllReduce.
+  const void* rawResidual = param_.hasResidual ? pack.inTensors[at.residual].deviceData : nullptr;
+  auto addResidual = [&](void* rows, int64_t count) {
+    if (rawResidual == nullptr) return;
+    const size_t width = DataTypeSize(p.outDtype);
+    for (int64_t i = 0; i < count; ++i) {
+      void* row = static_cast<uint8_t*>(rows) + i * n * width;
+      if (p.outDtype == ACL_FLOAT || p.residualDtype == p.outDtype) {
+        // Float16/bfloat16 sum in float32 and round once.
+        const void* srcs[2] = {row, p.outDtype == ACL_FLOAT ? residual : rawResidual};
+        ReduceArrays(p.outDtype, ReduceOp::kSum, srcs, 2, row, static_cast<size_t>(n));
+        continue;
+      }
+      float* wide = At<float>(workspace, p.residualRowOffset);
+      ConvertToFloat32(p.outDtype, row, wide, static_cast<size_t>(n));
+      const void* srcs[2] = {wide, residual};
+      ReduceArrays(ACL_FLOAT, ReduceOp::kSum, srcs, 2, wide, static_cast<size_t>(n));
+      ConvertFromFloat32(wide, p.outDtype, row, static_cast<size_t>(n));
+    }
+  };
   auto begin = [&](int c) { return p.blockRows * c / p.chunks; };
   auto rowsOf = [&](int c) { return begin(c + 1) - begin(c); };
   const auto* xData = static_cast<const uint8_t*>(x.deviceData);
+  const size_t productRow = static_cast<size_t>(n) * DataTypeSize(p.productDtype);
   // `run`: the float product of rows from anywhere (the gathered x of ALL_GATHER_LINEAR).
   // `runRows`: rows [row, row + rows) of x through this call's product, quantised or not (types
   // 0 and 3 may be quantised; PER_TOKEN's scales follow the rows).
+  // `runPartial`: the product of rows from anywhere in productDtype: written so by oneDNN where
+  // it can, else computed in float32 and rounded once, roundRows at a time.
   auto run = [&](const void* xRows, int64_t rows, float* out) {
     matmul_->Run(xRows, rows, out, threads);
   };
@@ -130,11 +155,39 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
       run(xData + row * xRow, rows, out);
     }
   };
+  auto runPartial = [&](const void* xRows, int64_t rows, void* out) {
+    if (p.roundBytes == 0) {
+      matmul_->RunInto(xRows, rows, out, p.productDtype, threads);
+      return;
+    }
+    float* wide = At<float>(workspace, p.roundOffset);
+    for (int64_t done = 0; done < rows; done += p.roundRows) {
+      const int64_t count = std::min(p.roundRows, rows - done);
+      run(static_cast<const uint8_t*>(xRows) + done * xRow, count, wide);
+      ConvertFromFloat32(wide, p.productDtype, static_cast<uint8_t*>(out) + done * productRow,
+                         static_cast<size_t>(count * n));
+    }
+  };
   auto* yData = static_cast<uint8_t*>(y.deviceData);
   std::vector<int64_t> counts(rankSize), displs(rankSize);
 
   switch (param_.type) {
     case LINEAR_ALL_REDUCE:
+      if (p.form == LinearQuantForm::kNone) {
+        // Unquantised: each chunk's partial lands in y's rows and is summed there in y's dtype.
+        RunChunkPipeline(
+            p.chunks, /*communicateFirst=*/false,
+            [&](int c) { runPartial(xData + begin(c) * xRow, rowsOf(c), yData + begin(c) * yRow); },
+            [&](int c) {
+              void* rows = yData + begin(c) * yRow;
+              comm.AllReduce(rows, rows, static_cast<size_t>(rowsOf(c) * n), p.outDtype,
+                             ReduceOp::kSum);
+              addResidual(rows, rowsOf(c));
+            },
+            abandon);
+        return;
+      }
+      // Quantised: float32 partials, summed, then rounded into y with the residual.
       RunChunkPipeline(
           p.chunks, /*communicateFirst=*/false,
           [&](int c) { runRows(begin(c), rowsOf(c), acc + begin(c) * n); },
@@ -147,15 +200,15 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
           abandon);
       return;
     case LINEAR_REDUCE_SCATTER: {
-      // Chunk c is rows [begin(c), begin(c + 1)) of every rank's block of the product.
-      float* scattered = p.scatteredBytes > 0 ? At<float>(workspace, p.scatteredOffset)
-                                              : static_cast<float*>(y.deviceData);
+      // Chunk c is rows [begin(c), begin(c + 1)) of every rank's block of the product, whose sum
+      // lands in y's rows.
+      auto* partials = static_cast<uint8_t*>(product);
       RunChunkPipeline(
           p.chunks, /*communicateFirst=*/false,
           [&](int c) {
             for (int j = 0; j < rankSize; ++j) {
               const int64_t row = j * p.blockRows + begin(c);
-              run(xData + row * xRow, rowsOf(c), acc + row * n);
+              runPartial(xData + row * xRow, rowsOf(c), partials + row * productRow);
             }
           },
           [&](int c) {
@@ -163,10 +216,10 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
               counts[j] = rowsOf(c) * n;
               displs[j] = (j * p.blockRows + begin(c)) * n;
             }
-            float* mine = scattered + begin(c) * n;
-            comm.ReduceScatterV(acc, counts.data(), displs.data(), mine,
-                                static_cast<size_t>(rowsOf(c) * n), ACL_FLOAT, ReduceOp::kSum);
-            finish(mine, rowsOf(c), yData + begin(c) * yRow);
+            void* mine = yData + begin(c) * yRow;
+            comm.ReduceScatterV(partials, counts.data(), displs.data(), mine,
+                                static_cast<size_t>(rowsOf(c) * n), p.outDtype, ReduceOp::kSum);
+            addResidual(mine, rowsOf(c));
           },
           abandon);
       return;
@@ -203,13 +256,15 @@ void LinearParallelOperation::ExecuteImpl(const VariantPack& pack, uint8_t* work
       call.k = p.k;
       call.n = n;
       call.dtype = p.dtype;
+      call.productDtype = p.productDtype;
       call.gathered = workspace + p.gatheredOffset;
-      call.product = acc;
-      call.received = At<float>(workspace, p.scatteredOffset);
+      call.product = product;
+      call.received = workspace + p.scatteredOffset;
+      call.y = yData;
       RunAgLinearRs(
           TwoDimGrid(param_.twoDimTPInfo), comm, call,
-          [&](const void* rows, int64_t count, float* out) { run(rows, count, out); },
-          [&](float* rows, int64_t count) { finish(rows, count, yData); }, abandon);
+          [&](const void* rows, int64_t count, void* out) { runPartial(rows, count, out); },
+          [&](int64_t count) { addResidual(yData, count); }, abandon);
       return;
     }
     default:  // PURE_LINEAR: no collective

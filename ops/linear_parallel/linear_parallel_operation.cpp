@@ -286,13 +286,19 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
                 : twoDim                             ? p.rows * agDim / rsDim
                                                      : p.rows;
   p.chunks = ChunkCount(p.blockRows);
-  // The product rows as they land in float32: all of them for LINEAR_ALL_REDUCE, PURE_LINEAR and
-  // LINEAR_REDUCE_SCATTER (before the scatter), R blocks for ALL_GATHER_LINEAR, agDim blocks for
-  // AG_LINEAR_RS.
+  // The ranks sum partial products rounded to y's dtype, as ATB's graph (Linear, then AllReduce
+  // in y's dtype) does; float32 ones for a float32 y and the quantised forms, whose products are
+  // float32 sums of scaled integers (W8A8) or of a dequantised weight (W8A16).
+  const bool reduces =
+      param_.type == LINEAR_ALL_REDUCE || param_.type == LINEAR_REDUCE_SCATTER || twoDim;
+  p.productDtype = reduces && p.form == LinearQuantForm::kNone ? p.outDtype : ACL_FLOAT;
+  // The product rows: all of them for LINEAR_ALL_REDUCE, PURE_LINEAR and LINEAR_REDUCE_SCATTER
+  // (before the scatter), R blocks for ALL_GATHER_LINEAR, agDim blocks for AG_LINEAR_RS.
   const int64_t productRows = param_.type == ALL_GATHER_LINEAR ? p.rows * rankSize
                               : twoDim                         ? p.rows * agDim
                                                                : p.rows;
-  const uint64_t productBytes = static_cast<uint64_t>(productRows) * p.n * sizeof(float);
+  const uint64_t productBytes =
+      static_cast<uint64_t>(productRows) * p.n * DataTypeSize(p.productDtype);
   if (!Matmul::Available())
     Fail(ERROR_BACKEND_UNAVAILABLE, Where(), ": ", Matmul::UnavailableReason());
   if (p.form == LinearQuantForm::kW8A8) {
@@ -322,8 +328,11 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   // float product only: W8A8's int32 sums are scaled after).
   p.direct = param_.type == PURE_LINEAR && !param_.hasResidual && matmul_ != nullptr &&
              matmul_->WritesDirectly(p.outDtype);
-  const bool intoY =
-      p.direct || (p.outDtype == ACL_FLOAT && param_.type != LINEAR_REDUCE_SCATTER && !twoDim);
+  // The product lands in y itself where it has y's rows and dtype: LINEAR_ALL_REDUCE (summed in
+  // place), ALL_GATHER_LINEAR and PURE_LINEAR into a float32 y, AG_LINEAR_RS without a
+  // ReduceScatter. LINEAR_REDUCE_SCATTER's product holds every rank's block.
+  const bool sameRows = param_.type != LINEAR_REDUCE_SCATTER && (!twoDim || rsDim == 1);
+  const bool intoY = p.direct || (sameRows && p.productDtype == p.outDtype);
   uint64_t offset = 0;
   auto reserve = [&](uint64_t bytes, uint64_t* at, uint64_t* size) {
     *at = offset;
@@ -331,9 +340,13 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
     offset += AlignUp(bytes);
   };
   reserve(intoY ? 0 : productBytes, &p.accOffset, &p.accBytes);
-  if (param_.type == LINEAR_REDUCE_SCATTER && p.outDtype != ACL_FLOAT) {
-    reserve(static_cast<uint64_t>(p.blockRows) * p.n * sizeof(float), &p.scatteredOffset,
-            &p.scatteredBytes);
+  // Where oneDNN cannot write the product in productDtype (float16 without AVX512-FP16, or x of
+  // another dtype than y), it lands in float32 rows first, as many as one product call makes.
+  if (p.productDtype != ACL_FLOAT && matmul_ != nullptr &&
+      !matmul_->WritesDirectly(p.productDtype)) {
+    p.roundRows = twoDim ? productRows : (p.blockRows + p.chunks - 1) / p.chunks;
+    reserve(static_cast<uint64_t>(p.roundRows) * p.n * sizeof(float), &p.roundOffset,
+            &p.roundBytes);
   }
   if (param_.type == ALL_GATHER_LINEAR && !param_.keepIntermediate) {
     reserve(static_cast<uint64_t>(p.rows) * rankSize * p.k * DataTypeSize(p.dtype),
@@ -346,8 +359,16 @@ void LinearParallelOperation::PrepareImpl(const VariantPack& pack) {
   if (twoDim && rsDim > 1) {  // the rsDim blocks this rank receives: as many rows as the product
     reserve(productBytes, &p.scatteredOffset, &p.scatteredBytes);
   }
-  if (param_.hasResidual && p.residualDtype != ACL_FLOAT) {
+  // The residual as float32, unless it is added in its own dtype to the sum (of y's dtype).
+  const bool residualAsGiven = p.productDtype == p.outDtype && p.residualDtype == p.outDtype;
+  if (param_.hasResidual && p.residualDtype != ACL_FLOAT && !residualAsGiven) {
     reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualOffset, &p.residualBytes);
+  }
+  // A residual of x's dtype added to a y of another narrow dtype (outDataType): each row of y
+  // is widened into this row, summed with the residual in float32 and rounded back.
+  if (param_.hasResidual && p.productDtype == p.outDtype && p.outDtype != ACL_FLOAT &&
+      p.residualDtype != p.outDtype) {
+    reserve(static_cast<uint64_t>(p.n) * sizeof(float), &p.residualRowOffset, &p.residualRowBytes);
   }
   if (matmul_ != nullptr) {
     reserve(matmul_->ScratchBytes(twoDim ? productRows : p.blockRows), &p.matmulOffset,
@@ -376,6 +397,13 @@ CallSignature LinearParallelOperation::SignatureImpl(const VariantPack& pack) co
     // groups are the inner ones, "r" otherwise.
     const LinearParallelTwoDimTPInfo& grid = param_.twoDimTPInfo;
     s.opName += Concat(" ", grid.agDim, "x", grid.rsDim, grid.innerDimIsAg != 0 ? "a" : "r");
+  }
+  // The dtype the ranks sum follows y's (outDataType): ranks must agree on it too (short, so that
+  // the name the message shows keeps it).
+  if (param_.type != ALL_GATHER_LINEAR) {
+    s.opName += plan_.productDtype == ACL_FLOAT     ? " f32"
+                : plan_.productDtype == ACL_FLOAT16 ? " f16"
+                                                    : " bf16";
   }
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = param_.type == ALL_GATHER_LINEAR || param_.type == AG_LINEAR_RS ? plan_.rows * plan_.k

@@ -12,10 +12,16 @@
 //   AG_LINEAR_RS           y [dim0 * agDim / rsDim, .., n] = this rank's block of the sum over its
 //                          ReduceScatter group of (x gathered over its AllGather group) . W, +
 //                          residual (the grid: LinearParallelTwoDimTPInfo; two_dim_tp.h)
-// where W = weight^T for transWeight. The product (matmul.h, oneDNN) lands in float32; the sum
-// over ranks runs in float32; the residual is added in float32 and y is rounded once, so every
-// rank gets the same bits. PURE_LINEAR without residual has nothing between the product and y
-// but that rounding, so oneDNN writes y in its dtype itself where it multiplies that dtype.
+// where W = weight^T for transWeight. The product (matmul.h, oneDNN) accumulates in float32.
+// Types that sum over ranks (0, 1, 4) do what ATB's graph does (Linear -> AllReduce -> Add): each
+// rank's partial product is rounded once to y's dtype (oneDNN writes it so where it multiplies
+// that dtype, else the float32 product is rounded), the collective moves and sums y's dtype
+// (float16/bfloat16 accumulate in float32 and round once, the same bits on every rank), and the
+// residual is added after it, y = round(y + residual). With a float32 y, and for the quantised
+// forms, the partials stay float32 and y is rounded once after the residual. Types 2 and 3 add
+// the residual to the float32 product and round y once; PURE_LINEAR without residual has nothing
+// between the product and y but that rounding, so oneDNN writes y in its dtype itself where it
+// multiplies that dtype.
 //
 // Overlap: the rows are cut in chunks, and the product of chunk c + 1 runs on a helper thread
 // while the collective of chunk c moves data (chunk_pipeline.h); for ALL_GATHER_LINEAR the gather
@@ -56,12 +62,18 @@ class LinearParallelOperation final : public OperationBase {
     int chunks = 1;       ///< row chunks of a block (1: no overlap)
     int threads = 1;      ///< OpenMP threads of each product
     bool direct = false;  ///< PURE_LINEAR without residual: oneDNN writes y in its dtype
-    uint64_t accOffset = 0, accBytes = 0;              ///< float32 products (0 bytes: into y)
-    uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< float32 RS result (0: into y)
-    uint64_t gatheredOffset = 0, gatheredBytes = 0;    ///< AG's gathered x (0: intermediate)
-    uint64_t residualOffset = 0, residualBytes = 0;    ///< residual as float32 (0: as given)
-    uint64_t matmulOffset = 0, matmulBytes = 0;        ///< Matmul's widening scratch
-    uint64_t antiquantOffset = 0, antiquantBytes = 0;  ///< W8A16's dequantised weight
+    /// What the product lands in: y's dtype where ranks sum rounded partials (types 0, 1, 4
+    /// with a float16/bfloat16 y, unquantised), else float32.
+    DataType productDtype = ACL_FLOAT;
+    uint64_t accOffset = 0, accBytes = 0;  ///< products in productDtype (0 bytes: into y)
+    uint64_t scatteredOffset = 0, scatteredBytes = 0;  ///< AG_LINEAR_RS's received blocks
+    uint64_t roundOffset = 0, roundBytes = 0;  ///< float32 rows rounded to productDtype after
+    int64_t roundRows = 0;                     ///< the rows roundBytes holds
+    uint64_t residualRowOffset = 0, residualRowBytes = 0;  ///< a float32 row of y (see .cpp)
+    uint64_t gatheredOffset = 0, gatheredBytes = 0;        ///< AG's gathered x (0: intermediate)
+    uint64_t residualOffset = 0, residualBytes = 0;        ///< residual as float32 (0: as given)
+    uint64_t matmulOffset = 0, matmulBytes = 0;            ///< Matmul's widening scratch
+    uint64_t antiquantOffset = 0, antiquantBytes = 0;      ///< W8A16's dequantised weight
     uint64_t workspaceBytes = 0;
   };
 

@@ -3,14 +3,15 @@
 //
 // It comes from oneDNN's matmul primitive (Debian's libdnnl), which picks its kernel for the CPU
 // at run time: bfloat16 x bfloat16 -> float32 runs on AVX512-BF16 dot products where the CPU has
-// them; float32 on AVX-512 or AVX2. Products accumulate in float32 and land in float32, so the
-// collective that follows sums float32 and y is rounded once. Where oneDNN has no kernel for the
-// input dtype on this CPU (float16 without AVX512-FP16; bfloat16 on AVX2-only CPUs), x and the
-// weight are widened to float32 first (exactly) and the float32 product runs instead.
+// them; float32 on AVX-512 or AVX2. Products accumulate in float32 and land in float32 (Run).
+// Where oneDNN has no kernel for the input dtype on this CPU (float16 without AVX512-FP16;
+// bfloat16 on AVX2-only CPUs), x and the weight are widened to float32 first (exactly) and the
+// float32 product runs instead.
 //
-// Where nothing follows the product but the rounding to y's dtype (no collective, no residual),
-// oneDNN can write y itself (RunInto): the float32 accumulators are rounded once in its kernel,
-// as ConvertFromFloat32 would round them, without a float32 copy of y and a second pass over it.
+// Where the next step takes the product in the inputs' dtype (a rank's partial that the ranks sum
+// in y's dtype, or y itself with nothing but the rounding left), oneDNN can write it so (RunInto):
+// the float32 accumulators are rounded once in its kernel, as ConvertFromFloat32 would round them,
+// without a float32 copy and a second pass over it.
 //
 // Each product runs with a scratchpad this object owns (oneDNN's user scratchpad mode), so no
 // product allocates; one Matmul therefore runs one product at a time.

@@ -40,8 +40,8 @@ void Local(const std::function<void(const Error&)>& abandon, Work&& work) {
 }  // namespace
 
 void RunAgLinearRs(const TwoDimGrid& grid, Communicator& comm, const AgLinearRsCall& call,
-                   const std::function<void(const void*, int64_t, float*)>& multiply,
-                   const std::function<void(float*, int64_t)>& finish,
+                   const std::function<void(const void*, int64_t, void*)>& multiply,
+                   const std::function<void(int64_t)>& finish,
                    const std::function<void(const Error&)>& abandon) {
   const int rankSize = comm.Size();
   const int me = comm.Rank();
@@ -68,10 +68,10 @@ void RunAgLinearRs(const TwoDimGrid& grid, Communicator& comm, const AgLinearRsC
   Local(abandon, [&] { multiply(gathered, gatheredRows, call.product); });
 
   // ReduceScatter within the group of ranks RankAt(agIdx, s): block s of every member's product
-  // goes to member s, which sums the rsDim blocks it receives.
-  float* sum = call.product;
+  // goes to member s, which sums the rsDim blocks it receives into y.
   if (grid.rsDim > 1) {
     const int64_t count = blockRows * call.n;
+    const size_t blockBytes = static_cast<size_t>(count) * DataTypeSize(call.productDtype);
     std::fill(sendCounts.begin(), sendCounts.end(), 0);
     std::fill(recvCounts.begin(), recvCounts.end(), 0);
     for (int s = 0; s < grid.rsDim; ++s) {
@@ -82,17 +82,17 @@ void RunAgLinearRs(const TwoDimGrid& grid, Communicator& comm, const AgLinearRsC
       rdispls[peer] = s * count;
     }
     comm.AllToAllV(call.product, sendCounts.data(), sdispls.data(), call.received,
-                   recvCounts.data(), rdispls.data(), ACL_FLOAT);
-    sum = call.received;
+                   recvCounts.data(), rdispls.data(), call.productDtype);
     Local(abandon, [&] {
       if (count == 0) return;
       std::vector<const void*> blocks(grid.rsDim);
-      for (int s = 0; s < grid.rsDim; ++s) blocks[s] = call.received + s * count;
-      ReduceArrays(ACL_FLOAT, ReduceOp::kSum, blocks.data(), blocks.size(), sum,
+      for (int s = 0; s < grid.rsDim; ++s)
+        blocks[s] = static_cast<const uint8_t*>(call.received) + s * blockBytes;
+      ReduceArrays(call.productDtype, ReduceOp::kSum, blocks.data(), blocks.size(), call.y,
                    static_cast<size_t>(count));
     });
   }
-  Local(abandon, [&] { finish(sum, blockRows); });
+  Local(abandon, [&] { finish(blockRows); });
 }
 
 }  // namespace collops

@@ -1,7 +1,8 @@
 // One LinearParallelOperation called again and again: the product's primitives and scratchpad are
 // kept per row count and dtype, so a later call with other rows, k, n, dtype or weight values must
 // still give that call's own product. PURE_LINEAR without residual has oneDNN write y in its own
-// dtype, with no float32 copy in the workspace.
+// dtype, and LINEAR_ALL_REDUCE of a bfloat16 y sums the partials oneDNN writes into y there, with
+// no float32 copy in the workspace.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -121,6 +122,31 @@ TEST(LinearParallelReuse, DirectProductNeedsNoWorkspace) {
     RunAndCheck(*plain, {ACL_BF16, 8, 64, 16}, 3, true, false, weight, &bytes);
     EXPECT_EQ(bytes, 0u) << "oneDNN writes bfloat16 y directly";
   }
+}
+
+// LINEAR_ALL_REDUCE of a bfloat16 y: oneDNN writes each rank's partial into y, which is summed in
+// place, the residual added there: no float32 copy of the product in the workspace.
+TEST(LinearParallelReuse, AllReduceSumsInPlaceOnY) {
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "oneDNN widens bfloat16 here";
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    for (bool residual : {false, true}) {
+      OperationPtr op = MakeOperation("LinearParallelOperation", {{"rank", rank},
+                                                                  {"rankSize", 2},
+                                                                  {"commMode", 1},
+                                                                  {"commDomain", domain},
+                                                                  {"hasResidual", residual}});
+      std::vector<HostTensor> ins = {HostTensor(ACL_BF16, {8, 64}), HostTensor(ACL_BF16, {16, 64})};
+      if (residual) ins.push_back(HostTensor(ACL_BF16, {16}));
+      std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+      VariantPack pack;
+      pack.inTensors = Tensors(ins);
+      pack.outTensors = Tensors(outs);
+      uint64_t bytes = 1;
+      ASSERT_EQ(op->Setup(pack, bytes, nullptr), NO_ERROR) << LastErrorMessage();
+      EXPECT_EQ(bytes, 0u) << (residual ? "with" : "without") << " residual";
+    }
+  });
 }
 
 }  // namespace

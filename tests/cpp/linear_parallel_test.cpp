@@ -337,6 +337,23 @@ TEST(LinearParallelErrors, RanksWithDifferentRowsGetRankMismatch) {
   });
 }
 
+TEST(LinearParallelErrors, RanksSummingDifferentDtypesGetRankMismatch) {
+  // The ranks sum y's dtype: rank 0's float32 partials cannot meet rank 1's bfloat16 ones.
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    for (int type : {LINEAR_ALL_REDUCE, LINEAR_REDUCE_SCATTER}) {
+      nlohmann::json param = ThreadJob(rank, 2, domain);
+      param["type"] = type;
+      param["outDataType"] = rank == 0 ? ACL_FLOAT : ACL_BF16;
+      OperationPtr op = MakeOperation("LinearParallelOperation", param);
+      std::vector<HostTensor> ins = {HostTensor(ACL_BF16, {4, 8}), HostTensor(ACL_BF16, {2, 8})};
+      std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+      EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH) << type;
+      EXPECT_THAT(LastErrorMessage(), HasSubstr("f32 but rank 1 runs")) << type;
+    }
+  });
+}
+
 TEST(LinearParallelErrors, RanksWithDifferentTypesGetRankMismatch) {
   const std::string domain = UniqueDomain();
   RunThreadRanks(2, [&](int rank) {
