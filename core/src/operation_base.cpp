@@ -315,8 +315,8 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
       if (!sameDescs) CheckOutputsMatchInferred(variantPack);
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
-      size = WorkspaceSizeImpl(variantPack);
       AcquireCommunicator(context);
+      size = WorkspaceSizeImpl(variantPack);
     });
     if (!sameDescs) {
       setupDescs_.clear();

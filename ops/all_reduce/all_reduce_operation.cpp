@@ -85,8 +85,16 @@ void AllReduceOperation::PrepareImpl(const VariantPack& pack) {
                                   NumElements(pack.inTensors[0].desc.shape));
 }
 
+bool AllReduceOperation::EngineQuantises(const Communicator& comm) const {
+  return quantPlan_.algo != QuantAlgo::kLocal && comm.HasAllReduceQuantised();
+}
+
 uint64_t AllReduceOperation::WorkspaceSizeImpl(const VariantPack&) const {
-  return Quantised() ? quantPlan_.workspaceBytes : 0;
+  // Only the path built from the primitives gathers int8 blocks into the workspace; an engine
+  // with a path of its own (lccl) stages them in its own memory.
+  const Communicator* comm = AcquiredCommunicator();
+  if (!Quantised() || (comm != nullptr && EngineQuantises(*comm))) return 0;
+  return quantPlan_.workspaceBytes;
 }
 
 InPlaceForm AllReduceOperation::InPlaceFormImpl(const VariantPack& pack) const {
@@ -114,16 +122,24 @@ CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
   return s;
 }
 
-void AllReduceOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t,
-                                     Communicator& comm) {
+void AllReduceOperation::ExecuteImpl(const VariantPack& pack, uint8_t* workspace,
+                                     uint64_t workspaceSize, Communicator& comm) {
   const Tensor& x = pack.inTensors[0];
   if (Quantised()) {
     const Tensor& y = pack.outTensors[0];
     const QuantScale quant = QuantScaleOf(quantType_, x, pack.inTensors[1], pack.inTensors[2]);
-    if (quantPlan_.algo != QuantAlgo::kLocal &&
-        comm.AllReduceQuantised(static_cast<const int8_t*>(x.deviceData), y.deviceData,
-                                static_cast<size_t>(quantPlan_.count), quant, outDtype_)) {
+    if (EngineQuantises(comm)) {
+      if (!comm.AllReduceQuantised(static_cast<const int8_t*>(x.deviceData), y.deviceData,
+                                   static_cast<size_t>(quantPlan_.count), quant, outDtype_)) {
+        Fail(ERROR_INTERNAL_ERROR, Where(), ": backend ", comm.BackendName(),
+             " said it runs AllReduceQuantised itself, then did not");
+      }
       return;
+    }
+    if (workspaceSize < quantPlan_.workspaceBytes) {
+      Fail(ERROR_INVALID_WORKSPACE_SIZE, Where(), ": workspace of ", workspaceSize,
+           " bytes; the quantised AllReduce built from backend ", comm.BackendName(),
+           "'s primitives needs ", quantPlan_.workspaceBytes);
     }
     RunQuantAllReduce(quantPlan_, quant, x, y, workspace, comm);
     return;

@@ -25,6 +25,9 @@ class AllReduceOperation final : public OperationBase {
 
  private:
   bool Quantised() const { return quantType_ != AllReduceParam::QUANT_TYPE_UNQUANT; }
+  /// This call (quantised, R > 1) runs as `comm`'s own AllReduceQuantised, which needs no
+  /// workspace, rather than from its primitives (quant_all_reduce.h).
+  bool EngineQuantises(const Communicator& comm) const;
   std::vector<TensorSpec> InputSpecs() const override;
   std::vector<TensorSpec> OutputSpecs() const override;
   void InferShapeImpl(const std::vector<TensorDesc>& in,

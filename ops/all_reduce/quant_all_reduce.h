@@ -3,8 +3,9 @@
 // float16 [1], y of outDataType (float16, bfloat16, float32) with x's shape.
 //
 // The int8 data crosses the wire as int8, never as a float copy: that halves the bytes float16
-// would move. An engine with a path of its own runs it (Communicator::AllReduceQuantised: lccl);
-// on the others it is built from their AllGatherV and AllToAllV, so it runs on every backend:
+// would move. An engine with a path of its own runs it (Communicator::AllReduceQuantised: lccl),
+// and the operation then asks for no workspace; on the others it is built from their AllGatherV
+// and AllToAllV into a workspace of the int8 blocks received, so it runs on every backend:
 //   local    R = 1: dequantise x, no communication.
 //   oneshot  AllGatherV of x (int8), then every rank sums all R copies and dequantises the whole
 //            tensor itself. One exchange; each rank receives (R - 1)·N bytes.

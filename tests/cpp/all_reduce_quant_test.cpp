@@ -1,8 +1,8 @@
 // Quantised AllReduce (quantType 1 / 2) on thread ranks and forked processes: the golden suite
 // and error rules of quant_suite.h at R in {1, 2, 3, 4, 7} (lccl's own path), each algorithm
 // forced at the sizes the automatic choice would not give it (lccl's own on processes, the one
-// built from the primitives on threads), and what that one hands the engine: int8 for x, never a
-// float copy of it.
+// built from the primitives on threads), what that one hands the engine: int8 for x, never a
+// float copy of it, and the workspace each path asks for (none where lccl runs its own).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 
 #include "collops/context.h"
 #include "op_harness.h"
+#include "ops/all_reduce/quant_all_reduce.h"
 #include "process_ranks.h"
 #include "quant_suite.h"
 #include "thread_comm_test_util.h"
@@ -194,6 +195,27 @@ std::string AlgorithmAndRanksName(const ::testing::TestParamInfo<AlgorithmAndRan
 const auto kAlgorithmsAndRanks =
     ::testing::Combine(::testing::Values("oneshot", "rsag"), ::testing::Values(2, 3, 4));
 
+/// lccl's thread engine runs its own quantised AllReduce: Setup asks for no workspace at any size
+/// (the path built from the primitives would gather R·N or R·slice bytes), and the results stay
+/// the goldens'.
+class QuantAllReduceWorkspace : public ::testing::TestWithParam<int> {};
+
+TEST_P(QuantAllReduceWorkspace, NoneWhereLcclQuantisesOnThreadRanks) {
+  const int rankSize = GetParam();
+  const std::vector<QuantCase> cases = ForcedCases(rankSize);
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(rankSize, [&](int rank) {
+    const SuiteJob job = ThreadJob(rank, rankSize, domain);
+    for (const QuantCase& c : cases) {
+      EXPECT_EQ(QuantWorkspaceBytes(job, c), 0u) << c.Name() << ", rank " << rank;
+      RunQuantCase(job, c);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, QuantAllReduceWorkspace, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return Concat("R", info.param); });
+
 /// The algorithms built from the primitives, as the engines without a quantised AllReduce of
 /// their own (mpi, hccl, c10d) run them: thread ranks behind a RecordingCommunicator, which has
 /// none either.
@@ -209,7 +231,15 @@ TEST_P(QuantAllReducePrimitivesGolden, ForcedOnThreadRanks) {
         DefaultContext().Communicators().Get(ThreadRankParam(rank, rankSize, domain)));
     SuiteJob job = ThreadJob(rank, rankSize, domain);
     job.comm = &recorder;
-    for (const QuantCase& c : cases) RunQuantCase(job, c);
+    for (const QuantCase& c : cases) {
+      // The int8 blocks the primitives gather: R·N bytes (oneshot), R·slice (rsag).
+      const int64_t count = NumElements(MakeDims(c.shape));
+      const uint64_t blocks =
+          PlanQuantAllReduce(QuantAlgoFromEnv(), rankSize, rank, count).workspaceBytes;
+      if (std::string(algo) == "oneshot") EXPECT_EQ(blocks, uint64_t(rankSize * count));
+      EXPECT_EQ(QuantWorkspaceBytes(job, c), blocks) << c.Name() << ", rank " << rank;
+      RunQuantCase(job, c);
+    }
     ASSERT_FALSE(recorder.calls.empty()) << "rank " << rank;
     EXPECT_EQ(recorder.calls[0].primitive,
               std::string(algo) == "oneshot" ? "AllGatherV" : "AllToAllV")
@@ -238,7 +268,11 @@ TEST_P(ProcessQuantAllReduceAlgorithm, ForcedMatchesGolden) {
         job.rankSize = rankSize;
         job.backend = "lccl";
         job.commDomain = "quant-forced";
-        for (const QuantCase& c : cases) RunQuantCase(job, c);
+        for (const QuantCase& c : cases) {
+          // The engine stages the int8 data in its own segment: no workspace.
+          EXPECT_EQ(QuantWorkspaceBytes(job, c), 0u) << c.Name() << ", rank " << rank;
+          RunQuantCase(job, c);
+        }
       },
       options);
 }

@@ -97,6 +97,20 @@ void RunQuantCase(const SuiteJob& job, const QuantCase& c) {
   ExpectExactly(outs[0], c.exact, what + " vs the float32 steps");
 }
 
+uint64_t QuantWorkspaceBytes(const SuiteJob& job, const QuantCase& c) {
+  const std::string what = Where(job, c.Name());
+  OperationPtr op =
+      MakeOperation("AllReduceOperation", QuantParam(job, c.quantType, c.out), job.comm);
+  std::vector<HostTensor> ins = {HostTensor::FromValues(ACL_INT8, c.shape, c.x[job.rank]),
+                                 HostTensor::FromValues(ACL_FLOAT16, c.scaleShape, c.scale),
+                                 HostTensor::FromValues(ACL_FLOAT16, {1}, {c.offset})};
+  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+  uint64_t workspaceSize = ~uint64_t{0};
+  const Status status = op->Setup(VariantPack{Tensors(ins), Tensors(outs)}, workspaceSize, nullptr);
+  EXPECT_EQ(status, NO_ERROR) << what << ": " << StatusName(status) << ": " << LastErrorMessage();
+  return workspaceSize;
+}
+
 void RunQuantAllReduceCases(const SuiteJob& job) {
   // 67 x 1024 int8 = 68608 bytes: beyond kSuiteShmBytes, and above the sizes from which R >= 3
   // takes rsag (kQuantOneShotMaxElements; lccl's own: shm_policy.h) while the smaller ones take

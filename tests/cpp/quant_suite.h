@@ -42,6 +42,9 @@ QuantCase MakeQuantCase(int rankSize, int quantType, DataType out, std::vector<i
 /// against both goldens; gtest failures name the case and the rank.
 void RunQuantCase(const SuiteJob& job, const QuantCase& c);
 
+/// The workspace Setup asks for on this rank of `job` for case `c` (Setup only, no Execute).
+uint64_t QuantWorkspaceBytes(const SuiteJob& job, const QuantCase& c);
+
 /// quantType {1, 2} × outDataType {float16, bfloat16, float32} × shapes from empty to beyond
 /// kSuiteShmBytes (per channel: scale [n] and [1, n] alternately).
 void RunQuantAllReduceCases(const SuiteJob& job);

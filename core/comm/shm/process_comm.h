@@ -52,6 +52,7 @@ class ProcessCommunicator final : public Communicator {
   /// Always runs it (quant_allreduce.h): returns true.
   bool AllReduceQuantised(const int8_t* in, void* out, size_t count, const QuantScale& quant,
                           DataType outDtype) override;
+  bool HasAllReduceQuantised() const override { return true; }
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;
   void Recv(void* buf, size_t count, DataType dtype, int peer) override;
   void Exchange(const std::vector<PointToPoint>& ops) override;

@@ -56,6 +56,7 @@ class ThreadCommunicator final : public Communicator {
   /// slices from their owners' outputs ("slices", three Syncs). Returns true.
   bool AllReduceQuantised(const int8_t* in, void* out, size_t count, const QuantScale& quant,
                           DataType outDtype) override;
+  bool HasAllReduceQuantised() const override { return true; }
   /// Blocks until `peer` has received the message (the receiver copies straight from `buf`).
   /// Messages between the same pair are delivered in the order they were sent.
   void Send(const void* buf, size_t count, DataType dtype, int peer) override;

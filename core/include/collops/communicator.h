@@ -102,6 +102,11 @@ class Communicator {
     (void)in, (void)out, (void)count, (void)quant, (void)outDtype;
     return false;
   }
+  /// Whether AllReduceQuantised runs here (returns true) rather than leaving the call to its
+  /// caller. Asked before any call, so an operation can size its workspace by it: the path built
+  /// from the primitives needs one, the engine's own needs none. Must agree with
+  /// AllReduceQuantised; the default, as its default, says no.
+  virtual bool HasAllReduceQuantised() const { return false; }
 
   /// Point to point. A Send must meet a Recv with the same count and dtype on `peer`; when they
   /// differ both sides throw ERROR_RANK_MISMATCH naming both ranks and values.

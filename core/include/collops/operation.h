@@ -13,10 +13,11 @@ namespace collops {
 class Context;
 
 /// One configured collective. Lifecycle: create (params parsed and validated, no communication)
-/// -> InferShape (pure) -> Setup (host counts read and checked, workspace size, communicator
-/// acquired) -> Execute (cross-rank agreement check, local copy, then peers). Execute on CPU is
-/// synchronous. An Operation object is used by one thread at a time, and so are all the ops that
-/// share a communicator (same commDomain and Context): see ExclusiveUse in communicator.h.
+/// -> InferShape (pure) -> Setup (host counts read and checked, communicator acquired, workspace
+/// sized for what that communicator runs) -> Execute (cross-rank agreement check, local copy, then
+/// peers). Execute on CPU is synchronous. An Operation object is used by one thread at a time, and
+/// so are all the ops that share a communicator (same commDomain and Context): see ExclusiveUse in
+/// communicator.h.
 class Operation {
  public:
   virtual ~Operation() = default;
@@ -27,8 +28,9 @@ class Operation {
   /// Output descriptions for these inputs; touches no data and no communicator.
   virtual Status InferShape(const std::vector<TensorDesc>& inTensorDescs,
                             std::vector<TensorDesc>& outTensorDescs) const = 0;
-  /// Checks the tensors (counts, dims, dtypes, sizes, host counts), sizes the workspace and
-  /// acquires the communicator. `context` may be null: the process' default context is used.
+  /// Checks the tensors (counts, dims, dtypes, sizes, host counts), acquires the communicator and
+  /// sizes the workspace (for what that communicator runs itself). `context` may be null: the
+  /// process' default context is used.
   virtual Status Setup(const VariantPack& variantPack, uint64_t& workspaceSize,
                        Context* context) = 0;
   /// Runs the collective on tensors shaped as in the last Setup, with a workspace of at least the

@@ -88,6 +88,8 @@ class OperationBase : public Operation {
   /// Reads host counts and checks every range against the buffers, keeping what Execute needs.
   /// Runs in Setup and again in Execute (counts may be rebound in between). Throws Error.
   virtual void PrepareImpl(const VariantPack& pack) { (void)pack; }
+  /// Bytes of workspace Execute needs, after PrepareImpl, with the communicator acquired
+  /// (AcquiredCommunicator()).
   virtual uint64_t WorkspaceSizeImpl(const VariantPack& pack) const {
     (void)pack;
     return 0;
@@ -114,6 +116,10 @@ class OperationBase : public Operation {
   /// Moves the data. The communicator has Size() == rankSize and Rank() == rank.
   virtual void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                            Communicator& comm) = 0;
+
+  /// The communicator Setup acquired (before it asked WorkspaceSizeImpl, so the size may depend
+  /// on what the engine runs itself); null before the first Setup.
+  const Communicator* AcquiredCommunicator() const { return comm_.get(); }
 
   /// "<op>: " prefix helpers for messages, e.g. Where() = "AllToAllVOperation (rank 1)".
   std::string Where() const;
