@@ -145,7 +145,9 @@ void CollopsBackend::RunOperation(Operation& op, const VariantPack& pack) {
     Status status = op.Setup(pack, workspaceSize, nullptr);
     at::Tensor workspace;
     if (status == NO_ERROR) {
-      workspace = at::empty({static_cast<int64_t>(workspaceSize)}, at::kByte);
+      // Most calls need none (lccl's quantised AllReduce stages in its own segment).
+      if (workspaceSize > 0)
+        workspace = at::empty({static_cast<int64_t>(workspaceSize)}, at::kByte);
       status = op.Execute(pack, workspaceSize > 0 ? workspace.data_ptr<uint8_t>() : nullptr,
                           workspaceSize, nullptr);
     }

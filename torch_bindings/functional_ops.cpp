@@ -159,12 +159,15 @@ c10::intrusive_ptr<c10d::ProcessGroup> GroupNamed(const std::string& name) {
   return group;
 }
 
-// A new uninitialised output of `sizes` like `x` (CPU, contiguous), over the memory of an
+// A new uninitialised output of `sizes` like `x` (CPU, contiguous), of `dtype` (x's when
+// Undefined: every op but quant_all_reduce), over the memory of an
 // earlier output of this thread that nobody holds any more when there is one (reused_outputs.h):
 // a loop that drops each result allocates nothing. Two kept: a layer's two collectives.
-at::Tensor NewOutput(c10::IntArrayRef sizes, const at::Tensor& x) {
+at::Tensor NewOutput(c10::IntArrayRef sizes, const at::Tensor& x,
+                     c10::ScalarType dtype = c10::ScalarType::Undefined) {
   thread_local ReusedOutputs outputs(2);
-  return outputs.Take(sizes, x.scalar_type(), [&] { return at::empty(sizes, x.options()); });
+  if (dtype == c10::ScalarType::Undefined) dtype = x.scalar_type();
+  return outputs.Take(sizes, dtype, [&] { return at::empty(sizes, x.options().dtype(dtype)); });
 }
 
 // The collops backend serving `group`'s CPU tensors, or null (another backend, or torch's debug
@@ -228,7 +231,7 @@ std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, Collop
   }
   if (!collops) return std::nullopt;
   const std::vector<at::Tensor> dense = DenseInputs(ins);
-  std::vector<at::Tensor> outs{at::empty(ins[0].sizes(), ins[0].options().dtype(outDtype))};
+  std::vector<at::Tensor> outs{NewOutput(ins[0].sizes(), ins[0], outDtype)};
   VariantPack pack;
   const Status packed = Guarded([&] { pack = BuildVariantPack(dense, outs, HostCountBinding()); });
   TORCH_CHECK(packed == NO_ERROR, "collops.quant_all_reduce: ", LastErrorMessage());

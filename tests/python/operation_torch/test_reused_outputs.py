@@ -1,9 +1,9 @@
 """Outputs over reused memory (torch_bindings/reused_outputs.h): OperationTorch.execute and the
-eager torch.ops.collops.* return a new tensor on every call, whose memory may be that of an
-earlier output only once nothing holds that output any more. Results stay those of fresh
-outputs; an output the caller still holds (itself, a view, its storage) is never written again;
-a change of shape or dtype infers and allocates anew; input errors stay what they were after
-calls that succeeded. The default group named "" is asked of Python once, and again when it
+eager torch.ops.collops.* (quant_all_reduce too) return a new tensor on every call, whose memory
+may be that of an earlier output only once nothing holds that output any more. Results stay those
+of fresh outputs; an output the caller still holds (itself, a view, its storage) is never written
+again; a change of shape or dtype infers and allocates anew; input errors stay what they were
+after calls that succeeded. The default group named "" is asked of Python once, and again when it
 changes."""
 
 import json
@@ -86,6 +86,23 @@ def _ops_reuse(ctx):
         x_of,
         lambda n: torch.cat([torch.arange(n, dtype=torch.float32) * (r + 1) for r in range(R)]),
         lambda n: torch.empty(n * R),
+    )
+    # quant_all_reduce: x int8 [n, 16], per-tensor scale and offset, y float16 (exact here).
+    scale = torch.tensor([0.5], dtype=torch.float16)
+    offset = torch.tensor([1.0], dtype=torch.float16)
+
+    def q_of(n):
+        return (torch.arange(n * 16) % 7 - 3 + me).to(torch.int8).view(n, 16)
+
+    def q_want(n):
+        total = sum((torch.arange(n * 16) % 7 - 3 + r) for r in range(R)).view(n, 16)
+        return ((total + R) * 0.5).to(torch.float16)
+
+    _reuse_rules(
+        lambda x: torch.ops.collops.quant_all_reduce(x, scale, offset, 1, torch.float16, g),
+        q_of,
+        q_want,
+        lambda n: torch.empty(n, 16, dtype=torch.float16),
     )
     # A result only the autograd graph keeps (saved for the square's backward) is held too.
     x = torch.ones(8, requires_grad=True)
