@@ -80,34 +80,48 @@ QuantCase MakeQuantCase(int rankSize, int quantType, DataType out, std::vector<i
   return c;
 }
 
+namespace {
+
+/// One rank's call of a case: the operation, this rank's x with the scale and the offset, and y
+/// as the operation infers it.
+struct CaseCall {
+  OperationPtr op;
+  std::vector<HostTensor> ins;
+  std::vector<HostTensor> outs;
+};
+
+CaseCall MakeCaseCall(const SuiteJob& job, const QuantCase& c) {
+  CaseCall call;
+  call.op = MakeOperation("AllReduceOperation", QuantParam(job, c.quantType, c.out), job.comm);
+  call.ins = {HostTensor::FromValues(ACL_INT8, c.shape, c.x[job.rank]),
+              HostTensor::FromValues(ACL_FLOAT16, c.scaleShape, c.scale),
+              HostTensor::FromValues(ACL_FLOAT16, {1}, {c.offset})};
+  call.outs = AllocateOutputs(*call.op, Tensors(call.ins));
+  return call;
+}
+
+}  // namespace
+
 void RunQuantCase(const SuiteJob& job, const QuantCase& c) {
   const std::string what = Where(job, c.Name());
-  OperationPtr op =
-      MakeOperation("AllReduceOperation", QuantParam(job, c.quantType, c.out), job.comm);
-  std::vector<HostTensor> ins = {HostTensor::FromValues(ACL_INT8, c.shape, c.x[job.rank]),
-                                 HostTensor::FromValues(ACL_FLOAT16, c.scaleShape, c.scale),
-                                 HostTensor::FromValues(ACL_FLOAT16, {1}, {c.offset})};
-  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+  CaseCall call = MakeCaseCall(job, c);
+  std::vector<HostTensor>& outs = call.outs;
   ASSERT_EQ(outs.size(), 1u) << what;
   EXPECT_EQ(outs[0].dtype(), c.out) << what;
   EXPECT_EQ(outs[0].shape(), c.shape) << what;
-  const Status status = RunOperation(*op, Tensors(ins), Tensors(outs));
+  const Status status = RunOperation(*call.op, Tensors(call.ins), Tensors(outs));
   ASSERT_EQ(status, NO_ERROR) << what << ": " << StatusName(status) << ": " << LastErrorMessage();
   ExpectClose(outs[0], c.golden, what + " vs ATB's golden");
   ExpectExactly(outs[0], c.exact, what + " vs the float32 steps");
 }
 
 uint64_t QuantWorkspaceBytes(const SuiteJob& job, const QuantCase& c) {
-  const std::string what = Where(job, c.Name());
-  OperationPtr op =
-      MakeOperation("AllReduceOperation", QuantParam(job, c.quantType, c.out), job.comm);
-  std::vector<HostTensor> ins = {HostTensor::FromValues(ACL_INT8, c.shape, c.x[job.rank]),
-                                 HostTensor::FromValues(ACL_FLOAT16, c.scaleShape, c.scale),
-                                 HostTensor::FromValues(ACL_FLOAT16, {1}, {c.offset})};
-  std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+  CaseCall call = MakeCaseCall(job, c);
   uint64_t workspaceSize = ~uint64_t{0};
-  const Status status = op->Setup(VariantPack{Tensors(ins), Tensors(outs)}, workspaceSize, nullptr);
-  EXPECT_EQ(status, NO_ERROR) << what << ": " << StatusName(status) << ": " << LastErrorMessage();
+  const Status status =
+      call.op->Setup(VariantPack{Tensors(call.ins), Tensors(call.outs)}, workspaceSize, nullptr);
+  EXPECT_EQ(status, NO_ERROR) << Where(job, c.Name()) << ": " << StatusName(status) << ": "
+                              << LastErrorMessage();
   return workspaceSize;
 }
 
