@@ -69,16 +69,23 @@ constexpr char kQuantAllReduceName[] = "quant_all_reduce";
 // gradient (an in-place collective on a tensor autograd tracks is refused), no output allocated.
 constexpr char kAllReduceInPlaceName[] = "all_reduce_";
 
-// A reduce-op name as the ops take it (any case), as torch's ReduceOp.
+// True when `name` is `lower` in any case.
+bool NameIs(const std::string& name, const char* lower) {
+  size_t i = 0;
+  for (; i < name.size() && lower[i] != '\0'; ++i) {
+    if (std::tolower(static_cast<unsigned char>(name[i])) != lower[i]) return false;
+  }
+  return i == name.size() && lower[i] == '\0';
+}
+
+// A reduce-op name as the ops take it (any case), as torch's ReduceOp; compared in place, as
+// every call names one.
 c10d::ReduceOp ReduceOpOf(const std::string& name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "sum") return c10d::ReduceOp::SUM;
-  if (lower == "avg") return c10d::ReduceOp::AVG;
-  if (lower == "prod" || lower == "product") return c10d::ReduceOp::PRODUCT;
-  if (lower == "max") return c10d::ReduceOp::MAX;
-  if (lower == "min") return c10d::ReduceOp::MIN;
+  if (NameIs(name, "sum")) return c10d::ReduceOp::SUM;
+  if (NameIs(name, "avg")) return c10d::ReduceOp::AVG;
+  if (NameIs(name, "prod") || NameIs(name, "product")) return c10d::ReduceOp::PRODUCT;
+  if (NameIs(name, "max")) return c10d::ReduceOp::MAX;
+  if (NameIs(name, "min")) return c10d::ReduceOp::MIN;
   TORCH_CHECK_VALUE(false, "collops: unknown reduce op '", name,
                     "'; use one of ['avg', 'max', 'min', 'prod', 'product', 'sum']");
 }

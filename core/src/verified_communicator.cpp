@@ -8,16 +8,31 @@ namespace collops {
 VerifiedCommunicator::VerifiedCommunicator(std::shared_ptr<Communicator> inner, std::string label)
     : inner_(std::move(inner)), label_(std::move(label)) {
   if (inner_ == nullptr) Fail(ERROR_COMM_EMPTY, label_, ": no communicator to verify");
+  names_.allGatherBytes = Name("AllGatherBytes");
+  names_.allGatherV = Name("AllGatherV");
+  names_.allToAllV = Name("AllToAllV");
+  names_.broadcast = Name("Broadcast");
+  names_.barrier = Name("Barrier");
+  for (size_t i = 0; i < kReduceOps; ++i) {
+    const auto op = static_cast<ReduceOp>(i);
+    names_.allReduce[i] = ReducingOpName(Name("AllReduce").c_str(), op);
+    names_.reduceScatterV[i] = ReducingOpName(Name("ReduceScatterV").c_str(), op);
+  }
 }
 
-// Runs on every call, so no stream (Concat): see ReducingOpName.
 std::string VerifiedCommunicator::Name(const char* primitive) const {
   return std::string(label_).append(1, ' ').append(primitive);
 }
 
+std::string VerifiedCommunicator::Reducing(const std::array<std::string, kReduceOps>& names,
+                                           const char* primitive, ReduceOp op) const {
+  const auto i = static_cast<size_t>(op);
+  return i < kReduceOps ? names[i] : ReducingOpName(Name(primitive).c_str(), op);
+}
+
 void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
   CallSignature s;
-  s.opName = Name("AllGatherBytes");
+  s.opName = names_.allGatherBytes;
   s.count = static_cast<int64_t>(bytes);
   inner_->Agree(s);
   inner_->AllGatherBytes(in, out, bytes);
@@ -26,7 +41,7 @@ void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t byte
 void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                      ReduceOp op) {
   CallSignature s;
-  s.opName = ReducingOpName(Name("AllReduce").c_str(), op);
+  s.opName = Reducing(names_.allReduce, "AllReduce", op);
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   inner_->Agree(s);
@@ -36,14 +51,20 @@ void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, Da
 void VerifiedCommunicator::AllGatherV(const void* in, size_t sendCount, void* out,
                                       const int64_t* recvCounts, const int64_t* rdispls,
                                       DataType dtype) {
-  AllGatherVAs("AllGatherV", in, sendCount, out, recvCounts, rdispls, dtype);
+  Gather(names_.allGatherV, in, sendCount, out, recvCounts, rdispls, dtype);
 }
 
 void VerifiedCommunicator::AllGatherVAs(const std::string& purpose, const void* in,
                                         size_t sendCount, void* out, const int64_t* recvCounts,
                                         const int64_t* rdispls, DataType dtype) {
+  Gather(Name(purpose.c_str()), in, sendCount, out, recvCounts, rdispls, dtype);
+}
+
+void VerifiedCommunicator::Gather(std::string name, const void* in, size_t sendCount, void* out,
+                                  const int64_t* recvCounts, const int64_t* rdispls,
+                                  DataType dtype) {
   CallSignature s;
-  s.opName = Name(purpose.c_str());
+  s.opName = std::move(name);
   s.dtype = dtype;
   s.sendCounts.assign(Size(), static_cast<int64_t>(sendCount));
   s.recvCounts.assign(recvCounts, recvCounts + Size());
@@ -57,7 +78,7 @@ void VerifiedCommunicator::ReduceScatterV(const void* in, const int64_t* sendCou
                                           const int64_t* sdispls, void* out, size_t recvCount,
                                           DataType dtype, ReduceOp op) {
   CallSignature s;
-  s.opName = ReducingOpName(Name("ReduceScatterV").c_str(), op);
+  s.opName = Reducing(names_.reduceScatterV, "ReduceScatterV", op);
   s.dtype = dtype;
   s.sendCounts.assign(sendCounts, sendCounts + Size());
   s.recvCounts.assign(Size(), static_cast<int64_t>(recvCount));
@@ -71,7 +92,7 @@ void VerifiedCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
                                      const int64_t* sdispls, void* out, const int64_t* recvCounts,
                                      const int64_t* rdispls, DataType dtype) {
   CallSignature s;
-  s.opName = Name("AllToAllV");
+  s.opName = names_.allToAllV;
   s.dtype = dtype;
   s.sendCounts.assign(sendCounts, sendCounts + Size());
   s.recvCounts.assign(recvCounts, recvCounts + Size());
@@ -83,7 +104,7 @@ void VerifiedCommunicator::AllToAllV(const void* in, const int64_t* sendCounts,
 
 void VerifiedCommunicator::Broadcast(void* buf, size_t count, DataType dtype, int root) {
   CallSignature s;
-  s.opName = Name("Broadcast");
+  s.opName = names_.broadcast;
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   s.root = root;
@@ -103,7 +124,7 @@ void VerifiedCommunicator::Exchange(const std::vector<PointToPoint>& ops) { inne
 
 void VerifiedCommunicator::Barrier() {
   CallSignature s;
-  s.opName = Name("Barrier");
+  s.opName = names_.barrier;
   inner_->Agree(s);
   inner_->Barrier();
 }

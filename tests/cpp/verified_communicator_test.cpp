@@ -92,6 +92,48 @@ TEST(VerifiedCommunicator, DifferentPrimitivesFailOnEveryRank) {
   });
 }
 
+// `call` fails with ERROR_RANK_MISMATCH naming both `a` and `b`.
+template <class Call>
+void ExpectMismatchNaming(int rank, Call call, const char* a, const char* b) {
+  try {
+    call();
+    ADD_FAILURE() << "rank " << rank << ": no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH);
+    EXPECT_THAT(e.what(), HasSubstr(a));
+    EXPECT_THAT(e.what(), HasSubstr(b));
+  }
+}
+
+// The names a call agrees on are built once per communicator, one per reduction: ranks passing
+// different reductions of the same data still disagree, and the message names both.
+TEST(VerifiedCommunicator, DifferentReductionsFailOnEveryRankNamingBoth) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    auto comm = Verified(rank, 2, domain);
+    std::vector<float> in(4, 1.0f), out(4);
+    for (int round = 0; round < 2; ++round) {  // the second call takes the names made for the first
+      ExpectMismatchNaming(
+          rank,
+          [&] {
+            comm->AllReduce(in.data(), out.data(), 4, ACL_FLOAT,
+                            rank == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+          },
+          "test AllReduce/sum", "test AllReduce/max");
+    }
+    std::vector<int64_t> counts = {2, 2}, displs = {0, 2};
+    ExpectMismatchNaming(
+        rank,
+        [&] {
+          comm->ReduceScatterV(in.data(), counts.data(), displs.data(), out.data(), 2, ACL_FLOAT,
+                               rank == 0 ? ReduceOp::kProd : ReduceOp::kMin);
+        },
+        "test ReduceScatterV/prod", "test ReduceScatterV/min");
+    comm->AllReduce(in.data(), out.data(), 4, ACL_FLOAT, ReduceOp::kMin);  // agreeing: passes
+    EXPECT_EQ(out, std::vector<float>(4, 1.0f));
+  });
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace collops

@@ -5,11 +5,13 @@
 // ERROR_RANK_MISMATCH instead of a hang, a lost peer or a silently wrong result.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "collops/communicator.h"
+#include "collops/reduce.h"
 
 namespace collops {
 
@@ -48,10 +50,25 @@ class VerifiedCommunicator final : public Communicator {
   void Barrier() override;
 
  private:
+  // The signature names of every call ("<label> AllReduce/sum"), built once with the
+  // communicator: a call copies its name instead of building it.
+  static constexpr size_t kReduceOps = 4;  // ReduceOp's values, 0..3
+  struct Names {
+    std::string allGatherBytes, allGatherV, allToAllV, broadcast, barrier;
+    std::array<std::string, kReduceOps> allReduce, reduceScatterV;
+  };
+
   std::string Name(const char* primitive) const;
+  // AllGatherV agreed on as `name`.
+  void Gather(std::string name, const void* in, size_t sendCount, void* out,
+              const int64_t* recvCounts, const int64_t* rdispls, DataType dtype);
+  /// names[op], or the name built for this call when `op` is outside ReduceOp's values.
+  std::string Reducing(const std::array<std::string, kReduceOps>& names, const char* primitive,
+                       ReduceOp op) const;
 
   std::shared_ptr<Communicator> inner_;
   std::string label_;
+  Names names_;
 };
 
 }  // namespace collops
