@@ -122,6 +122,9 @@ CATEGORIES = [
                 r"collops::shm::ProcessCommunicator::AllReduce\(",
                 r"collops::shm::ProcessCommunicator::AllGatherBytes\(",
                 r"collops::shm::ProcessCommunicator::AllGatherV\(",
+                # DeepSpeed's shared-memory kernel (ds_kernel, deepspeed): all of it, as it has
+                # no agreement round.
+                r"^inference_all_reduce_\(at::Tensor&, int\)",
             ],
             "minus": [r"collops::shm::Transport::CheckCarriedAgreement\("],
         },
@@ -142,7 +145,13 @@ CATEGORIES = [
         },
     ),
 ]
-WAIT_FUNCTIONS = [r"collops::shm::Transport::WaitAll\(", r"collops::shm::WaitWord::Wait"]
+# Spinning for the peers: collops' waits, and DeepSpeed's, which spins without sleeping, so its
+# count grows with the time rank 1 takes to arrive (the machine's load).
+WAIT_FUNCTIONS = [
+    r"collops::shm::Transport::WaitAll\(",
+    r"collops::shm::WaitWord::Wait",
+    r"^wait_buffer_state_until",
+]
 
 
 def inclusive_counts(dump):
@@ -348,6 +357,11 @@ def main():
         print(
             "| (of the engine: waiting for the peer) | "
             + " | ".join(f"{table[p]['waiting']:,.0f}" for p in paths)
+            + " |"
+        )
+        print(
+            "| total without the waiting | "
+            + " | ".join(f"{table[p]['total'] - table[p]['waiting']:,.0f}" for p in paths)
             + " |"
         )
     if not args.keep:
