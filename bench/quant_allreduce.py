@@ -8,20 +8,32 @@ take), every round times each path once, in turn, so load on the machine hits al
   f16         AllReduceOperation of x float16 [N/1024, 1024] (OperationTorch.execute_out)
   gloo_deq    ATB's int8 pipeline by hand over gloo: dequantise x to float16 ((x + offset)·scale),
               then dist.all_reduce of the float16 tensor
+  quant:A     with --algos A,B,...: the quantised AllReduce with lccl's algorithm A forced
+              (oneshot, rsag), each over a communicator of its own created with
+              COLLOPS_ALGO_QUANTALLREDUCE=A, so that the algorithms are compared with each other
+              and with f16 in one run
 A round times --calls calls of a path back to back after one barrier (not timed), so the ranks'
 skew leaving the barrier, which is no part of either collective, is spread over those calls
 instead of landing on one. Reported per path: the median over rounds of the max over ranks of
 the time per call, in ms; then f16 ÷ quant and gloo_deq ÷ quant (> 1: the quantised AllReduce is
-faster). Every rank's y of the quantised path is
-checked against the float32 steps of its golden once, before the timing.
+faster). Every rank's y of the quantised paths is
+checked against the float32 steps of its golden once, before the timing. A second table gives,
+per path, the CPU time per call summed over the ranks (user + system, waits included) and the
+context switches per call summed over the ranks: with more ranks than CPUs the total work and
+the number of times a rank gives up its CPU decide the time, and they vary less than the wall
+clock on a shared machine.
 
     python3 bench/quant_allreduce.py                         # R = 2 and 4, 256 KiB..16 MiB
     python3 bench/quant_allreduce.py --ranks 2 --sizes 1M --rounds 5 --calls 1
+    python3 bench/quant_allreduce.py --ranks 4 --algos oneshot,rsag   # the algorithms side by side
 """
 
 import argparse
+import contextlib
 import os
 import re
+import resource
+import statistics
 import sys
 import time
 
@@ -40,7 +52,23 @@ def _op(rank, world, **extra):
     return spawned_ranks.lccl_operation("AllReduceOperation", rank, world, "quant-bench", **extra)
 
 
-def _paths(rank, world, elements, gloo):
+@contextlib.contextmanager
+def _forced(algo):
+    """The environment a communicator forcing lccl's quantised algorithm `algo` is created in."""
+    env = {"COLLOPS_ALGO_QUANTALLREDUCE": algo}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+def _paths(rank, world, elements, gloo, algos):
     gen = torch.Generator().manual_seed(rank)
     shape = (elements // ROW, ROW)
     x = torch.randint(-128, 128, shape, generator=gen, dtype=torch.int16).to(torch.int8)
@@ -60,21 +88,36 @@ def _paths(rank, world, elements, gloo):
         torch.mul(x.float() + offset.float(), scale.float(), out=deq)
         dist.all_reduce(deq, group=gloo)
 
-    return {
+    calls = {
         "quant": quant_call,
         "f16": lambda: plain.execute_out([h], [hy]),
         "gloo_deq": gloo_call,
-    }, (x, scale, offset, y)
+    }
+    for algo in algos:
+        with _forced(algo):
+            # The communicator is created by the first call, in this environment.
+            forced = _op(rank, world, quantType=1, outDataType=1, commDomain=f"quant-bench-{algo}")
+            ya = torch.empty_like(y)
+            forced.execute_out([x, scale, offset], [ya])
+        if not torch.equal(ya, y_want(rank, world, x, scale, offset)):
+            raise SystemExit(f"rank {rank}: quant:{algo} differs from the golden")
+        calls[f"quant:{algo}"] = lambda f=forced, ya=ya: f.execute_out([x, scale, offset], [ya])
+    return calls, (x, scale, offset, y)
 
 
-def _check(rank, world, elements, tensors):
-    """y of the quantised path against the float32 steps, from every rank's x (same seeds)."""
-    x, scale, offset, y = tensors
+def y_want(rank, world, x, scale, offset):
+    """The float32 steps of the golden, from every rank's x (same seeds)."""
     total = torch.zeros(x.shape, dtype=torch.int32)
     for r in range(world):
         gen = torch.Generator().manual_seed(r)
         total += torch.randint(-128, 128, x.shape, generator=gen, dtype=torch.int16).to(torch.int32)
-    want = ((total.float() + world * offset.float()) * scale.float()).to(torch.float16)
+    return ((total.float() + world * offset.float()) * scale.float()).to(torch.float16)
+
+
+def _check(rank, world, elements, tensors):
+    """y of the quantised path against the float32 steps of its golden."""
+    x, scale, offset, y = tensors
+    want = y_want(rank, world, x, scale, offset)
     if not torch.equal(y, want):
         bad = (y != want).sum().item()
         raise SystemExit(
@@ -92,22 +135,35 @@ def _rank(rank, world, store, args, results):
     rows = []
     for size in args.sizes:
         elements = size // 2
-        calls, tensors = _paths(rank, world, elements, gloo)
+        calls, tensors = _paths(rank, world, elements, gloo, args.algos)
         for call in calls.values():  # warm-up: communicators, pages
             call()
         _check(rank, world, elements, tensors)
-        times = {path: [] for path in PATHS}
+        times = {path: [] for path in calls}
+        work = {path: [] for path in calls}
         for _ in range(args.rounds):
-            for path in PATHS:
+            for path in calls:
                 call = calls[path]
                 dist.barrier(group=gloo)
-                start = time.perf_counter()
+                start, cpu, switches = time.perf_counter(), time.process_time(), _switches()
                 for _ in range(args.calls):
                     call()
                 times[path].append((time.perf_counter() - start) * 1e3 / args.calls)
-        rows.append((size, times))
+                work[path].append(
+                    (
+                        (time.process_time() - cpu) * 1e3 / args.calls,
+                        (_switches() - switches) / args.calls,
+                    )
+                )
+        rows.append((size, times, work))
     results.put((rank, rows))
     dist.destroy_process_group()
+
+
+def _switches():
+    """Context switches of this process so far (voluntary: waits; involuntary: preempted)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def parse_size(text):
@@ -139,7 +195,17 @@ def main():
     )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=10, help="calls of a path per round")
+    parser.add_argument(
+        "--algos",
+        default=[],
+        type=lambda s: [v for v in s.split(",") if v],
+        help="lccl quantised algorithms to time forced as well (oneshot, rsag)",
+    )
     args = parser.parse_args()
+    if any(a not in ("oneshot", "rsag") for a in args.algos):
+        parser.error("--algos takes oneshot, rsag")
+    paths = PATHS + tuple(f"quant:{a}" for a in args.algos)
+    forced = [f"quant:{a}" for a in args.algos]
     if min(args.ranks) < 1 or args.rounds < 1 or args.calls < 1:
         parser.error("ranks, rounds and calls must be >= 1")
     print(
@@ -147,23 +213,64 @@ def main():
         f"all_reduce; ms per call, median over {args.rounds} rounds of {args.calls} calls each, "
         "of the max over ranks"
     )
-    print("| R | float16 bytes | N | " + " | ".join(PATHS) + " | f16 ÷ quant | gloo_deq ÷ quant |")
-    print("|---|---|---|" + "---|" * (len(PATHS) + 2))
+    ratios = ["f16 ÷ quant", "gloo_deq ÷ quant"] + [f"f16 ÷ {p}" for p in forced]
+    print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios)) + " |")
+    print("|---|---|---|" + "---|" * (len(paths) + len(ratios)))
+    work_rows = []
     for world in args.ranks:
         per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
-        for i, (size, _) in enumerate(per_rank[0][1]):
+        for i, (size, *_) in enumerate(per_rank[0][1]):
+            work_rows.append((world, size, _work(per_rank, i, paths, args.rounds)))
             t = {
                 path: spawned_ranks.median_of_max(
                     per_rank, lambda r, i=i, path=path: r[1][i][1][path], args.rounds
                 )
-                for path in PATHS
+                for path in paths
             }
-            cells = " | ".join(f"{t[p]:.3f}" for p in PATHS)
+            cells = " | ".join(f"{t[p]:.3f}" for p in paths)
+            shares = [t["f16"] / t["quant"], t["gloo_deq"] / t["quant"]]
+            shares += [t["f16"] / t[p] for p in forced]
             print(
                 f"| {world} | {human(size)} | {size // 2} | {cells} | "
-                f"{t['f16'] / t['quant']:.2f}× | {t['gloo_deq'] / t['quant']:.2f}× |",
+                + " | ".join(f"{v:.2f}×" for v in shares)
+                + " |",
                 flush=True,
             )
+    # CPU time counts what every rank spent, waiting included, wherever the scheduler ran it: on
+    # a machine shared with other work it varies less than the wall clock.
+    print(
+        "\n# CPU ms per call summed over ranks (process time: user + system), median over rounds; "
+        "then context switches per call summed over ranks"
+    )
+    print(
+        "| R | float16 bytes | "
+        + " | ".join(f"{p} cpu" for p in paths)
+        + " | f16 ÷ quant cpu | "
+        + " | ".join(f"{p} switches" for p in paths)
+        + " |"
+    )
+    print("|---|---|" + "---|" * (2 * len(paths) + 1))
+    for world, size, (cpu, switches) in work_rows:
+        print(
+            f"| {world} | {human(size)} | "
+            + " | ".join(f"{cpu[p]:.3f}" for p in paths)
+            + f" | {cpu['f16'] / cpu['quant']:.2f}× | "
+            + " | ".join(f"{switches[p]:.1f}" for p in paths)
+            + " |"
+        )
+
+
+def _work(per_rank, i, paths, rounds):
+    """Per path: the median over rounds of the CPU ms summed over ranks, and of the switches."""
+    cpu, switches = {}, {}
+    for p in paths:
+        cpu[p] = statistics.median(
+            sum(r[1][i][2][p][j][0] for r in per_rank) for j in range(rounds)
+        )
+        switches[p] = statistics.median(
+            sum(r[1][i][2][p][j][1] for r in per_rank) for j in range(rounds)
+        )
+    return cpu, switches
 
 
 if __name__ == "__main__":
