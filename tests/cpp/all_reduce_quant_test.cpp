@@ -6,11 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collops/context.h"
+#include "core/comm/shm/process_comm.h"
 #include "op_harness.h"
 #include "ops/all_reduce/quant_all_reduce.h"
 #include "process_ranks.h"
@@ -279,6 +282,40 @@ TEST_P(ProcessQuantAllReduceAlgorithm, ForcedMatchesGolden) {
 
 INSTANTIATE_TEST_SUITE_P(Forced, ProcessQuantAllReduceAlgorithm, kAlgorithmsAndRanks,
                          AlgorithmAndRanksName);
+
+/// lccl's process "rsag" publishes a chunk's staged int8 slices with the round that publishes the
+/// previous chunk's dequantised ones: K chunks take K + 1 rounds, and every rank gets the exact
+/// sum. With 64 KiB slots a chunk's output is at most a half, 32 KiB: 2048 float32 elements per
+/// rank at R = 4, so 40960 elements are 5 chunks, 6 rounds (two rounds per chunk would be 10).
+TEST(ProcessQuantAllReduceRounds, RsagTakesOneRoundPerChunkAndOneMore) {
+  constexpr int kRanks = 4;
+  constexpr size_t kCount = 40960;
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_QUANTALLREDUCE"] = "rsag";
+  options.env["COLLOPS_SHM_BYTES"] = "64K";
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      kRanks,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, kRanks, "quant-rounds");
+        std::vector<int8_t> in(kCount);
+        std::vector<float> out(kCount, -1), want(kCount, 0);
+        for (size_t i = 0; i < kCount; ++i) {
+          in[i] = static_cast<int8_t>(static_cast<int>((rank * 37 + i) % 255) - 127);
+          for (int r = 0; r < kRanks; ++r) want[i] += static_cast<int>((r * 37 + i) % 255) - 127;
+        }
+        const uint16_t one = 0x3c00;  // float16 1.0: y is the plain sum
+        QuantScale quant;
+        quant.scale = &one;
+        const uint64_t before = comm->Rounds();
+        ASSERT_TRUE(comm->AllReduceQuantised(in.data(), out.data(), kCount, quant, ACL_FLOAT));
+        EXPECT_EQ(comm->Rounds() - before, 6u) << "rank " << rank;
+        for (size_t i = 0; i < kCount; ++i) {
+          ASSERT_EQ(out[i], want[i]) << "rank " << rank << ", element " << i;
+        }
+      },
+      options);
+}
 
 }  // namespace
 }  // namespace testing

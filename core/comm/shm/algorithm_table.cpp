@@ -163,9 +163,10 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kQuantAllReduce,
      kAlgoReduceScatterAllGather,
      {"QuantAllReduce", "AllReduceQuantised", "rsag",
-      "per chunk of up to 2 MiB of output: each rank stages the int8 slices the others sum (round "
-      "A), dequantises its own slice over all ranks into its slot (round B), and copies every "
-      "dequantised slice out",
+      "per chunk of up to 2 MiB of output: each rank stages the int8 slices the others sum, "
+      "dequantises its own slice over all ranks into its slot and copies every dequantised slice "
+      "out; the round that publishes a chunk's staged slices also publishes the previous chunk's "
+      "dequantised ones, so K chunks take K + 1 rounds",
       "any call", "where `oneshot` is not picked"}},
 };
 

@@ -1,6 +1,7 @@
 #include "core/comm/shm/quant_allreduce.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/comm/shm/algorithm_table.h"
 #include "core/comm/shm/process_copy.h"
@@ -62,43 +63,55 @@ void QuantAllReduceAlgorithms::ReduceScatterAllGather(const int8_t* in, uint8_t*
                                                       const QuantScale& quant, DataType outDtype) {
   const int rank = t_.Rank(), size = t_.Size();
   const size_t e = DataTypeSize(outDtype);
-  // A chunk's dequantised slices, e bytes per element, must fit the half of round B.
+  // A chunk's output is at most chunkBytes. A half holds the int8 slices staged for chunk k
+  // (slice r at r * fullSlice) and, after them, the own dequantised slice of chunk k - 1.
   const size_t chunkBytes = std::min<size_t>(t_.Policy().chunkBytes, t_.HalfBytes());
-  size_t fullSlice = chunkBytes / e / size / kSliceAlign * kSliceAlign;
+  size_t fullSlice = std::min(chunkBytes / e / size, t_.HalfBytes() / (size + e));
+  fullSlice = fullSlice / kSliceAlign * kSliceAlign;
   if (fullSlice == 0) fullSlice = kSliceAlign;
   const size_t fullChunk = fullSlice * size;
-  srcs_.resize(size);
-  size_t lo = 0;
-  do {
+  const size_t dequantisedAt = fullChunk;
+  const size_t chunks = CeilDiv(count, fullChunk);
+  // Rank r's slice of chunk k: elements [first, first + length) of the call.
+  const auto sliceOf = [&](size_t k, int r) {
+    const size_t lo = k * fullChunk;
     const size_t n = std::min(fullChunk, count - lo);
     const size_t slice =
         n == fullChunk ? fullSlice : CeilDiv(CeilDiv(n, size), kSliceAlign) * kSliceAlign;
-    auto begin = [&](int r) { return std::min(n, r * slice); };
-    auto end = [&](int r) { return std::min(n, (r + 1) * slice); };
-    // Round A: the int8 slices the other ranks dequantise.
-    uint8_t* stage = t_.NextHalf();
-    for (int r = 0; r < size; ++r) {
-      if (r != rank) CopyBytes(stage + begin(r), in + lo + begin(r), end(r) - begin(r));
-    }
-    t_.Round();
-    // The own slice over all ranks, dequantised into the half of round B.
-    const size_t mine = end(rank) - begin(rank);
-    if (mine != 0) {
-      for (int r = 0; r < size; ++r) {
-        srcs_[r] = r == rank ? in + lo + begin(rank)
-                             : reinterpret_cast<const int8_t*>(t_.HalfOf(r)) + begin(rank);
+    const size_t first = std::min(n, r * slice);
+    return std::pair<size_t, size_t>{lo + first, std::min(n, (r + 1) * slice) - first};
+  };
+  srcs_.resize(size);
+  // Round k publishes chunk k's staged int8 slices and the own dequantised slice of chunk k - 1,
+  // so a call of K chunks takes K + 1 rounds. Between rounds k and k + 1 a rank writes only the
+  // half it publishes with round k + 1 and reads only the halves of round k: chunk k's int8
+  // slices there to sum, chunk k - 1's dequantised slices to copy out.
+  for (size_t k = 0; k <= chunks; ++k) {
+    uint8_t* const next = t_.NextHalf();
+    if (k >= 1) {
+      const auto [first, length] = sliceOf(k - 1, rank);
+      if (length != 0) {
+        for (int r = 0; r < size; ++r) {
+          srcs_[r] = r == rank ? in + first
+                               : reinterpret_cast<const int8_t*>(t_.HalfOf(r)) + rank * fullSlice;
+        }
+        SumDequantiseInt8(srcs_.data(), size, length, static_cast<int64_t>(first), quant, outDtype,
+                          next + dequantisedAt);
       }
-      SumDequantiseInt8(srcs_.data(), size, mine, static_cast<int64_t>(lo + begin(rank)), quant,
-                        outDtype, t_.NextHalf() + begin(rank) * e);
+    }
+    for (int r = 0; r < size && k < chunks; ++r) {
+      if (r == rank) continue;
+      const auto [first, length] = sliceOf(k, r);
+      CopyBytes(next + r * fullSlice, in + first, length);
     }
     t_.Round();
-    // Every rank's dequantised slice into the output.
-    for (int r = 0; r < size; ++r) {
-      t_.CopyOut(out + (lo + begin(r)) * e, t_.HalfOf(r) + begin(r) * e, (end(r) - begin(r)) * e,
-                 count * e);
+    if (k >= 1) {
+      for (int r = 0; r < size; ++r) {
+        const auto [first, length] = sliceOf(k - 1, r);
+        t_.CopyOut(out + first * e, t_.HalfOf(r) + dequantisedAt, length * e, count * e);
+      }
     }
-    lo += n;
-  } while (lo < count);
+  }
 }
 
 }  // namespace shm

@@ -26,8 +26,9 @@ class QuantAllReduceAlgorithms {
   /// Per half-slot of int8: stage it, one round, every rank dequantises all R of it.
   void OneShot(const int8_t* in, uint8_t* out, size_t count, const QuantScale& quant,
                DataType outDtype);
-  /// Per chunk: stage the slices the others dequantise (round A), dequantise the own slice over
-  /// all ranks into the slot (round B), copy every dequantised slice out.
+  /// Per chunk: stage the int8 slices the others dequantise, dequantise the own slice over all
+  /// ranks into the slot, copy every dequantised slice out; the round that publishes a chunk's
+  /// staged slices also publishes the previous chunk's dequantised ones (K chunks, K + 1 rounds).
   void ReduceScatterAllGather(const int8_t* in, uint8_t* out, size_t count, const QuantScale& quant,
                               DataType outDtype);
 
