@@ -12,12 +12,13 @@ take), every round times each path once, in turn, so load on the machine hits al
               (oneshot, rsag), each over a communicator of its own created with
               COLLOPS_ALGO_QUANTALLREDUCE=A, so that the algorithms are compared with each other
               and with f16 in one run
-A round times --calls calls of a path back to back after one barrier (not timed), so the ranks'
-skew leaving the barrier, which is no part of either collective, is spread over those calls
-instead of landing on one. Reported per path: the median over rounds of the max over ranks of
-the time per call, in ms; then f16 ÷ quant and gloo_deq ÷ quant (> 1: the quantised AllReduce is
-faster). Every rank's y of the quantised paths is
-checked against the float32 steps of its golden once, before the timing. A second table gives,
+A round times --calls calls of each path back to back after one barrier (not timed), so the
+ranks' skew leaving the barrier, which is no part of either collective, is spread over those
+calls instead of landing on one; round j starts at the j-th path, so that no path always runs
+after the same one (gloo_deq leaves the caches cold for the next). Reported per path: the median
+over rounds of the max over ranks of the time per call, in ms; then f16 ÷ quant and gloo_deq ÷
+quant (> 1: the quantised AllReduce is faster). Every rank's y of the quantised paths is checked
+against the float32 steps of its golden once, before the timing. A second table gives,
 per path, the CPU time per call summed over the ranks (user + system, waits included) and the
 context switches per call summed over the ranks: with more ranks than CPUs the total work and
 the number of times a rank gives up its CPU decide the time, and they vary less than the wall
@@ -141,8 +142,11 @@ def _rank(rank, world, store, args, results):
         _check(rank, world, elements, tensors)
         times = {path: [] for path in calls}
         work = {path: [] for path in calls}
-        for _ in range(args.rounds):
-            for path in calls:
+        order = list(calls)
+        for j in range(args.rounds):
+            # Round j starts at path j: no path always follows gloo_deq, whose large buffers
+            # leave the caches cold for whatever runs next.
+            for path in order[j % len(order) :] + order[: j % len(order)]:
                 call = calls[path]
                 dist.barrier(group=gloo)
                 start, cpu, switches = time.perf_counter(), time.process_time(), _switches()
