@@ -39,6 +39,7 @@ void AllReduceOperation::ValidateParam(const AllReduceParam& param) {
 AllReduceOperation::AllReduceOperation(const AllReduceParam& param)
     : OperationBase(kName, param),
       reduceOp_(ReduceOpParam(kName, "allReduceType", param.allReduceType)),
+      signatureName_(ReducingOpName(kName, reduceOp_)),
       quantType_(param.quantType),
       outDtype_(static_cast<DataType>(param.outDataType)),
       quantAlgo_(Quantised() ? QuantAlgoFromEnv() : QuantAlgo::kAuto) {}
@@ -107,7 +108,7 @@ CallSignature AllReduceOperation::SignatureImpl(const VariantPack& pack) const {
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = NumElements(pack.inTensors[0].desc.shape);
   if (!Quantised()) {
-    s.opName = ReducingOpName(kName, reduceOp_);
+    s.opName = signatureName_;
     return s;
   }
   // "AllReduceOperation/q2>float16/rsag": ranks must also agree on the output dtype and the

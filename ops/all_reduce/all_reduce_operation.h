@@ -10,6 +10,8 @@
 // wire (quant_all_reduce.h holds the rules and algorithms).
 #pragma once
 
+#include <string>
+
 #include "collops/operation_base.h"
 #include "collops/reduce.h"
 #include "ops/all_reduce/all_reduce_param.h"
@@ -40,6 +42,8 @@ class AllReduceOperation final : public OperationBase {
                    Communicator& comm) override;
 
   ReduceOp reduceOp_;
+  /// "<op>/<reduction>", the name its calls agree on (signature.h), built once: not per call.
+  std::string signatureName_;
   int quantType_;
   DataType outDtype_;
   QuantAlgo quantAlgo_;           ///< from COLLOPS_ALGO_QUANTALLREDUCE, read at creation

@@ -11,7 +11,8 @@ void ReduceScatterOperation::ValidateParam(const ReduceScatterParam& param) {
 
 ReduceScatterOperation::ReduceScatterOperation(const ReduceScatterParam& param)
     : OperationBase(kName, param),
-      reduceOp_(ReduceOpParam(kName, "reduceType", param.reduceType)) {}
+      reduceOp_(ReduceOpParam(kName, "reduceType", param.reduceType)),
+      signatureName_(ReducingOpName(kName, reduceOp_)) {}
 
 std::vector<TensorSpec> ReduceScatterOperation::InputSpecs() const {
   return {{"x", DtypeSet::kReducible}};
@@ -43,7 +44,7 @@ InPlaceForm ReduceScatterOperation::InPlaceFormImpl(const VariantPack& pack) con
 
 CallSignature ReduceScatterOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
-  s.opName = ReducingOpName(kName, reduceOp_);
+  s.opName = signatureName_;
   s.dtype = pack.inTensors[0].desc.dtype;
   s.count = NumElements(pack.inTensors[0].desc.shape);
   return s;

@@ -11,6 +11,7 @@
 // and x.numel() (checked across ranks before any data moves).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "collops/operation_base.h"
@@ -37,6 +38,8 @@ class ReduceScatterOperation final : public OperationBase {
                    Communicator& comm) override;
 
   ReduceOp reduceOp_;
+  /// "<op>/<reduction>", the name its calls agree on (signature.h), built once: not per call.
+  std::string signatureName_;
 };
 
 }  // namespace collops

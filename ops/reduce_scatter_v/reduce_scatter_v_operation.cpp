@@ -45,6 +45,7 @@ void ReduceScatterVOperation::ValidateParam(const ReduceScatterVParam& param) {
 ReduceScatterVOperation::ReduceScatterVOperation(const ReduceScatterVParam& param)
     : OperationBase(kName, param),
       reduceOp_(ReduceOpParam(kName, "reduceType", param.reduceType)),
+      signatureName_(ReducingOpName(kName, reduceOp_)),
       paramSendCounts_(param.sendCounts),
       paramSdispls_(param.sdispls),
       paramRecvCount_(param.recvCount) {}
@@ -150,7 +151,7 @@ std::string ReduceScatterVOperation::InPlaceRefusalImpl(const VariantPack&) cons
 
 CallSignature ReduceScatterVOperation::SignatureImpl(const VariantPack& pack) const {
   CallSignature s;
-  s.opName = ReducingOpName(kName, reduceOp_);
+  s.opName = signatureName_;
   s.dtype = pack.inTensors[0].desc.dtype;
   // x.numel() legitimately differs between ranks; the per-pair counts are what must agree.
   s.sendCounts = sendCounts_;

@@ -53,6 +53,8 @@ class ReduceScatterVOperation final : public OperationBase {
                          const std::vector<int64_t>& tensor) const;
 
   ReduceOp reduceOp_;
+  /// "<op>/<reduction>", the name its calls agree on (signature.h), built once: not per call.
+  std::string signatureName_;
   // The count params as given (empty / -1 = not given), checked against the tensors.
   std::vector<int64_t> paramSendCounts_;
   std::vector<int64_t> paramSdispls_;

@@ -95,6 +95,27 @@ TEST(AllReduceErrors, RanksWithDifferentCountsGetRankMismatch) {
   });
 }
 
+// The name a call agrees on is the operation's own reduction (built once, at creation): ranks
+// created with different allReduceTypes disagree, named, on every call.
+TEST(AllReduceErrors, RanksWithDifferentReduceTypesGetRankMismatch) {
+  const std::string domain = UniqueDomain();
+  RunThreadRanks(2, [&](int rank) {
+    OperationPtr op =
+        MakeOperation("AllReduceOperation", {{"rank", rank},
+                                             {"rankSize", 2},
+                                             {"commMode", 1},
+                                             {"commDomain", domain},
+                                             {"allReduceType", rank ? "max" : "sum"}});
+    std::vector<HostTensor> ins = {HostTensor(ACL_FLOAT, {4})};
+    std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));
+    for (int call = 0; call < 2; ++call) {
+      EXPECT_EQ(RunOperation(*op, Tensors(ins), Tensors(outs)), ERROR_RANK_MISMATCH);
+      EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("rank 0 runs AllReduceOperation/sum"));
+      EXPECT_THAT(LastErrorMessage(), ::testing::HasSubstr("rank 1 runs AllReduceOperation/max"));
+    }
+  });
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace collops
