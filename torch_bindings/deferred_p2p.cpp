@@ -60,15 +60,18 @@ c10::intrusive_ptr<c10d::Work> DeferredP2P::Queue(Pending pending, c10d::OpType 
       c10::make_intrusive<DeferredWork>(shared_from_this(), rank, type, std::move(outputs));
   c10::intrusive_ptr<c10d::Work> work = pending.work;
   pending_.push_back(std::move(pending));
+  queued_.store(true, std::memory_order_release);
   return work;
 }
 
 void DeferredP2P::Flush() {
+  if (!queued_.load(std::memory_order_acquire)) return;
   std::vector<Pending> group;
   std::string error;
   {
     std::lock_guard<std::mutex> lock(mu_);
     group.swap(pending_);
+    queued_.store(false, std::memory_order_relaxed);
     if (group.empty()) return;
     if (closed_) error = "collops backend: the process group was destroyed before this ran";
   }
@@ -89,6 +92,7 @@ void DeferredP2P::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     dropped.swap(pending_);
+    queued_.store(false, std::memory_order_relaxed);
   }
   for (Pending& p : dropped) {
     p.work->Finish(

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,9 @@ class DeferredP2P : public std::enable_shared_from_this<DeferredP2P> {
   Runner run_;
   bool closed_ = false;
   std::vector<Pending> pending_;
+  // Whether pending_ may hold ops, read without the lock: every collective flushes first, and
+  // most find nothing queued.
+  std::atomic<bool> queued_{false};
 };
 
 }  // namespace collops

@@ -363,6 +363,10 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
     CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);
     return;
   }
+  if constexpr (kOp == Op::kAllReduceInPlace) {  // the result is x, first on the stack already
+    torch::jit::drop(*stack, n - 1);
+    return;
+  }
   torch::jit::drop(*stack, n);
   stack->push_back(std::move(*out));
 }
