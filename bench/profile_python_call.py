@@ -155,12 +155,17 @@ WAIT_FUNCTIONS = [
 
 
 def inclusive_counts(dump):
-    """{function name: inclusive instructions} from callgrind_annotate."""
+    """{function name: inclusive instructions} from callgrind_annotate, the pieces of a function
+    that inlining put in other files (headers) added up. Run from the dump's directory and without
+    source annotation: where it finds the sources (from a checkout's root), callgrind_annotate
+    lists a function under its relative and its absolute path and repeats call lines in the
+    annotation, which would count it two or three times."""
     out = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--auto=no", dump],
         capture_output=True,
         text=True,
         check=True,
+        cwd=os.path.dirname(os.path.abspath(dump)),
     ).stdout
     counts = {}
     for line in out.splitlines():
