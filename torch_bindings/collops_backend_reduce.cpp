@@ -113,6 +113,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce_coalesced(
 // Every rank reduces (one AllReduce into scratch); only the root keeps the result.
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::ReduceOptions& opts) {
+  CheckCpu(tensors, "reduce", "tensor");
   return Run(c10d::OpType::REDUCE, tensors, [&] {
     for (auto& t : tensors) {
       at::Tensor scratch = t.contiguous().clone();
@@ -127,6 +128,8 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  CheckCpu(outputs, "reduce_scatter", "output");
+  for (const auto& ins : inputs) CheckCpu(ins, "reduce_scatter", "input_list");
   return Run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
     for (size_t k = 0; k < outputs.size(); ++k) {
       auto& ins = inputs.at(k);
@@ -273,7 +276,8 @@ void CollopsBackend::ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
 
 void CollopsBackend::ReduceScatterFlat(at::Tensor& output, const at::Tensor& input,
                                        const c10d::ReduceOp& op) {
-  CheckCpu(input, "reduce_scatter_tensor");
+  CheckCpu(input, "reduce_scatter_tensor", "input");
+  CheckCpu(output, "reduce_scatter_tensor", "output");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(),
               "collops backend: reduce_scatter_tensor output has dtype ", output.scalar_type(),
               " but the input has ", input.scalar_type());

@@ -1,6 +1,7 @@
 #include "collops_backend_tensors.h"
 
 #include "dtype_map.h"
+#include "tensor_layout.h"
 
 namespace collops {
 namespace {
@@ -29,12 +30,14 @@ std::pair<DataType, int64_t> MovedAs(const at::Tensor& t) {
   return {*dtype, static_cast<int64_t>(t.element_size())};
 }
 
-void CheckCpu(const at::Tensor& t, const char* what) {
+void CheckCpu(const at::Tensor& t, const char* what, const char* arg) {
   TORCH_CHECK(t.device().is_cpu(), "collops backend: ", what, " takes CPU tensors, got ",
               t.device(), "; use init_process_group(\"cpu:collops,cuda:nccl\") for GPU tensors");
-  TORCH_CHECK(t.layout() == at::kStrided, "collops backend: ", what,
-              " takes dense (strided) tensors, got ", t.layout(),
-              "; sparse tensors are not supported: call .to_dense() first, or use gloo for them");
+  TORCH_CHECK(t.layout() == at::kStrided, "collops backend: ", what, ": ", arg, NotDenseText(t));
+}
+
+void CheckCpu(const std::vector<at::Tensor>& ts, const char* what, const char* arg) {
+  for (const auto& t : ts) CheckCpu(t, what, arg);
 }
 
 at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,

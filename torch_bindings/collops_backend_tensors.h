@@ -29,8 +29,13 @@ std::pair<DataType, int64_t> MovedAs(const at::Tensor& t);
 /// Byte count of a tensor: data movement treats every dtype as bytes.
 inline size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
-/// Throws a torch error naming `what` unless `t` is a dense CPU tensor.
-void CheckCpu(const at::Tensor& t, const char* what);
+/// Throws a torch error (RuntimeError, as gloo's "only supports dense tensors") naming the
+/// collective `what` and its argument `arg` unless `t` is a dense (strided) CPU tensor. Every
+/// collective calls it on each tensor it is given before anything reads one, so no rank moves
+/// data for a call it refuses.
+void CheckCpu(const at::Tensor& t, const char* what, const char* arg = "tensor");
+/// CheckCpu of every tensor of `ts`.
+void CheckCpu(const std::vector<at::Tensor>& ts, const char* what, const char* arg);
 
 /// Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
 template <class Body>

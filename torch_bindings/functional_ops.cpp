@@ -42,6 +42,7 @@
 #include "ops/ops.h"
 #include "python_kernels.h"
 #include "reused_outputs.h"
+#include "tensor_layout.h"
 #include "variant_pack.h"
 
 namespace collops {
@@ -246,6 +247,19 @@ std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, Collop
   return outs[0];
 }
 
+// Every tensor argument of the call `op` is dense, whatever the group: the kernels here and in
+// ops.py read a tensor's memory as one flat buffer. Refused on this rank before any data moves.
+void CheckDense(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  const std::vector<c10::Argument>& schema = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].isTensor()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    TORCH_CHECK_VALUE(!t.defined() || t.layout() == at::kStrided, "collops.",
+                      op.schema().operator_name().name.substr(sizeof("collops::") - 1), ": ",
+                      schema[i].name(), NotDenseText(t));
+  }
+}
+
 // One call's arguments, checked, and its output if this kernel runs it.
 template <Op kOp>
 std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* collops,
@@ -355,9 +369,9 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
   const size_t n = op.schema().arguments().size();
   const auto args = torch::jit::last(*stack, n);
   const at::Tensor& x = args[0].toTensor();
+  CheckDense(op, args);
   const c10::intrusive_ptr<c10d::ProcessGroup> group = GroupNamed(args[n - 1].toStringRef());
-  CollopsBackend* collops =
-      x.device().is_cpu() && x.layout() == at::kStrided ? CollopsOf(*group) : nullptr;
+  CollopsBackend* collops = x.device().is_cpu() ? CollopsOf(*group) : nullptr;
   std::optional<at::Tensor> out = Run<kOp>(*group, collops, args);
   if (!out) {
     CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);

@@ -4,6 +4,7 @@
 
 #include "collops/status.h"
 #include "dtype_map.h"
+#include "tensor_layout.h"
 
 namespace collops {
 
@@ -33,6 +34,7 @@ Tensor ToCollopsTensor(const at::Tensor& t, const SlotName& slot) {
     Fail(ERROR_INVALID_TENSOR_ADDR, slot.Text(), " is on device ", t.device().str(),
          "; OperationTorch works on CPU tensors (call .cpu() first)");
   }
+  if (t.layout() != at::kStrided) Fail(ERROR_INVALID_TENSOR_FORMAT, slot.Text(), NotDenseText(t));
   if (!t.is_contiguous()) {
     Fail(ERROR_INVALID_TENSOR_ADDR, slot.Text(), " is not contiguous (shape ", t.sizes(),
          ", strides ", t.strides(), "); collectives need dense memory, call .contiguous() first");
@@ -57,7 +59,10 @@ std::vector<int64_t> ShapeOf(const TensorDesc& desc) {
 std::vector<at::Tensor> DenseInputs(const std::vector<at::Tensor>& ins) {
   std::vector<at::Tensor> dense = ins;
   for (auto& t : dense) {
-    if (t.defined() && t.device().is_cpu() && !t.is_contiguous()) t = t.contiguous();
+    // A tensor that is not strided has no contiguous form: BuildVariantPack refuses it by name.
+    if (t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && !t.is_contiguous()) {
+      t = t.contiguous();
+    }
   }
   return dense;
 }

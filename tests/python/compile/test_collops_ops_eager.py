@@ -182,6 +182,35 @@ def _argument_rules(ctx):
             r"collops.all_to_all_v: negative "
             r"size in \[5, -1\]",
         ),
+        # Not strided: named here, not torch's "unsupported memory format option Contiguous".
+        (
+            lambda: ops.all_reduce(x.to_sparse(), "sum", g),
+            r"collops.all_reduce: x must be a dense \(strided\) tensor, got layout "
+            r"torch.sparse_coo; call .to_dense\(\) first",
+        ),
+        (
+            lambda: ops.all_reduce_(x.to_sparse_csr(), "sum", g),
+            r"collops.all_reduce_: x must be a dense \(strided\) tensor, got layout torch.sparse_csr",
+        ),
+        (
+            lambda: ops.all_gather(x.to_mkldnn(), g),
+            r"collops.all_gather: x must be a dense \(strided\) tensor, got layout torch._mkldnn",
+        ),
+        (
+            lambda: ops.reduce_scatter(x.to_sparse(), "sum", g),
+            r"collops.reduce_scatter: x must be a dense \(strided\) tensor",
+        ),
+        (
+            lambda: ops.broadcast(x.to_sparse(), 0, g),
+            r"collops.broadcast: x must be a dense \(strided\) tensor",
+        ),
+        (
+            lambda: ops.quant_all_reduce(
+                x.to(torch.int8), torch.ones(1).to_sparse(), torch.zeros(1), 1, torch.float16, g
+            ),
+            r"collops.quant_all_reduce: scale must be a dense \(strided\) tensor, got layout "
+            r"torch.sparse_coo",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -192,4 +221,4 @@ def _argument_rules(ctx):
 
 
 def test_every_argument_rule_raises_its_value_error_before_data_moves():
-    assert run_group_job(WORLD, _argument_rules) == [10, 10]
+    assert run_group_job(WORLD, _argument_rules) == [16, 16]

@@ -463,18 +463,52 @@ def test_c10d_backend_broadcast_and_all_to_all_refuse_ranks_whose_dtypes_disagre
 
 
 def _sparse_tensors(ctx):
-    # A sparse COO tensor reached is_contiguous(): "unsupported memory format option Contiguous".
-    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
-    with pytest.raises(
-        RuntimeError,
-        match=r"allreduce takes dense \(strided\) tensors, got "
-        r"Sparse.*call .to_dense\(\) first",
-    ):
-        dist.all_reduce(sparse)
-    t = sparse.to_dense()
+    # Every collective refuses a sparse COO tensor, naming itself and the argument, on every rank
+    # before any data moves (one that reached is_contiguous() raised torch's "unsupported memory
+    # format option Contiguous"). Through torch.distributed only all_reduce gets here (torch's
+    # dispatcher has no other c10d kernel for sparse tensors, nor any for CSR or mkldnn); the
+    # backend's own methods, which Python reaches too, get every collective here. Every rank
+    # passes the same misuse, so every rank refuses and the group stays in step.
+    world = ctx.world_size
+    b = dist.group.WORLD._get_backend(torch.device("cpu"))
+    dense = torch.ones(2 * world)
+    coo = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (2 * world,))
+    peer = (ctx.rank + 1) % world
+    cases = [
+        ("allreduce", "tensor", lambda: dist.all_reduce(coo)),
+        ("allreduce", "tensor", lambda: b.allreduce([coo])),
+        ("broadcast", "tensor", lambda: b.broadcast([coo])),
+        ("reduce", "tensor", lambda: b.reduce([coo])),
+        ("all_gather_into_tensor", "input_tensor", lambda: b._allgather_base(dense, coo)),
+        ("all_gather_into_tensor", "output_tensor", lambda: b._allgather_base(coo, dense[:2])),
+        ("allgather", "tensor", lambda: b.allgather([[dense] * world], [coo])),
+        ("allgather", "tensor_list", lambda: b.allgather([[coo] * world], [dense])),
+        ("reduce_scatter_tensor", "input", lambda: b._reduce_scatter_base(dense[:2], coo)),
+        ("reduce_scatter_tensor", "output", lambda: b._reduce_scatter_base(coo, dense)),
+        ("reduce_scatter", "input_list", lambda: b.reduce_scatter([dense], [[coo] * world])),
+        ("reduce_scatter", "output", lambda: b.reduce_scatter([coo], [[dense] * world])),
+        ("all_to_all_single", "input", lambda: b.alltoall_base(dense, coo, [], [])),
+        ("all_to_all_single", "output", lambda: b.alltoall_base(coo, dense, [], [])),
+        ("all_to_all", "input_tensor_list", lambda: b.alltoall([dense] * world, [coo] * world)),
+        ("all_to_all", "output_tensor_list", lambda: b.alltoall([coo] * world, [dense] * world)),
+        ("gather", "tensor", lambda: b.gather([[dense] * world], [coo])),
+        ("scatter", "tensor", lambda: b.scatter([coo], [[dense] * world])),
+        ("scatter", "scatter_list", lambda: b.scatter([dense], [[coo] * world])),
+        ("send", "tensor", lambda: b.send([coo], peer, 0)),
+        ("recv", "tensor", lambda: b.recv([coo], peer, 0)),
+    ]
+    for what, arg, call in cases:
+        with pytest.raises(
+            RuntimeError,
+            match=rf"collops backend: {what}: {arg} must be a dense \(strided\) tensor, got "
+            r"layout torch.sparse_coo; call .to_dense\(\) first",
+        ):
+            call()
+    t = coo.to_dense()
     dist.all_reduce(t)
-    assert torch.equal(t, torch.tensor([1.0, 0.0, 2.0, 0.0]) * ctx.world_size)
+    assert torch.equal(t, torch.tensor([1.0, 0.0, 2.0] + [0.0] * (2 * world - 3)) * world)
+    return len(cases)
 
 
-def test_c10d_backend_refuses_sparse_tensors_clearly():
-    run_group_job(1, _sparse_tensors)
+def test_c10d_backend_refuses_tensors_that_are_not_strided_naming_the_argument():
+    assert run_group_job(2, _sparse_tensors) == [21, 21]

@@ -591,6 +591,28 @@ def test_non_contiguous_output_raises_saying_so():
         op.execute_out([torch.zeros(4, 4)], [torch.zeros(4, 4).t()])
 
 
+@pytest.mark.parametrize(
+    "make_tensor, layout",
+    [
+        (lambda: torch.ones(4, 4).to_sparse(), "torch.sparse_coo"),
+        (lambda: torch.ones(4, 4).to_sparse_csr(), "torch.sparse_csr"),
+        (lambda: torch.ones(4, 4).to_mkldnn(), "torch._mkldnn"),
+    ],
+    ids=["coo", "csr", "mkldnn"],
+)
+def test_a_tensor_that_is_not_strided_raises_naming_the_slot(make_tensor, layout):
+    # Refused by name with ERROR_INVALID_TENSOR_FORMAT, not torch's "unsupported memory format
+    # option Contiguous" from making it contiguous; as an input and as an output.
+    op = make("AllReduceOperation", solo())
+    text = rf"must be a dense \(strided\) tensor, got layout {layout}; call .to_dense\(\) first"
+    with pytest.raises(RuntimeError, match=r"ERROR_INVALID_TENSOR_FORMAT.*inTensors\[0\] " + text):
+        op.execute([make_tensor()])
+    with pytest.raises(RuntimeError, match=r"outTensors\[0\] " + text):
+        op.execute_out([torch.ones(4, 4)], [make_tensor()])
+    (y,) = op.execute([torch.ones(4, 4)])  # the operation still runs
+    assert torch.equal(y, torch.ones(4, 4))
+
+
 def test_non_cpu_input_raises_naming_the_device():
     op = make("AllReduceOperation", solo())
     with pytest.raises(RuntimeError, match=r"inTensors\[0\] is on device meta"):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import c10d_ranks
 import torch_atb_ranks as ranks
@@ -163,6 +164,16 @@ def test_bad_params_raise_with_status_and_field(param, status, text):
         torch_atb.Operation(param())
     assert info.value.status == status and info.value.status_name == "ERROR_INVALID_PARAM"
     assert text in str(info.value)
+
+
+def test_forward_on_a_sparse_tensor_raises_operation_error_naming_the_slot():
+    op = torch_atb.Operation(torch_atb.AllReduceParam(rank=0, rank_size=1))
+    with pytest.raises(torch_atb.OperationError) as info:
+        op.forward([torch.ones(4).to_sparse()])
+    assert info.value.status_name == "ERROR_INVALID_TENSOR_FORMAT", info.value
+    assert "inTensors[0] must be a dense (strided) tensor, got layout torch.sparse_coo" in str(
+        info.value
+    )
 
 
 def test_operation_needs_a_param_class():
