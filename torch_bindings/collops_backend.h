@@ -43,6 +43,7 @@
 #include "collops/communicator.h"
 #include "collops/operation.h"
 #include "collops/registry.h"
+#include "collops/signature.h"
 #include "collops/status.h"
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
@@ -138,6 +139,13 @@ class CollopsBackend final : public c10d::Backend {
   /// does it (any layout; a strided `t` through a contiguous copy), and no Work.
   /// collops_backend_reduce.cpp.
   void AllReduceInPlace(at::Tensor& t, const c10d::ReduceOp& op);
+  /// Runs `checks`, a call's checks of its tensors (CheckCpu here, the eager kernels' own), before
+  /// any data moves. A refusal is told to the peers through the agreement check they are in or
+  /// about to enter (ShareLocalFailure), so they fail at once with ERROR_RANK_MISMATCH naming this
+  /// rank instead of waiting for the timeout; only through a communicator that exists already (no
+  /// rendezvous for an error). Then rethrown.
+  template <class Checks>
+  void Refusable(const char* what, Checks checks);
 
   /// The group's communicator without the cross-rank agreement check, for collops operations,
   /// which run their own (torch.ops.collops.quant_all_reduce: an AllReduceOperation made on it).
@@ -211,6 +219,23 @@ void CollopsBackend::RunCollective(Body body) {
     body();
   } catch (const Error& e) {
     TORCH_CHECK(false, Describe(e));
+  }
+}
+
+template <class Checks>
+void CollopsBackend::Refusable(const char* what, Checks checks) {
+  try {
+    checks();
+  } catch (const c10::Error&) {
+    std::shared_ptr<Communicator> comm;  // the engine: the check comm_ runs is its Agree
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      comm = engine_;
+    }
+    p2p_->Flush();  // as RunCollective: the peers' queued sends and receives ran before theirs
+    if (comm != nullptr && !comm->Broken())
+      ShareLocalFailure(*comm, what, ERROR_INVALID_TENSOR_FORMAT);
+    throw;
   }
 }
 

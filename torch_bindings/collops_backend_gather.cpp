@@ -23,8 +23,10 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather(
   TORCH_CHECK(outputs.size() == inputs.size(),
               "collops backend: allgather needs one output "
               "list per input tensor");
-  CheckCpu(inputs, "allgather", "tensor");
-  for (const auto& outs : outputs) CheckCpu(outs, "allgather", "tensor_list");
+  Refusable("allgather", [&] {
+    CheckCpu(inputs, "allgather", "tensor");
+    for (const auto& outs : outputs) CheckCpu(outs, "allgather", "tensor_list");
+  });
   return Run(c10d::OpType::ALLGATHER, Flatten(outputs), [&] {
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherList(outputs[k], inputs[k]);
   });
@@ -39,12 +41,22 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::_allgather_base(at::Tensor& output,
                                                                at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
+  Refusable("all_gather_into_tensor", [&] {
+    CheckCpu(input, "all_gather_into_tensor", "input_tensor");
+    CheckCpu(output, "all_gather_into_tensor", "output_tensor");
+  });
   return Run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] { AllGatherFlat(output, input); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
+  Refusable("all_gather_into_tensor", [&] {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      CheckCpu(inputs[k], "all_gather_into_tensor", "input_tensor");
+      CheckCpu(outputs.at(k), "all_gather_into_tensor", "output_tensor");
+    }
+  });
   return Run(c10d::OpType::COALESCED, outputs, [&] {
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherFlat(outputs[k], inputs[k]);
   });
@@ -54,8 +66,10 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::GatherOptions& opts) {
-  CheckCpu(inputs, "gather", "tensor");
-  for (const auto& outs : outputs) CheckCpu(outs, "gather", "gather_list");
+  Refusable("gather", [&] {
+    CheckCpu(inputs, "gather", "tensor");
+    for (const auto& outs : outputs) CheckCpu(outs, "gather", "gather_list");
+  });
   return Run(c10d::OpType::GATHER, Flatten(outputs), [&] {
     const at::Tensor& in = inputs.at(0);
     at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
@@ -74,8 +88,10 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::gather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> CollopsBackend::scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ScatterOptions& opts) {
-  CheckCpu(outputs, "scatter", "tensor");
-  for (const auto& ins : inputs) CheckCpu(ins, "scatter", "scatter_list");
+  Refusable("scatter", [&] {
+    CheckCpu(outputs, "scatter", "tensor");
+    for (const auto& ins : inputs) CheckCpu(ins, "scatter", "scatter_list");
+  });
   return Run(c10d::OpType::SCATTER, outputs, [&] {
     at::Tensor& out = outputs.at(0);
     const int root = static_cast<int>(opts.rootRank);
@@ -104,9 +120,11 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall_base(at::Tensor& output,
                                                              std::vector<int64_t>& outputSplits,
                                                              std::vector<int64_t>& inputSplits,
                                                              const c10d::AllToAllOptions&) {
-  return Run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
+  Refusable("all_to_all_single", [&] {
     CheckCpu(input, "all_to_all_single", "input");
     CheckCpu(output, "all_to_all_single", "output");
+  });
+  return Run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
                 "collops backend: all_to_all_single input is ", input.scalar_type(),
                 " but output is ", output.scalar_type());
@@ -126,8 +144,10 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall_base(at::Tensor& output,
 c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions&) {
-  CheckCpu(inputs, "all_to_all", "input_tensor_list");
-  CheckCpu(outputs, "all_to_all", "output_tensor_list");
+  Refusable("all_to_all", [&] {
+    CheckCpu(inputs, "all_to_all", "input_tensor_list");
+    CheckCpu(outputs, "all_to_all", "output_tensor_list");
+  });
   return Run(c10d::OpType::ALLTOALL, outputs, [&] {
     TORCH_CHECK(static_cast<int>(inputs.size()) == getSize() &&
                     static_cast<int>(outputs.size()) == getSize(),
@@ -168,8 +188,6 @@ void CollopsBackend::AllGatherList(std::vector<at::Tensor>& outs, const at::Tens
 }
 
 void CollopsBackend::AllGatherFlat(at::Tensor& output, const at::Tensor& input) {
-  CheckCpu(input, "all_gather_into_tensor", "input_tensor");
-  CheckCpu(output, "all_gather_into_tensor", "output_tensor");
   at::Tensor in = input.contiguous();
   // The bytes move as they are: another output dtype would reinterpret them.
   TORCH_CHECK(output.scalar_type() == in.scalar_type(),

@@ -369,9 +369,13 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
   const size_t n = op.schema().arguments().size();
   const auto args = torch::jit::last(*stack, n);
   const at::Tensor& x = args[0].toTensor();
-  CheckDense(op, args);
   const c10::intrusive_ptr<c10d::ProcessGroup> group = GroupNamed(args[n - 1].toStringRef());
   CollopsBackend* collops = x.device().is_cpu() ? CollopsOf(*group) : nullptr;
+  if (collops != nullptr) {
+    collops->Refusable(op.schema().name().c_str(), [&] { CheckDense(op, args); });
+  } else {
+    CheckDense(op, args);
+  }
   std::optional<at::Tensor> out = Run<kOp>(*group, collops, args);
   if (!out) {
     CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);

@@ -3,6 +3,8 @@
 the ops document, results equal the same op over gloo (the independent golden) for every dtype
 and layout the kernels treat apart, and a call that records gradients still gets them."""
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -222,3 +224,30 @@ def _argument_rules(ctx):
 
 def test_every_argument_rule_raises_its_value_error_before_data_moves():
     assert run_group_job(WORLD, _argument_rules) == [16, 16]
+
+
+def _one_rank_refuses(ctx):
+    # Only rank 0 passes a sparse tensor: its peers, already in the call on the collops group's
+    # communicator, fail at once naming it instead of waiting for the group's timeout.
+    ops = torch.ops.collops
+    g = dist.group.WORLD.group_name
+    assert torch.equal(ops.all_reduce(torch.ones(2), "sum", g), torch.full((2,), 2.0))
+    start = time.monotonic()
+    if ctx.rank == 0:
+        with pytest.raises(ValueError, match=r"collops.all_reduce: x must be a dense"):
+            ops.all_reduce(torch.ones(2).to_sparse(), "sum", g)
+    else:
+        with pytest.raises(
+            RuntimeError, match=r"ERROR_RANK_MISMATCH.*rank 0.*ERROR_INVALID_TENSOR_FORMAT"
+        ):
+            ops.all_reduce(torch.ones(2), "sum", g)
+    assert time.monotonic() - start < GROUP_TIMEOUT / 4
+    assert torch.equal(ops.all_reduce(torch.ones(2), "sum", g), torch.full((2,), 2.0))
+    return True
+
+
+GROUP_TIMEOUT = 60
+
+
+def test_a_rank_refusing_a_sparse_tensor_does_not_hold_its_peers():
+    assert all(run_group_job(WORLD, _one_rank_refuses, group_timeout=GROUP_TIMEOUT))

@@ -3,6 +3,7 @@ independently on each rank, futures, strided tensors, sub-groups, a clear dtype 
 group under TORCH_DISTRIBUTED_DEBUG=DETAIL."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -512,3 +513,34 @@ def _sparse_tensors(ctx):
 
 def test_c10d_backend_refuses_tensors_that_are_not_strided_naming_the_argument():
     assert run_group_job(2, _sparse_tensors) == [21, 21]
+
+
+def _one_rank_refuses(ctx):
+    # Only rank 0 passes a sparse tensor: it refuses, and its peers, already in the call, fail at
+    # once naming it instead of waiting for the group's timeout; then the group goes on in step.
+    dense = torch.ones(4)
+    dist.all_reduce(dense)  # the communicator exists: a refusal can be told through it
+    coo = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    b = dist.group.WORLD._get_backend(torch.device("cpu"))
+    for call in (dist.all_reduce, lambda t: b.broadcast([t])):
+        start = time.monotonic()
+        if ctx.rank == 0:
+            with pytest.raises(RuntimeError, match=r"tensor must be a dense \(strided\) tensor"):
+                call(coo)
+        else:
+            with pytest.raises(
+                RuntimeError, match=r"ERROR_RANK_MISMATCH.*rank 0.*ERROR_INVALID_TENSOR_FORMAT"
+            ):
+                call(torch.ones(4))
+        assert time.monotonic() - start < GROUP_TIMEOUT / 4
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), 2.0))
+    return True
+
+
+GROUP_TIMEOUT = 60
+
+
+def test_c10d_backend_a_rank_refusing_a_sparse_tensor_does_not_hold_its_peers():
+    assert all(run_group_job(2, _one_rank_refuses, group_timeout=GROUP_TIMEOUT))
