@@ -120,23 +120,26 @@ Communicator& CollopsBackend::OperationComm() {
   return *engine_;
 }
 
+OperationPtr NewQuantAllReduce(int rank, int rankSize, int quantType, int outDataType,
+                               Communicator* comm) {
+  AllReduceParam param;
+  param.rank = rank;
+  param.rankSize = rankSize;
+  param.quantType = quantType;
+  param.outDataType = outDataType;
+  param.comm = comm;
+  Operation* created = nullptr;
+  const Status made = CreateOperation(param, &created);
+  TORCH_CHECK(made == NO_ERROR, "collops.quant_all_reduce: ", StatusName(made), ": ",
+              LastErrorMessage());
+  return OperationPtr(created);
+}
+
 Operation& CollopsBackend::QuantAllReduceOperation(int quantType, int outDataType) {
   Communicator& comm = OperationComm();
   std::lock_guard<std::mutex> lock(mu_);
   OperationPtr& op = quantOps_[{quantType, outDataType}];
-  if (!op) {
-    AllReduceParam param;
-    param.rank = getRank();
-    param.rankSize = getSize();
-    param.quantType = quantType;
-    param.outDataType = outDataType;
-    param.comm = &comm;
-    Operation* created = nullptr;
-    const Status made = CreateOperation(param, &created);
-    TORCH_CHECK(made == NO_ERROR, "collops.quant_all_reduce: ", StatusName(made), ": ",
-                LastErrorMessage());
-    op.reset(created);
-  }
+  if (!op) op = NewQuantAllReduce(getRank(), getSize(), quantType, outDataType, &comm);
   return *op;
 }
 

@@ -133,7 +133,8 @@ class CollopsBackend final : public c10d::Backend {
 
   /// torch.ops.collops.all_reduce's kernel on this group (functional_ops.cpp): the reduction of
   /// `in` written to `out`, a contiguous tensor of in's shape and dtype, out of place (no copy of
-  /// `in` first), and no Work. collops_backend_reduce.cpp.
+  /// `in` first), and no Work. The eager kernel has checked that both are dense CPU tensors.
+  /// collops_backend_reduce.cpp.
   void AllReduceInto(const at::Tensor& in, at::Tensor& out, const c10d::ReduceOp& op);
   /// torch.ops.collops.all_reduce_'s kernel on this group: `t` reduced in place, as allreduce
   /// does it (any layout; a strided `t` through a contiguous copy), and no Work.
@@ -180,6 +181,8 @@ class CollopsBackend final : public c10d::Backend {
   std::string RunP2P(const std::vector<PointToPoint>& ops);
 
   // ---- collops_backend_reduce.cpp --------------------------------------------------------------
+  // These and the gather helpers below take tensors the calling collective has passed through
+  // CheckCpu already (in Refusable, before any data moves), and do not check them again.
 
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce");
   void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what);
@@ -209,6 +212,12 @@ class CollopsBackend final : public c10d::Backend {
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
   std::map<std::pair<int, int>, OperationPtr> quantOps_;  // by (quantType, outDataType), mu_
 };
+
+/// torch.ops.collops.quant_all_reduce's AllReduceOperation (quantType, outDataType as ATB
+/// numbers them) for `rank` of `rankSize`, on `comm` (null: made for its checks only); a creation
+/// error raises a torch error naming the status. collops_backend.cpp.
+OperationPtr NewQuantAllReduce(int rank, int rankSize, int quantType, int outDataType,
+                               Communicator* comm);
 
 // The definitions of RunCollective and Run, for the files that define collectives.
 template <class Body>

@@ -164,7 +164,6 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall(std::vector<at::Tensor>&
 void CollopsBackend::AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input) {
   TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collops backend: allgather needs ",
               getSize(), " outputs, got ", outs.size());
-  CheckCpu(input, "allgather");
   at::Tensor in = input.contiguous();
   const auto [dtype, es] = MovedAs(in);
   std::vector<int64_t> counts, displs;  // in elements of dtype

@@ -181,7 +181,6 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter_tensor_coalesced(
 }
 
 void CollopsBackend::AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what) {
-  CheckCpu(tensor, what);
   if (IsBitwise(op)) {
     AllReduceBitwise(tensor, op, what);
     return;
@@ -202,8 +201,6 @@ void CollopsBackend::AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, 
 
 void CollopsBackend::AllReduceInto(const at::Tensor& in, at::Tensor& out,
                                    const c10d::ReduceOp& op) {
-  CheckCpu(in, "all_reduce");
-  CheckCpu(out, "all_reduce");
   TORCH_CHECK(
       out.is_contiguous() && out.sizes() == in.sizes() && out.scalar_type() == in.scalar_type(),
       "collops backend: all_reduce into a tensor of another shape, dtype or layout");

@@ -58,7 +58,8 @@ struct EvenBlocks {
   std::vector<int64_t> counts, displs;
 };
 
-/// Flattens a list of tensors into one byte buffer; `counts`/`displs` get each one's bytes.
+/// Flattens a list of tensors, checked by CheckCpu, into one byte buffer; `counts`/`displs` get
+/// each one's bytes.
 at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
                 std::vector<int64_t>* displs);
 

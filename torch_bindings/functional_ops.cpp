@@ -212,16 +212,8 @@ std::optional<at::Tensor> QuantAllReduce(const c10d::ProcessGroup& group, Collop
   if (collops != nullptr) {
     op = &collops->QuantAllReduceOperation(static_cast<int>(quantType), CollopsDtypeOf(outDtype));
   } else {
-    AllReduceParam param;
-    param.rank = static_cast<int>(group.getRank());
-    param.rankSize = static_cast<int>(group.getSize());
-    param.quantType = static_cast<int>(quantType);
-    param.outDataType = CollopsDtypeOf(outDtype);
-    Operation* created = nullptr;
-    const Status status = CreateOperation(param, &created);
-    TORCH_CHECK(status == NO_ERROR, "collops.quant_all_reduce: ", StatusName(status), ": ",
-                LastErrorMessage());
-    made.reset(created);
+    made = NewQuantAllReduce(static_cast<int>(group.getRank()), static_cast<int>(group.getSize()),
+                             static_cast<int>(quantType), CollopsDtypeOf(outDtype), nullptr);
     op = made.get();
   }
   std::vector<TensorDesc> outDescs;
