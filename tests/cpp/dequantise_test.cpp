@@ -143,6 +143,24 @@ TEST(DequantiseGolden, SpecialScalesGiveTheSameBitsEverywhere) {
   }
 }
 
+// The vector builds add up to 256 sources in int16 lanes and more in int32 ones: at 256 the
+// extreme sums (-128·256 = -32768, 127·256) still fit int16; at 257 they would not, and the
+// results must stay exact on both sides of that edge.
+TEST(DequantiseGolden, ExtremeSumsAroundTheInt16EdgeAreExact) {
+  const std::vector<uint16_t> scale = {HalfBits(1.0)};
+  for (size_t n : {255, 256, 257, 300}) {
+    for (int8_t extreme : {int8_t{-128}, int8_t{127}}) {
+      // Every element at the extreme, except a few that vary the sum near it.
+      std::vector<std::vector<int8_t>> srcs(n, std::vector<int8_t>(131, extreme));
+      for (size_t i = 0; i < 131; i += 7) srcs[i % n][i] = static_cast<int8_t>(i);
+      for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+        ExpectAllBuildsMatch(srcs, 131, 0, scale, 0, HalfBits(0.0), dtype,
+                             Concat(n, " sources of ", static_cast<int>(extreme)));
+      }
+    }
+  }
+}
+
 TEST(DequantiseErrors, RejectsOtherOutputDtypes) {
   const int8_t x[16] = {};
   const int8_t* srcs[] = {x};
