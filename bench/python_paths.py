@@ -8,9 +8,10 @@ Columns (every one measured in the same run, row by row, one after the other):
   execute         OperationTorch.execute([x]) (new outputs every call, over reused memory when the
                   previous ones were dropped)
   execute_out     OperationTorch.execute_out([x], [y]) into outputs from empty_shared (once)
-  ops             torch.ops.collops.<op>(x, ..., group_name), eager
-  ops_            torch.ops.collops.all_reduce_(y, "sum", group_name): in place, nothing allocated
-                  (all_reduce only), what ds_kernel is
+  ops             torch.ops.collops.<op>, eager: all_reduce(x) (the schema's defaults: "sum" on
+                  the default group, the collops one here), all_gather(x, group_name)
+  ops_            torch.ops.collops.all_reduce_(y): in place, nothing allocated (all_reduce only),
+                  what ds_kernel is, called as a DeepSpeed user calls that: the tensor alone
   dist            torch.distributed on the "cpu:collops" group (dist.all_reduce(y),
                   dist.all_gather_single(y, x))
   noop            the same torch.distributed call on a group of torch's registered no-op backend
@@ -173,8 +174,9 @@ class Row:
             self.calls = {
                 "execute": lambda: opt.execute([x]),
                 "execute_out": lambda: opt.execute_out([x], [out]),
-                "ops": lambda: torch.ops.collops.all_reduce(x, "sum", gname),
-                "ops_": lambda: torch.ops.collops.all_reduce_(y, "sum", gname),
+                # "sum" on the default group: the schema's defaults, as DeepSpeed users call theirs.
+                "ops": lambda: torch.ops.collops.all_reduce(x),
+                "ops_": lambda: torch.ops.collops.all_reduce_(y),
                 "dist": lambda: dist.all_reduce(y),
                 "noop": lambda: dist.all_reduce(y, group=env.noop),
                 "gloo": lambda: dist.all_reduce(y, group=env.gloo),
@@ -691,8 +693,9 @@ def markdown(results, meta, plots):
         "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
         "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
         "call). `execute`: OperationTorch.execute (new outputs every call); `execute_out`: "
-        "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*`; `ops_`: eager "
-        "`torch.ops.collops.all_reduce_` (in place, as `ds_kernel`); `dist`: "
+        "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*` "
+        '(`all_reduce(x)`: "sum" on the default group by the schema\'s defaults); `ops_`: eager '
+        "`torch.ops.collops.all_reduce_(y)` (in place, called as `ds_kernel` is); `dist`: "
         'torch.distributed on "cpu:collops"; `noop`: the same call on torch\'s registered no-op '
         'backend ("fake"), torch\'s own cost; `gloo`; `deepspeed`: '
         "`deepspeed.comm.inference_all_reduce`, `ds_kernel`: "

@@ -95,6 +95,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::recv(std::vector<at::Tensor>& ten
 }
 
 VerifiedCommunicator& CollopsBackend::Comm() {
+  if (VerifiedCommunicator* ready = commReady_.load(std::memory_order_acquire)) return *ready;
   std::lock_guard<std::mutex> lock(mu_);
   // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
   // fast with its error, as torch's own backends do. Rebuilding it would start a rendezvous
@@ -110,6 +111,7 @@ VerifiedCommunicator& CollopsBackend::Comm() {
     // get ERROR_RANK_MISMATCH, not a lost peer or silently wrong data.
     engine_ = inner;
     comm_ = std::make_shared<VerifiedCommunicator>(inner, "collops backend");
+    commReady_.store(comm_.get(), std::memory_order_release);
   }
   return *comm_;
 }

@@ -71,6 +71,14 @@ class CollopsBackend final : public c10d::Backend {
 
   const std::string getBackendName() const override;
 
+  // torch shuts down (destroy_process_group, shrink_group) or aborts (abort_process_group) every
+  // group it destroys, before a group name or the default group can mean another group: the
+  // eager torch.ops.collops kernels keep a group they resolved only while it is not closed.
+  void shutdown() override { closed_.store(true, std::memory_order_release); }
+  void abort() override { closed_.store(true, std::memory_order_release); }
+  /// True once torch shut this group down or aborted it.
+  bool Closed() const { return closed_.load(std::memory_order_acquire); }
+
   // TORCH_DISTRIBUTED_DEBUG=DETAIL wraps the group in torch's ProcessGroupWrapper, which sets the
   // number here and then compares it across ranks before every collective, naming ranks that ran
   // a different number of collectives. Every rank constructs its backend in the same
@@ -209,7 +217,10 @@ class CollopsBackend final : public c10d::Backend {
   std::shared_ptr<DeferredP2P> p2p_;
   std::shared_ptr<Communicator> engine_;  // what comm_ wraps: OperationComm()
   std::shared_ptr<VerifiedCommunicator> comm_;
+  // comm_ once created (it is never replaced): what Comm() returns without taking mu_.
+  std::atomic<VerifiedCommunicator*> commReady_{nullptr};
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
+  std::atomic<bool> closed_{false};             // shutdown() or abort() called
   std::map<std::pair<int, int>, OperationPtr> quantOps_;  // by (quantType, outDataType), mu_
 };
 

@@ -27,7 +27,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -70,11 +69,14 @@ constexpr char kQuantAllReduceName[] = "quant_all_reduce";
 // gradient (an in-place collective on a tensor autograd tracks is refused), no output allocated.
 constexpr char kAllReduceInPlaceName[] = "all_reduce_";
 
-// True when `name` is `lower` in any case.
+// True when `name` is `lower` (lower-case ASCII letters) in any case. Letters are lowered
+// without the locale's tolower: the names are ASCII, and every call names one.
 bool NameIs(const std::string& name, const char* lower) {
   size_t i = 0;
   for (; i < name.size() && lower[i] != '\0'; ++i) {
-    if (std::tolower(static_cast<unsigned char>(name[i])) != lower[i]) return false;
+    char c = name[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != lower[i]) return false;
   }
   return i == name.size() && lower[i] == '\0';
 }
@@ -187,6 +189,40 @@ CollopsBackend* CollopsOf(const c10d::ProcessGroup& group) {
   } catch (const c10::Error&) {
     return nullptr;  // no backend for CPU tensors
   }
+}
+
+// A call's group and the collops backend serving its CPU tensors (null: another backend).
+struct Target {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  CollopsBackend* collops = nullptr;
+};
+
+// The group `name` names ("" = the default group) with its collops backend. A thread keeps the
+// last collops group it resolved, and its backend, for the calls that name it again: the answer
+// holds while that group is alive and its backend not closed (shut down or aborted). Torch closes
+// every group it destroys before a name, or the default, can mean another group
+// (destroy_process_group, shrink_group, abort_process_group), so a call after that resolves
+// anew (a default group replaced by assigning torch's private _world.default_pg, the old one
+// left alive and open, is not seen). A group of another backend is resolved on every call
+// (GroupNamed).
+Target TargetNamed(const std::string& name) {
+  struct Kept {
+    std::string name;
+    c10::weak_intrusive_ptr<c10d::ProcessGroup> group{c10::intrusive_ptr<c10d::ProcessGroup>()};
+    CollopsBackend* collops = nullptr;
+  };
+  thread_local Kept kept;
+  if (kept.collops != nullptr && name == kept.name) {
+    Target target{kept.group.lock(), kept.collops};
+    if (target.group && !target.collops->Closed()) return target;
+  }
+  Target target;
+  target.group = GroupNamed(name);
+  target.collops = CollopsOf(*target.group);
+  if (target.collops != nullptr) {
+    kept = Kept{name, c10::weak_intrusive_ptr<c10d::ProcessGroup>(target.group), target.collops};
+  }
+  return target;
 }
 
 // quant_all_reduce(x, scale, offset, quant_type, out_dtype, group_name): checked by the
@@ -361,14 +397,15 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
   const size_t n = op.schema().arguments().size();
   const auto args = torch::jit::last(*stack, n);
   const at::Tensor& x = args[0].toTensor();
-  const c10::intrusive_ptr<c10d::ProcessGroup> group = GroupNamed(args[n - 1].toStringRef());
-  CollopsBackend* collops = x.device().is_cpu() ? CollopsOf(*group) : nullptr;
+  const Target target = TargetNamed(args[n - 1].toStringRef());
+  const c10d::ProcessGroup& group = *target.group;
+  CollopsBackend* collops = x.device().is_cpu() ? target.collops : nullptr;
   if (collops != nullptr) {
     collops->Refusable(op.schema().name().c_str(), [&] { CheckDense(op, args); });
   } else {
     CheckDense(op, args);
   }
-  std::optional<at::Tensor> out = Run<kOp>(*group, collops, args);
+  std::optional<at::Tensor> out = Run<kOp>(group, collops, args);
   if (!out) {
     CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);
     return;

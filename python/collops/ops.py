@@ -9,7 +9,8 @@ DeepSpeed's ``inference_all_reduce_``); under torch.compile it becomes ``all_red
 into `x`, so it is ordered as the others are.
 
 ``group_name`` names a torch ProcessGroup (``group.group_name``; "" the default group); any
-backend works. The eager kernels and the autograd dispatch are C++
+backend works. ``all_reduce`` and ``all_reduce_`` default to "sum" on the default group:
+``all_reduce_(y)`` is called as DeepSpeed's ``inference_all_reduce_(y)`` is. The eager kernels and the autograd dispatch are C++
 (torch_bindings/functional_ops.cpp): they check every call's arguments, run calls on a "collops"
 group's CPU tensors on its communicator directly, and hand the rest to the Python kernels below,
 which run the group's own c10d collectives. Uneven ops on other backends (gloo, nccl) are built
@@ -31,8 +32,8 @@ _NS = "collops"
 
 #: The schema of every op (docs/distributed.md, "Functional ops (torch.compile)").
 SCHEMAS = {
-    "all_reduce": "all_reduce(Tensor x, str op, str group_name) -> Tensor",
-    "all_reduce_": "all_reduce_(Tensor(a!) x, str op, str group_name) -> Tensor(a!)",
+    "all_reduce": 'all_reduce(Tensor x, str op="sum", str group_name="") -> Tensor',
+    "all_reduce_": 'all_reduce_(Tensor(a!) x, str op="sum", str group_name="") -> Tensor(a!)',
     "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",
     "all_gather_v": "all_gather_v(Tensor x, SymInt[] sizes, str group_name) -> Tensor",
     "reduce_scatter": "reduce_scatter(Tensor x, str op, str group_name) -> Tensor",
@@ -114,13 +115,13 @@ def _reduce_scatter_into(out, x, op, pg):
     scatter(out, x, op=_reduce_op(op), group=pg)
 
 
-def _all_reduce(x, op, group_name):
+def _all_reduce(x, op="sum", group_name=""):
     out = x.clone(memory_format=torch.contiguous_format)
     _eager("all_reduce")(out, op=_reduce_op(op), group=resolve_group(group_name))
     return out
 
 
-def _all_reduce_(x, op, group_name):
+def _all_reduce_(x, op="sum", group_name=""):
     _eager("all_reduce")(x, op=_reduce_op(op), group=resolve_group(group_name))
     return x
 
@@ -214,8 +215,8 @@ def _rank(group_name):
 
 
 _FAKES = {
-    "all_reduce": lambda x, op, g: x.new_empty(x.shape),
-    "all_reduce_": lambda x, op, g: x,
+    "all_reduce": lambda x, op="sum", g="": x.new_empty(x.shape),
+    "all_reduce_": lambda x, op="sum", g="": x,
     "all_gather": lambda x, g: x.new_empty((_world(g) * _rows(x, "all_gather"), *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
     "reduce_scatter": lambda x, op, g: x.new_empty(
@@ -247,7 +248,7 @@ _KERNELS = {
 NATIVE = frozenset(_c10d_backend.factory().functional_ops())
 
 
-def _functional_all_reduce_(x, op, group_name):
+def _functional_all_reduce_(x, op="sum", group_name=""):
     """all_reduce_ as the compiler sees it: the functional all_reduce (an ordered effect, as every
     collective here) and a copy into x, which functionalization turns into the graph's mutation of
     its input."""
