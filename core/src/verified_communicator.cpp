@@ -40,8 +40,16 @@ void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t byte
 
 void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, DataType dtype,
                                      ReduceOp op) {
-  CallSignature s;
-  s.opName = Reducing(names_.allReduce, "AllReduce", op);
+  // One signature per thread, reused: the name (longer than a string holds inline) is copied
+  // into memory allocated once instead of allocated and freed on every call. Only the fields set
+  // here differ between calls.
+  thread_local CallSignature s;
+  const auto i = static_cast<size_t>(op);
+  if (i < kReduceOps) {
+    s.opName = names_.allReduce[i];
+  } else {
+    s.opName = Reducing(names_.allReduce, "AllReduce", op);
+  }
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   inner_->Agree(s);
