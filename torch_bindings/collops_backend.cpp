@@ -116,6 +116,21 @@ VerifiedCommunicator& CollopsBackend::Comm() {
   return *comm_;
 }
 
+void CollopsBackend::ShareRefusal(const char* what) {
+  try {
+    p2p_->Flush();  // as RunCollective: the peers' queued sends and receives ran before theirs
+    // The engine: the check comm_ runs is its Agree. Created here when the refused call is the
+    // group's first: the peers wait in the creation's rendezvous, and a rank that stayed out
+    // would leave them there for the timeout, or, when its next call is a collective, paired
+    // with that call instead of the refused one.
+    Communicator& comm = OperationComm();
+    if (!comm.Broken()) ShareLocalFailure(comm, what, ERROR_INVALID_TENSOR_FORMAT);
+  } catch (const std::exception&) {
+    // The communicator could not be made (a peer is gone, or the timeout): the refusal is still
+    // this rank's error to report.
+  }
+}
+
 Communicator& CollopsBackend::OperationComm() {
   Comm();
   std::lock_guard<std::mutex> lock(mu_);

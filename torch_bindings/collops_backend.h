@@ -149,12 +149,16 @@ class CollopsBackend final : public c10d::Backend {
   /// collops_backend_reduce.cpp.
   void AllReduceInPlace(at::Tensor& t, const c10d::ReduceOp& op);
   /// Runs `checks`, a call's checks of its tensors (CheckCpu here, the eager kernels' own), before
-  /// any data moves. A refusal is told to the peers through the agreement check they are in or
-  /// about to enter (ShareLocalFailure), so they fail at once with ERROR_RANK_MISMATCH naming this
-  /// rank instead of waiting for the timeout; only through a communicator that exists already (no
-  /// rendezvous for an error). Then rethrown.
+  /// any data moves. A refusal is told to the peers (ShareRefusal), then rethrown.
   template <class Checks>
   void Refusable(const char* what, Checks checks);
+  /// Tells the peers that this rank refuses the collective `what` it was called for: through the
+  /// agreement check they are in or about to enter (ShareLocalFailure), so they fail at once with
+  /// ERROR_RANK_MISMATCH naming this rank and ERROR_INVALID_TENSOR_FORMAT instead of waiting for
+  /// the timeout, and every rank stays at the same call. Before the group's first collective the
+  /// peers are in the communicator's creation: this rank joins it first. Like any collective it
+  /// waits for the peers to arrive. Never throws. collops_backend.cpp.
+  void ShareRefusal(const char* what);
 
   /// The group's communicator without the cross-rank agreement check, for collops operations,
   /// which run their own (torch.ops.collops.quant_all_reduce: an AllReduceOperation made on it).
@@ -247,14 +251,7 @@ void CollopsBackend::Refusable(const char* what, Checks checks) {
   try {
     checks();
   } catch (const c10::Error&) {
-    std::shared_ptr<Communicator> comm;  // the engine: the check comm_ runs is its Agree
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      comm = engine_;
-    }
-    p2p_->Flush();  // as RunCollective: the peers' queued sends and receives ran before theirs
-    if (comm != nullptr && !comm->Broken())
-      ShareLocalFailure(*comm, what, ERROR_INVALID_TENSOR_FORMAT);
+    ShareRefusal(what);
     throw;
   }
 }

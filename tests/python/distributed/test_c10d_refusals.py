@@ -1,0 +1,100 @@
+"""One rank of a "collops" group refusing its tensor (sparse here) while its peers pass good ones:
+the refusing rank raises its own error, and every peer fails at once with an error naming it,
+instead of waiting for the group's timeout. The group's timeout is short, so a peer that waits
+fails the test in seconds; every wait is checked against a fraction of it."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from c10d_ranks import run_group_job
+
+WORLD = 2
+GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
+QUICK = GROUP_TIMEOUT / 4  # a peer told of the refusal fails well within this
+DEADLINE = 150  # the harness kills every rank still running after this
+
+REFUSED_BY_RANK_0 = r"ERROR_RANK_MISMATCH.*rank 0.*ERROR_INVALID_TENSOR_FORMAT"
+
+
+def _coo(n):
+    return torch.sparse_coo_tensor([[0]], [1.0], (n,), check_invariants=True)
+
+
+def _refused_by_rank_0(ctx, call, refused_match, refused_type=RuntimeError):
+    """call(tensor) on every rank: rank 0 passes a sparse tensor and must raise refused_type
+    matching refused_match, the others a dense one and must fail naming rank 0; both within QUICK
+    seconds."""
+    start = time.monotonic()
+    if ctx.rank == 0:
+        with pytest.raises(refused_type, match=refused_match):
+            call(_coo(4))
+    else:
+        with pytest.raises(RuntimeError, match=REFUSED_BY_RANK_0):
+            call(torch.ones(4))
+    elapsed = time.monotonic() - start
+    assert elapsed < QUICK, f"rank {ctx.rank} took {elapsed:.1f} s"
+
+
+def _group_works(ctx):
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(ctx.world_size)))
+
+
+def _refusal_at_the_first_collective(ctx, which):
+    # The group's communicator does not exist yet: the peers are in its creation when rank 0
+    # refuses.
+    b = dist.group.WORLD._get_backend(torch.device("cpu"))
+    g = dist.group.WORLD.group_name
+    calls = {
+        "all_reduce": (dist.all_reduce, r"allreduce: tensor must be a dense", RuntimeError),
+        "broadcast": (
+            lambda t: b.broadcast([t]),
+            r"broadcast: tensor must be a dense",
+            RuntimeError,
+        ),
+        # The eager kernel of torch.ops.collops, which checks its arguments itself.
+        "collops.all_reduce": (
+            lambda t: torch.ops.collops.all_reduce(t, "sum", g),
+            r"collops.all_reduce: x must be a dense",
+            ValueError,
+        ),
+    }
+    _refused_by_rank_0(ctx, *calls[which])
+    _group_works(ctx)
+    return True
+
+
+@pytest.mark.parametrize("which", ["all_reduce", "broadcast", "collops.all_reduce"])
+def test_a_refusal_before_the_group_communicates_does_not_hold_the_peers(which):
+    results = run_group_job(
+        WORLD,
+        _refusal_at_the_first_collective,
+        which,
+        group_timeout=GROUP_TIMEOUT,
+        timeout=DEADLINE,
+    )
+    assert results == [True] * WORLD
+
+
+def _refusal_in_a_new_subgroup(ctx):
+    # A sub-group's communicator is its own, created at its own first collective.
+    _group_works(ctx)
+    sub = dist.new_group(list(range(ctx.world_size)))
+    _refused_by_rank_0(
+        ctx, lambda t: dist.all_reduce(t, group=sub), r"allreduce: tensor must be a dense"
+    )
+    t = torch.ones(4)
+    dist.all_reduce(t, group=sub)
+    assert torch.equal(t, torch.full((4,), float(ctx.world_size)))
+    return True
+
+
+def test_a_refusal_before_a_subgroup_communicates_does_not_hold_the_peers():
+    results = run_group_job(
+        WORLD, _refusal_in_a_new_subgroup, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
+    )
+    assert results == [True] * WORLD
