@@ -3,8 +3,8 @@ defaults, as DeepSpeed users call inference_all_reduce_(y). On a collops default
 runs in C++ (no Python kernel). After destroy_process_group it is torch's error until a new init,
 and then it runs on the new group, never on the destroyed one, even while that one is still
 referenced. On a gloo default group it goes through the Python kernel. torch.compile(fullgraph=True)
-captures the short forms as it does the named ones. Goldens: the sum over the ranks of inputs
-every rank computes for itself."""
+captures the short forms as it does the named ones, and all_reduce(x) differentiates. Goldens: the
+sum over the ranks of inputs every rank computes for itself."""
 
 import pytest
 import torch
@@ -124,6 +124,15 @@ def _compiled(ctx):
     t = torch.ones(2, 2) + ctx.rank
     torch.library.opcheck(torch.ops.collops.all_reduce_.default, (t.clone(),))
     torch.library.opcheck(torch.ops.collops.all_reduce.default, (t,))
+
+    # all_reduce(x) differentiates as all_reduce(x, "sum", ""): the gradient summed over the ranks.
+    def loss(w):
+        return torch.ops.collops.all_reduce(w * (ctx.rank + 1)).sum()
+
+    for f in (loss, torch.compile(loss, fullgraph=True)):
+        w = torch.ones(3, requires_grad=True)
+        f(w).backward()
+        torch.testing.assert_close(w.grad, torch.full((3,), WORLD * (ctx.rank + 1.0)))
     return True
 
 
