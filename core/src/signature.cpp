@@ -51,7 +51,14 @@ void EncodeAgreement(const CallSignature& mine, int rankSize, uint8_t* record) {
   }
   WireHeader header{};
   std::strncpy(header.opName, mine.opName.c_str(), sizeof header.opName - 1);
-  header.opHash = HashName(mine.opName);
+  // The hash of the name this thread encoded last, kept: a loop repeats its call's name.
+  thread_local std::string hashedName;
+  thread_local uint64_t hash = HashName(hashedName);
+  if (mine.opName != hashedName) {
+    hashedName = mine.opName;
+    hash = HashName(hashedName);
+  }
+  header.opHash = hash;
   header.dtype = static_cast<int32_t>(mine.dtype);
   header.root = mine.root;
   header.count = mine.count;

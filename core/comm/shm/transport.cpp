@@ -130,9 +130,10 @@ void Transport::CarryAgreement(const CallSignature& mine) {
   uint8_t* record = segment_.Record(rank_, round);
   std::memcpy(record, &round, sizeof round);
   EncodeAgreement(mine, size_, record + sizeof round);
-  agreement_.opName = mine.opName;
-  agreement_.sendField = mine.sendField;
-  agreement_.recvField = mine.recvField;
+  // Its names, for the messages; a call repeating the last one's names (a loop) copies nothing.
+  if (agreement_.opName != mine.opName) agreement_.opName = mine.opName;
+  if (agreement_.sendField != mine.sendField) agreement_.sendField = mine.sendField;
+  if (agreement_.recvField != mine.recvField) agreement_.recvField = mine.recvField;
   agreementPending_ = true;
   // A rank that will not make the call sends its record with a round of its own, which meets the
   // first round of its peers' call.
