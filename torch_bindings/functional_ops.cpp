@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -84,6 +85,8 @@ bool NameIs(const std::string& name, const char* lower) {
 // A reduce-op name as the ops take it (any case), as torch's ReduceOp; compared in place, as
 // every call names one.
 c10d::ReduceOp ReduceOpOf(const std::string& name) {
+  // The default, as the schema spells it, compared inline first.
+  if (name.size() == 3 && std::memcmp(name.data(), "sum", 3) == 0) return c10d::ReduceOp::SUM;
   if (NameIs(name, "sum")) return c10d::ReduceOp::SUM;
   if (NameIs(name, "avg")) return c10d::ReduceOp::AVG;
   if (NameIs(name, "prod") || NameIs(name, "product")) return c10d::ReduceOp::PRODUCT;

@@ -1,5 +1,6 @@
 #include "collops/signature.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "collops/status.h"
@@ -81,6 +82,25 @@ int64_t RecordedCount(const uint8_t* record, int rankSize, bool recv, int j) {
   return v;
 }
 
+namespace {
+
+// Rank i's sendCounts[j] against rank j's recvCounts[i], for every pair.
+void CheckCounts(const uint8_t* records, size_t stride, int size, const CallSignature& mine) {
+  for (int i = 0; i < size; ++i) {
+    for (int j = 0; j < size; ++j) {
+      const int64_t sent = RecordedCount(records + i * stride, size, false, j);
+      const int64_t expected = RecordedCount(records + j * stride, size, true, i);
+      if (sent != expected) {
+        Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on counts: rank ", i, " sends ",
+             sent, " elements to rank ", j, " (", mine.sendField, ") but rank ", j, " expects ",
+             expected, " from rank ", i, " (", mine.recvField, ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
                            const CallSignature& mine) {
   // Read in place (records need not be aligned): no allocation on the path of every call.
@@ -89,9 +109,30 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
     std::memcpy(&h, records + r * stride, sizeof h);
     return h;
   };
-  const auto counts = [&](int r, int which, int j) {
-    return RecordedCount(records + r * stride, size, which != 0, j);
+  // What every call checks first: that no rank failed and every rank's agreed fields (opHash to
+  // valuesDigest, laid out without padding, and hasCounts) are rank 0's bytes, read in place. Only
+  // when one is not do the checks below look for which, to name it.
+  constexpr size_t kAgreedFrom = offsetof(WireHeader, opHash);
+  constexpr size_t kAgreedBytes = offsetof(WireHeader, valuesField) - kAgreedFrom;
+  static_assert(kAgreedBytes == sizeof(uint64_t) + 2 * sizeof(int32_t) + 2 * sizeof(int64_t),
+                "WireHeader's agreed fields must be contiguous");
+  const auto field = [&](int r, size_t offset, auto value) {
+    std::memcpy(&value, records + r * stride + offset, sizeof value);
+    return value;
   };
+  bool agreed = true;
+  for (int r = 0; r < size && agreed; ++r) {
+    agreed = field(r, offsetof(WireHeader, failedStatus), int32_t{0}) == 0 &&
+             (r == 0 || (std::memcmp(records + kAgreedFrom, records + r * stride + kAgreedFrom,
+                                     kAgreedBytes) == 0 &&
+                         field(r, offsetof(WireHeader, hasCounts), int64_t{0}) ==
+                             field(0, offsetof(WireHeader, hasCounts), int64_t{0})));
+  }
+  if (agreed) {
+    if (field(0, offsetof(WireHeader, hasCounts), int64_t{0}) != 0)
+      CheckCounts(records, stride, size, mine);
+    return;
+  }
   // Every rank scans the same records in the same order, so all report the same first
   // disagreement.
   for (int r = 0; r < size; ++r) {
@@ -129,18 +170,7 @@ void CheckAgreementRecords(const uint8_t* records, size_t stride, int size,
            ": rank 0's differ from rank ", r, "'s");
     }
   }
-  if (a.hasCounts == 0) return;
-  for (int i = 0; i < size; ++i) {
-    for (int j = 0; j < size; ++j) {
-      const int64_t sent = counts(i, 0, j);
-      const int64_t expected = counts(j, 1, i);
-      if (sent != expected) {
-        Fail(ERROR_RANK_MISMATCH, mine.opName, ": ranks disagree on counts: rank ", i, " sends ",
-             sent, " elements to rank ", j, " (", mine.sendField, ") but rank ", j, " expects ",
-             expected, " from rank ", i, " (", mine.recvField, ")");
-      }
-    }
-  }
+  if (a.hasCounts != 0) CheckCounts(records, stride, size, mine);
 }
 
 std::vector<uint8_t> ExchangeAgreement(
