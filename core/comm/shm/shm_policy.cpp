@@ -1,6 +1,5 @@
 #include "core/comm/shm/shm_policy.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,19 +9,13 @@
 #include "collops/environment.h"
 #include "collops/status.h"
 #include "core/comm/shm/algorithm_table.h"
+#include "core/comm/shm/cpu_binding.h"
 #include "core/comm/shm/cross_memory_policy.h"
 #include "core/comm/shm/wait_word.h"
 
 namespace collops {
 namespace shm {
 namespace {
-
-int CpusAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 

@@ -8,36 +8,13 @@
 
 #include "collops/backend.h"
 #include "collops/reduce.h"
+#include "core/comm/shm/cpu_binding.h"
 #include "core/comm/shm/process_copy.h"
 #include "core/comm/shm/process_rendezvous.h"
 #include "core/comm/shm/rank_list.h"
 
 namespace collops {
 namespace shm {
-namespace {
-
-/// COLLOPS_SHM_BIND=1: pins the calling thread to the rank-th CPU of its own affinity set, as
-/// mpirun does by default, when there are at least as many CPUs as ranks. Opt-in, because every
-/// thread it starts later inherits the pin (a torch process's intra-op pool, say). Why at all:
-/// unbound ranks of a busy host are often stacked on one core by the scheduler, and every round
-/// then costs a context switch.
-void BindToOwnCpu(int rank, int rankSize) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;
-  if (rankSize > CPU_COUNT(&allowed)) return;
-  int seen = 0;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed) || seen++ != rank) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof(one), &one);
-    return;
-  }
-}
-
-}  // namespace
 
 Transport::Transport(const CommParam& param) : rank_(param.rank), size_(param.rankSize) {
   if (size_ <= 0 || size_ > kMaxLcclRanks || rank_ < 0 || rank_ >= size_) {
