@@ -34,7 +34,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kAllReduce,
      kAlgoReduceScatterAllGather,
      {"AllReduce", "AllReduce", "rsag",
-      "per chunk of up to 2 MiB: each rank stages the slices the others reduce, reduces its own "
+      "per chunk (one core's L2 cache within 1-2 MiB with a CPU per rank, else 2 MiB; at most "
+      "half a slot): each rank stages the slices the others reduce, reduces its own "
       "slice over all ranks into its slot and copies every reduced slice out; the round that "
       "publishes a chunk's staged slices also publishes the previous chunk's reduced ones, so K "
       "chunks take K + 1 rounds; inputs in heaps are read in place",
@@ -163,7 +164,7 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
     {Collective::kQuantAllReduce,
      kAlgoReduceScatterAllGather,
      {"QuantAllReduce", "AllReduceQuantised", "rsag",
-      "per chunk of up to 2 MiB of output: each rank stages the int8 slices the others sum, "
+      "per chunk of output as AllReduce `rsag`'s: each rank stages the int8 slices the others sum, "
       "dequantises its own slice over all ranks into its slot and copies every dequantised slice "
       "out; the round that publishes a chunk's staged slices also publishes the previous chunk's "
       "dequantised ones, so K chunks take K + 1 rounds",

@@ -19,7 +19,18 @@ namespace {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+/// The L2 cache of the CPU this rank runs on, in bytes; 0 when the C library cannot tell.
+uint64_t L2CacheBytes() {
+  const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return bytes > 0 ? static_cast<uint64_t>(bytes) : 0;
+}
+
 }  // namespace
+
+uint64_t ChunkBytesFor(uint64_t l2Bytes, bool oversubscribed) {
+  if (oversubscribed || l2Bytes == 0) return kChunkBytes;
+  return std::clamp(l2Bytes, kMinChunkBytes, kChunkBytes);
+}
 
 ShmPolicy ChoosePolicy(int rankSize) {
   ShmPolicy policy;
@@ -34,7 +45,8 @@ ShmPolicy ChoosePolicy(int rankSize) {
     policy.largeOneShotFromBytes = kTwoRankOneShotFromBytes;
     policy.largeOneShotToBytes = kTwoRankOneShotToBytes;
   }
-  policy.chunkBytes = KnobInteger("COLLOPS_SHM_CHUNK_BYTES", kChunkBytes);
+  policy.chunkBytes =
+      KnobInteger("COLLOPS_SHM_CHUNK_BYTES", ChunkBytesFor(L2CacheBytes(), oversubscribed));
   policy.streamOutputBytes = KnobInteger("COLLOPS_SHM_STREAM_BYTES", kStreamOutputBytes);
   const WaitBudget budget = WaitBudget::Default(oversubscribed);
   policy.spinNanos =

@@ -22,10 +22,14 @@ constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
 /// and rsag's extra round and the slices it reads back cost more than the redundant reduction.
 constexpr uint64_t kTwoRankOneShotFromBytes = 512 << 10;
 constexpr uint64_t kTwoRankOneShotToBytes = 2 << 20;
-/// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot): as few rounds as the
-/// buffer allows, since on a busy host every round costs a scheduling delay, while the cache
-/// locality of smaller chunks is worth little.
+/// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot; ChunkBytesFor): as few
+/// rounds as the buffer allows, since on a busy host every round costs a scheduling delay...
 constexpr uint64_t kChunkBytes = 2 << 20;
+/// ... but with a CPU per rank not more than one core's L2 cache, and not less than this: with a
+/// chunk larger than the L2, every rank's step (the slices it stages for the others, the slice it
+/// reduces, the reduced slices it copies out) spills the L2 and runs measurably slower than with
+/// chunks that fit (docs/performance.md); smaller chunks than this only add rounds.
+constexpr uint64_t kMinChunkBytes = 1 << 20;
 /// Outputs from this size up are written with non-temporal stores (COLLOPS_SHM_STREAM_BYTES;
 /// process_copy.h says why); smaller ones still fit the caches (a 4 MiB AllReduce output read
 /// back by the next call is faster with ordinary stores).
@@ -122,6 +126,11 @@ struct ShmPolicy {
   bool Oversubscribed() const { return rankSize > cpus; }
   Algo Forced(Collective c) const { return static_cast<Algo>(forced[static_cast<int>(c)]); }
 };
+
+/// The "rsag" chunk when COLLOPS_SHM_CHUNK_BYTES is unset: one core's L2 cache (`l2Bytes`; 0 when
+/// unknown) within [kMinChunkBytes, kChunkBytes] when every rank has a CPU of its own, else
+/// kChunkBytes (there each extra round costs a scheduling delay).
+uint64_t ChunkBytesFor(uint64_t l2Bytes, bool oversubscribed);
 
 /// Rank 0: the policy for `rankSize` ranks from its environment (COLLOPS_ALGO_*, COLLOPS_SHM_*)
 /// and this machine (CPUs, the cost of the kernel copy). Throws ERROR_INVALID_PARAM naming the
