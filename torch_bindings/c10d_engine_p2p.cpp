@@ -59,7 +59,7 @@ void ProcessGroupCommunicator::RunGroup(const std::vector<PointToPoint>& ops) {
     if (op.kind != PointToPoint::Kind::kSend) continue;
     auto announce = mineOf(i);
     replies.push_back(backend->send(announce, op.peer, kAnnounceTag));
-    if (op.count != 0) {
+    if (op.count * DataTypeSize(op.dtype) != 0) {  // as the receiver reckons it: a refusal has none
       auto payload = payloadOf(op.buf, static_cast<int64_t>(op.count * DataTypeSize(op.dtype)));
       replies.push_back(backend->send(payload, op.peer, kDataTag));
     }

@@ -79,18 +79,28 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::barrier(const c10d::BarrierOption
   return Run(c10d::OpType::BARRIER, {}, [&] { Comm().Barrier(); });
 }
 
-// Deferred until waited on or until the next call of any other kind (deferred_p2p.h).
+// Deferred until waited on or until the next call of any other kind (deferred_p2p.h). A refused
+// tensor is queued as a refusal, which tells the peer, and its Work raises the refusal when
+// waited on: raised here, it would leave the peer waiting for an op this rank never runs.
 c10::intrusive_ptr<c10d::Work> CollopsBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                     int /*tag*/) {
   TORCH_CHECK(tensors.size() == 1, "collops backend: send takes one tensor, got ", tensors.size());
-  CheckCpu(tensors[0], "send");
+  try {
+    CheckCpu(tensors[0], "send");
+  } catch (const c10::Error& e) {
+    return p2p_->Refuse(PointToPoint::Kind::kSend, dst, getRank(), e.what_without_backtrace());
+  }
   return p2p_->Send(tensors[0], dst, getRank());
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                     int /*tag*/) {
   TORCH_CHECK(tensors.size() == 1, "collops backend: recv takes one tensor, got ", tensors.size());
-  CheckCpu(tensors[0], "recv");
+  try {
+    CheckCpu(tensors[0], "recv");
+  } catch (const c10::Error& e) {
+    return p2p_->Refuse(PointToPoint::Kind::kRecv, src, getRank(), e.what_without_backtrace());
+  }
   return p2p_->Recv(tensors[0], src, getRank());
 }
 

@@ -52,10 +52,21 @@ c10::intrusive_ptr<c10d::Work> DeferredP2P::Recv(at::Tensor& tensor, int peer, i
   return Queue(std::move(p), c10d::OpType::RECV, rank);
 }
 
+c10::intrusive_ptr<c10d::Work> DeferredP2P::Refuse(PointToPoint::Kind kind, int peer, int rank,
+                                                   std::string error) {
+  Pending p;
+  p.op = PointToPoint::Refusal(kind, peer, ERROR_INVALID_TENSOR_FORMAT);
+  p.refused = std::move(error);
+  return Queue(std::move(p),
+               kind == PointToPoint::Kind::kSend ? c10d::OpType::SEND : c10d::OpType::RECV, rank);
+}
+
 c10::intrusive_ptr<c10d::Work> DeferredP2P::Queue(Pending pending, c10d::OpType type, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   TORCH_CHECK(!closed_, "collops backend: send/recv on a destroyed process group");
-  std::vector<at::Tensor> outputs{pending.target.defined() ? pending.target : pending.buffer};
+  std::vector<at::Tensor> outputs;
+  if (pending.buffer.defined())
+    outputs.push_back(pending.target.defined() ? pending.target : pending.buffer);
   pending.work =
       c10::make_intrusive<DeferredWork>(shared_from_this(), rank, type, std::move(outputs));
   c10::intrusive_ptr<c10d::Work> work = pending.work;
@@ -82,7 +93,7 @@ void DeferredP2P::Flush() {
   }
   for (Pending& p : group) {
     if (error.empty() && p.target.defined()) p.target.copy_(p.buffer);
-    p.work->Finish(error);
+    p.work->Finish(p.refused.empty() ? error : p.refused);
   }
 }
 

@@ -62,6 +62,12 @@ class DeferredP2P : public std::enable_shared_from_this<DeferredP2P> {
   c10::intrusive_ptr<c10d::Work> Send(const at::Tensor& tensor, int peer, int rank);
   /// Queues a receive into `tensor` (CPU; strided ones get the data when the group runs).
   c10::intrusive_ptr<c10d::Work> Recv(at::Tensor& tensor, int peer, int rank);
+  /// Queues, in place of a send or receive whose tensor this rank refused with `error`, a
+  /// PointToPoint::Refusal of it: it runs with the group, so the peer's matching op fails at once
+  /// naming this rank instead of waiting for the timeout, and the other ops of the group (a ring
+  /// of batch_isend_irecv) still meet theirs. The Work raises `error` when waited on.
+  c10::intrusive_ptr<c10d::Work> Refuse(PointToPoint::Kind kind, int peer, int rank,
+                                        std::string error);
   /// Runs every queued op as one group.
   void Flush();
   /// The backend is going away: queued ops fail (their Works say so) and nothing runs any more.
@@ -70,8 +76,9 @@ class DeferredP2P : public std::enable_shared_from_this<DeferredP2P> {
  private:
   struct Pending {
     PointToPoint op;
-    at::Tensor buffer;  ///< contiguous: what moves
-    at::Tensor target;  ///< a receive's tensor, when it is not `buffer`
+    at::Tensor buffer;    ///< contiguous: what moves
+    at::Tensor target;    ///< a receive's tensor, when it is not `buffer`
+    std::string refused;  ///< why this rank refused the op (a Refusal runs instead), or empty
     c10::intrusive_ptr<DeferredWork> work;
   };
   c10::intrusive_ptr<c10d::Work> Queue(Pending pending, c10d::OpType type, int rank);

@@ -95,6 +95,21 @@ std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops) {
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,
                                     int64_t recvType) {
+  // A refusal's count is its Status (PointToPoint::Refusal).
+  auto refused = [](int64_t status) {
+    return Concat("(", StatusName(static_cast<int32_t>(status)),
+                  ": the tensor it was given failed its own checks; that rank raises why)");
+  };
+  if (sendType == ACL_DT_UNDEFINED) {
+    return Concat(backend, " Send/Recv: rank ", sender, " refused its send to rank ", receiver, " ",
+                  refused(sendCount), ", so rank ", receiver, "'s receive of ", recvCount,
+                  " elements of ", DataTypeName(static_cast<DataType>(recvType)), " gets nothing");
+  }
+  if (recvType == ACL_DT_UNDEFINED) {
+    return Concat(backend, " Send/Recv: rank ", receiver, " refused its receive from rank ", sender,
+                  " ", refused(recvCount), ", so rank ", sender, "'s send of ", sendCount,
+                  " elements of ", DataTypeName(static_cast<DataType>(sendType)), " goes nowhere");
+  }
   return Concat(backend, " Send/Recv: rank ", sender, " sends ", sendCount, " elements of ",
                 DataTypeName(static_cast<DataType>(sendType)), " to rank ", receiver,
                 ", which expects ", recvCount, " elements of ",

@@ -2,7 +2,9 @@
 // threads and processes, hierarchical_comm_test.cpp across pretend hosts, mpi_backend_test.cpp on
 // MPI): groups in orders that deadlock blocking Send/Recv (every rank sending first), several
 // destinations and several messages per channel in one group, a group meeting plain Send/Recv,
-// and a mismatch inside a group that leaves the communicator usable. Each runs on every rank.
+// a mismatch inside a group that leaves the communicator usable, and a refusal (one side's op
+// replaced by PointToPoint::Refusal) that fails both sides naming the refusing rank. Each runs on
+// every rank.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -150,11 +152,53 @@ inline void MismatchInAGroup(Communicator& comm, int rank, int size) {
   RingSendingFirst(comm, rank, size);
 }
 
+// Ranks 0 and 1 swap a message each way in one group, where one side's op is a
+// PointToPoint::Refusal: both get the mismatch naming the refusing rank and its Status, and the
+// other direction still moves. Then both sides of one message refuse: they meet without error.
+inline void RefusalInAGroup(Communicator& comm, int rank) {
+  if (rank > 1) return;
+  const int peer = 1 - rank;
+  const size_t n = 70001;
+  const std::vector<int32_t> mine = ExchangeMessage(rank, peer, 0, n);
+  const std::pair<int, PointToPoint::Kind> refusals[] = {{0, PointToPoint::Kind::kSend},
+                                                         {1, PointToPoint::Kind::kRecv}};
+  for (const auto& [refuser, kind] : refusals) {
+    std::vector<int32_t> got(n, -1);
+    const bool send = kind == PointToPoint::Kind::kSend;
+    std::vector<PointToPoint> group = {PointToPoint::Send(mine.data(), n, ACL_INT32, peer),
+                                       PointToPoint::Recv(got.data(), n, ACL_INT32, peer)};
+    if (rank == refuser)
+      group[send ? 0 : 1] = PointToPoint::Refusal(kind, peer, ERROR_INVALID_TENSOR_FORMAT);
+    try {
+      comm.Exchange(group);
+      ADD_FAILURE() << "rank " << rank << ": no ERROR_RANK_MISMATCH for rank " << refuser
+                    << "'s refusal";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), ERROR_RANK_MISMATCH) << e.what();
+      EXPECT_THAT(e.what(),
+                  ::testing::HasSubstr(Concat("rank ", refuser, " refused its ",
+                                              send ? "send to" : "receive from", " rank ",
+                                              1 - refuser, " (ERROR_INVALID_TENSOR_FORMAT")));
+    }
+    // The direction nobody refused moved.
+    const bool received = !(rank == refuser && !send) && !(rank != refuser && send);
+    if (received) {
+      EXPECT_EQ(ExchangeFirstWrong(got, peer, rank, 0), -1) << "refusal by rank " << refuser;
+    }
+  }
+  comm.Exchange(
+      {PointToPoint::Refusal(rank == 0 ? PointToPoint::Kind::kSend : PointToPoint::Kind::kRecv,
+                             peer, ERROR_INVALID_TENSOR_FORMAT)});
+  EXPECT_FALSE(comm.Broken());
+}
+
 inline void ExchangeEveryCase(Communicator& comm, int rank, int size) {
   RingSendingFirst(comm, rank, size);
   EveryPairTwice(comm, rank, size);
   GroupMeetsSendRecv(comm, rank);
   MismatchInAGroup(comm, rank, size);
+  RefusalInAGroup(comm, rank);
+  RingSendingFirst(comm, rank, size);
   // A collective after the groups still sees consistent slots.
   int32_t mine = rank + 1, sum = 0;
   comm.AllReduce(&mine, &sum, 1, ACL_INT32, ReduceOp::kSum);

@@ -447,7 +447,7 @@ void MpiCommunicator::Recv(void* buf, size_t count, DataType dtype, int peer) {
 void MpiCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   for (const PointToPoint& op : ops) {
     CheckPeer(op.peer, op.kind == PointToPoint::Kind::kSend ? "destination" : "source");
-    if (DataTypeSize(op.dtype) == 0) {
+    if (DataTypeSize(op.dtype) == 0 && !op.IsRefusal()) {
       Fail(ERROR_INVALID_TENSOR_DTYPE, "mpi Exchange: dtype ", DataTypeName(op.dtype),
            " has no size");
     }

@@ -12,14 +12,17 @@ namespace shm {
 namespace {
 
 /// `where` makes the message prefix only on failure (it costs more than a small message).
+/// 0 for a refusal (PointToPoint::Refusal), which moves nothing.
 template <class Where>
-size_t PeerElementBytes(int peer, int rank, int size, DataType dtype, Where&& where,
+size_t PeerElementBytes(const PointToPoint& op, int rank, int size, Where&& where,
                         const char* role) {
-  if (peer < 0 || peer >= size || peer == rank) {
-    Fail(ERROR_INVALID_PARAM, where(), role, " rank ", peer, " is not another rank of ", size);
+  if (op.peer < 0 || op.peer >= size || op.peer == rank) {
+    Fail(ERROR_INVALID_PARAM, where(), role, " rank ", op.peer, " is not another rank of ", size);
   }
-  const size_t bytes = DataTypeSize(dtype);
-  if (bytes == 0) Fail(ERROR_INVALID_TENSOR_DTYPE, where(), "dtype ", DataTypeName(dtype));
+  const size_t bytes = DataTypeSize(op.dtype);
+  if (bytes == 0 && !op.IsRefusal()) {
+    Fail(ERROR_INVALID_TENSOR_DTYPE, where(), "dtype ", DataTypeName(op.dtype));
+  }
   return bytes;
 }
 
@@ -69,8 +72,7 @@ void PointToPointChannels::Run(const std::vector<PointToPoint>& ops) {
     Transfer& t = group[i];
     t.op = ops[i];
     t.send = t.op.kind == PointToPoint::Kind::kSend;
-    const size_t e = PeerElementBytes(t.op.peer, rank, size, t.op.dtype, where,
-                                      t.send ? "destination" : "source");
+    const size_t e = PeerElementBytes(t.op, rank, size, where, t.send ? "destination" : "source");
     t.bytes = t.op.count * e;
     // A receive learns it from the sender.
     t.cross =

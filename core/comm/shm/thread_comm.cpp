@@ -367,7 +367,8 @@ void ThreadCommunicator::Exchange(const std::vector<PointToPoint>& ops) {
   for (const PointToPoint& p : ops) {
     const bool send = p.kind == PointToPoint::Kind::kSend;
     CheckPeer(send ? "Send" : "Recv", p.peer);
-    Op op{p, send, CheckedElementSize(send ? "Send" : "Recv", p.dtype, false),
+    // A refusal (PointToPoint::Refusal) moves nothing.
+    Op op{p, send, p.IsRefusal() ? 0 : CheckedElementSize(send ? "Send" : "Recv", p.dtype, false),
           send ? &group_->channel(rank_, p.peer) : &group_->channel(p.peer, rank_)};
     op.previous = previous[group.size()];
     group.push_back(op);

@@ -44,6 +44,16 @@ struct PointToPoint {
   static PointToPoint Recv(void* buf, size_t count, DataType dtype, int peer) {
     return {Kind::kRecv, buf, count, dtype, peer};
   }
+  /// A send or receive this rank refuses to make (its buffer failed this rank's own checks with
+  /// `status`), run in its place so that the peer's matching op fails at once with
+  /// ERROR_RANK_MISMATCH naming this rank and `status` instead of waiting for it. It announces
+  /// `status` as its count and ACL_DT_UNDEFINED (no size) as its dtype, so it matches no real op
+  /// and moves nothing; two refusals of one message meet without error. Every engine runs it
+  /// (lccl, mpi, c10d).
+  static PointToPoint Refusal(Kind kind, int peer, Status status) {
+    return {kind, nullptr, static_cast<size_t>(status), ACL_DT_UNDEFINED, peer};
+  }
+  bool IsRefusal() const { return dtype == ACL_DT_UNDEFINED; }
 };
 
 class Communicator {
@@ -227,7 +237,8 @@ std::vector<int> PreviousOnChannel(const std::vector<PointToPoint>& ops);
 
 /// The ERROR_RANK_MISMATCH text every backend gives both sides of a Send/Recv pair that disagree:
 /// "<backend> Send/Recv: rank S sends N elements of T to rank R, which expects M elements of U
-/// from rank S".
+/// from rank S". When one side is a PointToPoint::Refusal (type ACL_DT_UNDEFINED, the count its
+/// Status), the text says that that rank refused the send or receive, with the Status' name.
 std::string SendRecvMismatchMessage(const std::string& backend, int sender, int64_t sendCount,
                                     int64_t sendType, int receiver, int64_t recvCount,
                                     int64_t recvType);

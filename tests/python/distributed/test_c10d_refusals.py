@@ -98,3 +98,82 @@ def test_a_refusal_before_a_subgroup_communicates_does_not_hold_the_peers():
         WORLD, _refusal_in_a_new_subgroup, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
     )
     assert results == [True] * WORLD
+
+
+def _timed(ctx, what, body):
+    start = time.monotonic()
+    body()
+    elapsed = time.monotonic() - start
+    assert elapsed < QUICK, f"rank {ctx.rank}: {what} took {elapsed:.1f} s"
+
+
+def _refused_send_and_recv(ctx):
+    # Point to point, one side refusing: the backend's send/recv (what dist.send/dist.recv call,
+    # then wait on; torch's dispatcher stops sparse tensors before dist.send reaches it). The
+    # first is the group's first call, so its communicator is made by it.
+    b = dist.group.WORLD._get_backend(torch.device("cpu"))
+    peer = 1 - ctx.rank
+
+    def one_side_refuses(what, refused, matching, told):
+        # Rank 0's op refuses its tensor (queued, the refusal raises when waited on); rank 1's
+        # matching op is told.
+        if ctx.rank == 0:
+            work = refused([_coo(4)], peer, 0)
+            with pytest.raises(RuntimeError, match=rf"collops backend: {what}: tensor must be"):
+                work.wait()
+        else:
+            with pytest.raises(RuntimeError, match=told + r".*ERROR_INVALID_TENSOR_FORMAT"):
+                matching([torch.ones(4)], peer, 0).wait()
+
+    def refused_send():
+        one_side_refuses("send", b.send, b.recv, r"rank 0 refused its send to rank 1")
+
+    def refused_recv():
+        one_side_refuses("recv", b.recv, b.send, r"rank 0 refused its receive from rank 1")
+
+    def refused_in_a_ring():
+        # A ring, as batch_isend_irecv issues it on this backend (each op, then the waits): rank
+        # 0's send refused, its receive and rank 1's send still meet.
+        got = torch.zeros(4)
+        mine = _coo(4) if ctx.rank == 0 else torch.full((4,), float(ctx.rank + 1))
+        works = [b.send([mine], peer, 0), b.recv([got], peer, 0)]
+        told = r"rank 0 refused its send to rank 1.*ERROR_INVALID_TENSOR_FORMAT"
+        if ctx.rank == 0:
+            with pytest.raises(
+                RuntimeError, match=r"collops backend: send: tensor must be a dense"
+            ):
+                works[0].wait()
+            with pytest.raises(RuntimeError, match=told):
+                works[1].wait()
+            assert torch.equal(got, torch.full((4,), 2.0))  # rank 1's send arrived
+        else:
+            for work in works:
+                with pytest.raises(RuntimeError, match=told):
+                    work.wait()
+
+    _timed(ctx, "the refused send", refused_send)
+    _timed(ctx, "the refused recv", refused_recv)
+    _timed(ctx, "the ring", refused_in_a_ring)
+    _group_works(ctx)
+    # Still in step for point to point too.
+    t = torch.full((4,), float(ctx.rank))
+    if ctx.rank == 0:
+        dist.send(t, 1)
+    else:
+        dist.recv(t, 0)
+        assert torch.equal(t, torch.zeros(4))
+    return True
+
+
+# Pretend hosts 0 and 1: the group runs hierarchically and point to point goes through the c10d
+# engine (gloo) instead of lccl.
+@pytest.mark.parametrize("hosts", [None, [0, 1]], ids=["one-host", "two-hosts"])
+def test_a_refused_send_or_recv_does_not_hold_the_peer(hosts):
+    results = run_group_job(
+        WORLD,
+        _refused_send_and_recv,
+        group_timeout=GROUP_TIMEOUT,
+        timeout=DEADLINE,
+        hosts=hosts,
+    )
+    assert results == [True] * WORLD
