@@ -63,7 +63,7 @@ uint64_t CollopsBackend::getSequenceNumberForGroup() {
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                          const c10d::BroadcastOptions& opts) {
-  Refusable("broadcast", [&] { CheckCpu(tensors, "broadcast", "tensor"); });
+  CheckEntry("broadcast", tensors, "tensor");
   return Run(c10d::OpType::BROADCAST, tensors, [&] {
     for (auto& t : tensors) {
       InPlace(t, "broadcast", [&](at::Tensor& c) {

@@ -47,6 +47,7 @@
 #include "collops/status.h"
 #include "collops/topology.h"
 #include "collops/verified_communicator.h"
+#include "collops_backend_tensors.h"
 #include "completed_work.h"
 #include "deferred_p2p.h"
 
@@ -152,6 +153,12 @@ class CollopsBackend final : public c10d::Backend {
   /// any data moves. A refusal is told to the peers (ShareRefusal), then rethrown.
   template <class Checks>
   void Refusable(const char* what, Checks checks);
+  /// Every collective's entry: Refusable of CheckCpu over its arguments, given as (tensors,
+  /// argument name) pairs (CheckCpuArgs, collops_backend_tensors.h).
+  template <class... Args>
+  void CheckEntry(const char* what, const Args&... tensorsAndNames) {
+    Refusable(what, [&] { CheckCpuArgs(what, tensorsAndNames...); });
+  }
   /// Tells the peers that this rank refuses the collective `what` it was called for: through the
   /// agreement check they are in or about to enter (ShareLocalFailure), so they fail at once with
   /// ERROR_RANK_MISMATCH naming this rank and ERROR_INVALID_TENSOR_FORMAT instead of waiting for
@@ -194,7 +201,7 @@ class CollopsBackend final : public c10d::Backend {
 
   // ---- collops_backend_reduce.cpp --------------------------------------------------------------
   // These and the gather helpers below take tensors the calling collective has passed through
-  // CheckCpu already (in Refusable, before any data moves), and do not check them again.
+  // CheckCpu already (CheckEntry, before any data moves), and do not check them again.
 
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce");
   void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what);

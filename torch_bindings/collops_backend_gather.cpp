@@ -23,10 +23,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather(
   TORCH_CHECK(outputs.size() == inputs.size(),
               "collops backend: allgather needs one output "
               "list per input tensor");
-  Refusable("allgather", [&] {
-    CheckCpu(inputs, "allgather", "tensor");
-    for (const auto& outs : outputs) CheckCpu(outs, "allgather", "tensor_list");
-  });
+  CheckEntry("allgather", inputs, "tensor", outputs, "tensor_list");
   return Run(c10d::OpType::ALLGATHER, Flatten(outputs), [&] {
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherList(outputs[k], inputs[k]);
   });
@@ -41,22 +38,16 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::_allgather_base(at::Tensor& output,
                                                                at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
-  Refusable("all_gather_into_tensor", [&] {
-    CheckCpu(input, "all_gather_into_tensor", "input_tensor");
-    CheckCpu(output, "all_gather_into_tensor", "output_tensor");
-  });
+  CheckEntry("all_gather_into_tensor", input, "input_tensor", output, "output_tensor");
   return Run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] { AllGatherFlat(output, input); });
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
-  Refusable("all_gather_into_tensor", [&] {
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      CheckCpu(inputs[k], "all_gather_into_tensor", "input_tensor");
-      CheckCpu(outputs.at(k), "all_gather_into_tensor", "output_tensor");
-    }
-  });
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "collops backend: all_gather_into_tensor needs one output per input");
+  CheckEntry("all_gather_into_tensor", inputs, "input_tensor", outputs, "output_tensor");
   return Run(c10d::OpType::COALESCED, outputs, [&] {
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherFlat(outputs[k], inputs[k]);
   });
@@ -66,10 +57,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::GatherOptions& opts) {
-  Refusable("gather", [&] {
-    CheckCpu(inputs, "gather", "tensor");
-    for (const auto& outs : outputs) CheckCpu(outs, "gather", "gather_list");
-  });
+  CheckEntry("gather", inputs, "tensor", outputs, "gather_list");
   return Run(c10d::OpType::GATHER, Flatten(outputs), [&] {
     const at::Tensor& in = inputs.at(0);
     at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
@@ -88,10 +76,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::gather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> CollopsBackend::scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ScatterOptions& opts) {
-  Refusable("scatter", [&] {
-    CheckCpu(outputs, "scatter", "tensor");
-    for (const auto& ins : inputs) CheckCpu(ins, "scatter", "scatter_list");
-  });
+  CheckEntry("scatter", outputs, "tensor", inputs, "scatter_list");
   return Run(c10d::OpType::SCATTER, outputs, [&] {
     at::Tensor& out = outputs.at(0);
     const int root = static_cast<int>(opts.rootRank);
@@ -120,10 +105,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall_base(at::Tensor& output,
                                                              std::vector<int64_t>& outputSplits,
                                                              std::vector<int64_t>& inputSplits,
                                                              const c10d::AllToAllOptions&) {
-  Refusable("all_to_all_single", [&] {
-    CheckCpu(input, "all_to_all_single", "input");
-    CheckCpu(output, "all_to_all_single", "output");
-  });
+  CheckEntry("all_to_all_single", input, "input", output, "output");
   return Run(c10d::OpType::ALLTOALL_BASE, {output}, [&] {
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
                 "collops backend: all_to_all_single input is ", input.scalar_type(),
@@ -144,10 +126,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall_base(at::Tensor& output,
 c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions&) {
-  Refusable("all_to_all", [&] {
-    CheckCpu(inputs, "all_to_all", "input_tensor_list");
-    CheckCpu(outputs, "all_to_all", "output_tensor_list");
-  });
+  CheckEntry("all_to_all", inputs, "input_tensor_list", outputs, "output_tensor_list");
   return Run(c10d::OpType::ALLTOALL, outputs, [&] {
     TORCH_CHECK(static_cast<int>(inputs.size()) == getSize() &&
                     static_cast<int>(outputs.size()) == getSize(),

@@ -98,7 +98,7 @@ bool AvgInFloat32(const c10d::ReduceOp& op, const Reduction& r) {
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
-  Refusable("allreduce", [&] { CheckCpu(tensors, "allreduce", "tensor"); });
+  CheckEntry("allreduce", tensors, "tensor");
   return Run(c10d::OpType::ALLREDUCE, tensors, [&] {
     for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
   });
@@ -106,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  Refusable("allreduce", [&] { CheckCpu(tensors, "allreduce", "tensor"); });
+  CheckEntry("allreduce", tensors, "tensor");
   return Run(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
     for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
   });
@@ -115,7 +115,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce_coalesced(
 // Every rank reduces (one AllReduce into scratch); only the root keeps the result.
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::ReduceOptions& opts) {
-  Refusable("reduce", [&] { CheckCpu(tensors, "reduce", "tensor"); });
+  CheckEntry("reduce", tensors, "tensor");
   return Run(c10d::OpType::REDUCE, tensors, [&] {
     for (auto& t : tensors) {
       at::Tensor scratch = t.contiguous().clone();
@@ -130,10 +130,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  Refusable("reduce_scatter", [&] {
-    CheckCpu(outputs, "reduce_scatter", "output");
-    for (const auto& ins : inputs) CheckCpu(ins, "reduce_scatter", "input_list");
-  });
+  CheckEntry("reduce_scatter", outputs, "output", inputs, "input_list");
   return Run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
     for (size_t k = 0; k < outputs.size(); ++k) {
       auto& ins = inputs.at(k);
@@ -156,10 +153,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  Refusable("reduce_scatter_tensor", [&] {
-    CheckCpu(input, "reduce_scatter_tensor", "input");
-    CheckCpu(output, "reduce_scatter_tensor", "output");
-  });
+  CheckEntry("reduce_scatter_tensor", input, "input", output, "output");
   return Run(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
              [&] { ReduceScatterFlat(output, input, opts.reduceOp); });
 }
@@ -167,12 +161,9 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  Refusable("reduce_scatter_tensor", [&] {
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      CheckCpu(inputs[k], "reduce_scatter_tensor", "input");
-      CheckCpu(outputs.at(k), "reduce_scatter_tensor", "output");
-    }
-  });
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "collops backend: reduce_scatter_tensor needs one output per input");
+  CheckEntry("reduce_scatter_tensor", inputs, "input", outputs, "output");
   return Run(c10d::OpType::COALESCED, outputs, [&] {
     for (size_t k = 0; k < inputs.size(); ++k) {
       ReduceScatterFlat(outputs[k], inputs[k], opts.reduceOp);

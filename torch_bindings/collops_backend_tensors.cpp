@@ -40,6 +40,11 @@ void CheckCpu(const std::vector<at::Tensor>& ts, const char* what, const char* a
   for (const auto& t : ts) CheckCpu(t, what, arg);
 }
 
+void CheckCpu(const std::vector<std::vector<at::Tensor>>& lists, const char* what,
+              const char* arg) {
+  for (const auto& ts : lists) CheckCpu(ts, what, arg);
+}
+
 at::Tensor Pack(const std::vector<at::Tensor>& ts, std::vector<int64_t>* counts,
                 std::vector<int64_t>* displs) {
   int64_t total = 0;

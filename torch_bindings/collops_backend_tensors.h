@@ -36,6 +36,17 @@ inline size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(
 void CheckCpu(const at::Tensor& t, const char* what, const char* arg = "tensor");
 /// CheckCpu of every tensor of `ts`.
 void CheckCpu(const std::vector<at::Tensor>& ts, const char* what, const char* arg);
+/// CheckCpu of every tensor of every list of `lists`.
+void CheckCpu(const std::vector<std::vector<at::Tensor>>& lists, const char* what, const char* arg);
+
+/// CheckCpu of each argument given as (tensors, its name) pairs, in order; `tensors` is a tensor,
+/// a list or a list of lists.
+inline void CheckCpuArgs(const char* /*what*/) {}
+template <class Tensors, class... Rest>
+void CheckCpuArgs(const char* what, const Tensors& tensors, const char* arg, const Rest&... rest) {
+  CheckCpu(tensors, what, arg);
+  CheckCpuArgs(what, rest...);
+}
 
 /// Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
 template <class Body>
