@@ -472,6 +472,59 @@ TEST(ReduceIsa, Float16ConversionsAreExactForAllPatternsOnEveryBuild) {
   }
 }
 
+// The float16 / bfloat16 sums (a one-pass loop in the AVX2 and AVX-512 builds, the block path in
+// the generic one) against the reference on the values where rounding and special cases live:
+// zeros, Inf, quiet and signalling NaNs with payloads, subnormals, the largest finite value, and
+// values one ulp apart whose float32 sums land on and beside rounding midpoints. Counts are not
+// multiples of any vector width, so every build's tail runs too.
+std::vector<uint64_t> SpecialHalfValues(DataType d) {
+  const Format f = FormatOf(d);
+  const int mant_bits = f.digits - 1;
+  const uint32_t inf = ((1u << f.exp_bits) - 1) << mant_bits;
+  const uint32_t sign = 1u << (mant_bits + f.exp_bits);
+  std::vector<uint64_t> v = {0,
+                             inf,
+                             inf | 1u,
+                             inf | (1u << (mant_bits - 1)) | 5u,
+                             1u,
+                             (1u << mant_bits) - 1,
+                             1u << mant_bits,
+                             inf - 1};
+  for (double x : {1.0, 0.5, 1.5, 3.0, 1000.0, 0.001}) {
+    const uint32_t bits = Encode(Round(x, f), f);
+    v.push_back(bits);
+    v.push_back(bits + 1);  // the next value up: sums with `bits` fall between neighbours
+  }
+  const size_t unsigned_count = v.size();
+  for (size_t i = 0; i < unsigned_count; ++i) v.push_back(v[i] | sign);
+  return v;
+}
+
+TEST(ReduceIsa, HalfSumsMatchReferenceOnSpecialValues) {
+  std::mt19937_64 rng(99);
+  for (DataType dtype : {ACL_FLOAT16, ACL_BF16}) {
+    const std::vector<uint64_t> pool = SpecialHalfValues(dtype);
+    for (size_t n : {2, 3, 4, 7}) {
+      for (size_t count : {1, 15, 17, 31, 47, 1000, 4111}) {
+        std::vector<Buffer> srcs;
+        for (size_t k = 0; k < n; ++k) {
+          srcs.push_back(RandomBuffer(dtype, count, rng));
+          for (size_t i = 0; i < count; ++i) {
+            if (rng() % 2 == 0) srcs.back().Set(i, pool[rng() % pool.size()]);
+          }
+        }
+        const std::vector<uint64_t> expected = ReferenceArray(dtype, ReduceOp::kSum, srcs, count);
+        ExpectMatches(ReduceArrays, ReduceKernelIsa(), dtype, ReduceOp::kSum, srcs, count,
+                      expected);
+        for (Isa isa : SupportedIsas()) {
+          ExpectMatches(KernelForIsa(isa), reduce_internal::IsaName(isa), dtype, ReduceOp::kSum,
+                        srcs, count, expected);
+        }
+      }
+    }
+  }
+}
+
 TEST(ReduceIsa, DispatchPicksASupportedBuild) {
   Isa isa;
   ASSERT_TRUE(reduce_internal::ParseIsa(ReduceKernelIsa(), &isa)) << ReduceKernelIsa();
