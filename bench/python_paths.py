@@ -10,8 +10,9 @@ Columns (every one measured in the same run, row by row, one after the other):
   execute_out     OperationTorch.execute_out([x], [y]) into outputs from empty_shared (once)
   ops             torch.ops.collops.<op>, eager: all_reduce(x) (the schema's defaults: "sum" on
                   the default group, the collops one here), all_gather(x, group_name)
-  ops_            torch.ops.collops.all_reduce_(y): in place, nothing allocated (all_reduce only),
-                  what ds_kernel is, called as a DeepSpeed user calls that: the tensor alone
+  ops_            torch.ops.collops.inference_all_reduce_(y): in place, nothing allocated
+                  (all_reduce only), DeepSpeed's op shape (ds_kernel's, the tensor alone) on
+                  all_reduce_'s kernel, which takes no defaults torch fills in per call
   dist            torch.distributed on the "cpu:collops" group (dist.all_reduce(y),
                   dist.all_gather_single(y, x))
   noop            the same torch.distributed call on a group of torch's registered no-op backend
@@ -176,7 +177,8 @@ class Row:
                 "execute_out": lambda: opt.execute_out([x], [out]),
                 # "sum" on the default group: the schema's defaults, as DeepSpeed users call theirs.
                 "ops": lambda: torch.ops.collops.all_reduce(x),
-                "ops_": lambda: torch.ops.collops.all_reduce_(y),
+                # DeepSpeed's op shape: ds_kernel's call with collops for deepspeed.
+                "ops_": lambda: torch.ops.collops.inference_all_reduce_(y),
                 "dist": lambda: dist.all_reduce(y),
                 "noop": lambda: dist.all_reduce(y, group=env.noop),
                 "gloo": lambda: dist.all_reduce(y, group=env.gloo),
@@ -695,7 +697,8 @@ def markdown(results, meta, plots):
         "call). `execute`: OperationTorch.execute (new outputs every call); `execute_out`: "
         "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*` "
         '(`all_reduce(x)`: "sum" on the default group by the schema\'s defaults); `ops_`: eager '
-        "`torch.ops.collops.all_reduce_(y)` (in place, called as `ds_kernel` is); `dist`: "
+        "`torch.ops.collops.inference_all_reduce_(y)` (in place, `ds_kernel`'s op shape on "
+        "`all_reduce_`'s kernel); `dist`: "
         'torch.distributed on "cpu:collops"; `noop`: the same call on torch\'s registered no-op '
         'backend ("fake"), torch\'s own cost; `gloo`; `deepspeed`: '
         "`deepspeed.comm.inference_all_reduce`, `ds_kernel`: "

@@ -9,6 +9,8 @@
 // torch.distributed.
 //
 // all_reduce_ is all_reduce in place: x itself is reduced and returned, no output allocated.
+// inference_all_reduce(_) are DeepSpeed's shapes of the two: "sum" on the default group, and no
+// other argument; the same kernels run them.
 //
 // quant_all_reduce is AllReduceOperation with quantType: the operation's own checks (ATB's rules)
 // run on every call, and on a collops group the operation itself runs, on the group's
@@ -63,12 +65,14 @@ enum class Op {
 
 // The ops with kernels here, by their names in ops.py's SCHEMAS: those with gradients, and the
 // one without.
-const char* const kNames[] = {"all_reduce",       "all_gather", "all_gather_v", "reduce_scatter",
-                              "reduce_scatter_v", "all_to_all", "all_to_all_v", "broadcast"};
+const char* const kNames[] = {"all_reduce",   "inference_all_reduce", "all_gather",
+                              "all_gather_v", "reduce_scatter",       "reduce_scatter_v",
+                              "all_to_all",   "all_to_all_v",         "broadcast"};
 constexpr char kQuantAllReduceName[] = "quant_all_reduce";
 // all_reduce_: x reduced in place and returned (DeepSpeed's inference_all_reduce_ is this op); no
 // gradient (an in-place collective on a tensor autograd tracks is refused), no output allocated.
-constexpr char kAllReduceInPlaceName[] = "all_reduce_";
+// inference_all_reduce_ is DeepSpeed's shape of it (x alone: "sum" on the default group).
+const char* const kInPlaceNames[] = {"all_reduce_", "inference_all_reduce_"};
 
 // True when `name` is `lower` (lower-case ASCII letters) in any case. Letters are lowered
 // without the locale's tolower: the names are ASCII, and every call names one.
@@ -94,6 +98,20 @@ c10d::ReduceOp ReduceOpOf(const std::string& name) {
   if (NameIs(name, "min")) return c10d::ReduceOp::MIN;
   TORCH_CHECK_VALUE(false, "collops: unknown reduce op '", name,
                     "'; use one of ['avg', 'max', 'min', 'prod', 'product', 'sum']");
+}
+
+// The reduce op of an all_reduce call: its op argument, or "sum" for DeepSpeed's shapes, which
+// take x alone.
+c10d::ReduceOp AllReduceOpOf(c10::ArrayRef<c10::IValue> args) {
+  if (args.size() == 1) return c10d::ReduceOp::SUM;
+  return ReduceOpOf(args[1].toStringRef());
+}
+
+// The group name of a call: its last argument, or "" (the default group) for DeepSpeed's shapes,
+// which take x alone.
+const std::string& GroupNameOf(c10::ArrayRef<c10::IValue> args) {
+  static const std::string kDefaultGroup;
+  return args.back().isString() ? args.back().toStringRef() : kDefaultGroup;
 }
 
 // A SymInt[] argument of an eager call (concrete there).
@@ -300,14 +318,14 @@ std::optional<at::Tensor> Run(const c10d::ProcessGroup& group, CollopsBackend* c
   const int64_t rank = group.getRank();
   switch (kOp) {
     case Op::kAllReduce: {
-      const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
+      const c10d::ReduceOp op = AllReduceOpOf(args);
       if (!collops) return std::nullopt;
       at::Tensor out = NewOutput(x.sizes(), x);
       collops->AllReduceInto(x, out, op);
       return out;
     }
     case Op::kAllReduceInPlace: {
-      const c10d::ReduceOp op = ReduceOpOf(args[1].toStringRef());
+      const c10d::ReduceOp op = AllReduceOpOf(args);
       if (!collops) return std::nullopt;
       at::Tensor t = x;  // x itself (its TensorImpl), which the op returns
       collops->AllReduceInPlace(t, op);
@@ -400,7 +418,7 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
   const size_t n = op.schema().arguments().size();
   const auto args = torch::jit::last(*stack, n);
   const at::Tensor& x = args[0].toTensor();
-  const Target target = TargetNamed(args[n - 1].toStringRef());
+  const Target target = TargetNamed(GroupNameOf(args));
   const c10d::ProcessGroup& group = *target.group;
   CollopsBackend* collops = x.device().is_cpu() ? target.collops : nullptr;
   if (collops != nullptr) {
@@ -432,17 +450,23 @@ void Autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
 }
 
-// all_reduce_ records no gradient: a call on a tensor that would need one is refused before any
-// data moves. Others run below autograd, and x's version counter moves as any in-place op's does,
-// so a saved copy of x that autograd would later read is caught as modified.
+// all_reduce_ (and inference_all_reduce_) records no gradient: a call on a tensor that would need
+// one is refused before any data moves. Others run below autograd, and x's version counter moves as
+// any in-place op's does, so a saved copy of x that autograd would later read is caught as
+// modified.
 void AutogradInPlace(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                      torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   const at::Tensor x = torch::jit::peek(*stack, 0, n).toTensor();
-  TORCH_CHECK(!(c10::GradMode::is_enabled() && x.requires_grad()),
-              "collops.all_reduce_: x requires grad, and an in-place collective records no "
-              "gradient; use torch.ops.collops.all_reduce (out of place), or call it under "
-              "torch.no_grad()");
+  if (c10::GradMode::is_enabled() && x.requires_grad()) {
+    // "all_reduce_" -> "all_reduce": the out-of-place op of the same shape.
+    const std::string name = op.schema().name().substr(sizeof("collops::") - 1);
+    TORCH_CHECK(false, "collops.", name, ": ", op.schema().arguments()[0].name(),
+                " requires grad, and an in-place collective records no gradient; use "
+                "torch.ops.collops.",
+                name.substr(0, name.size() - 1),
+                " (out of place), or call it under torch.no_grad()");
+  }
   {
     at::AutoDispatchBelowAutograd below;
     op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
@@ -455,7 +479,7 @@ void AutogradInPlace(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
 std::vector<std::string> FunctionalOpNames() {
   std::vector<std::string> names(std::begin(kNames), std::end(kNames));
   names.emplace_back(kQuantAllReduceName);
-  names.emplace_back(kAllReduceInPlaceName);
+  names.insert(names.end(), std::begin(kInPlaceNames), std::end(kInPlaceNames));
   return names;
 }
 
@@ -464,9 +488,12 @@ std::vector<std::string> FunctionalOpNames() {
 TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
   using collops::Op;
   using torch::CppFunction;
-  m.impl("all_reduce", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduce>>());
-  m.impl(collops::kAllReduceInPlaceName,
-         CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduceInPlace>>());
+  for (const char* name : {"all_reduce", "inference_all_reduce"}) {
+    m.impl(name, CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduce>>());
+  }
+  for (const char* name : collops::kInPlaceNames) {
+    m.impl(name, CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduceInPlace>>());
+  }
   m.impl("all_gather", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGather>>());
   m.impl("all_gather_v", CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllGatherV>>());
   m.impl("reduce_scatter",
@@ -484,6 +511,7 @@ TORCH_LIBRARY_IMPL(collops, Autograd, m) {
   for (const char* name : collops::kNames) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collops::Autograd>());
   }
-  m.impl(collops::kAllReduceInPlaceName,
-         torch::CppFunction::makeFromBoxedFunction<&collops::AutogradInPlace>());
+  for (const char* name : collops::kInPlaceNames) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&collops::AutogradInPlace>());
+  }
 }

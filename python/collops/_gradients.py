@@ -63,6 +63,16 @@ def _all_reduce_grad(ctx, grad):
     return _reduction_grad(ctx.op, x, y, total, ctx.group_name), None, None
 
 
+def _save_default_sum(ctx, inputs, output):
+    """inference_all_reduce (DeepSpeed's shape): "sum" on the default group, x alone."""
+    ctx.op, ctx.group_name = "sum", ""
+    ctx.save_for_backward(None, None)
+
+
+def _inference_all_reduce_grad(ctx, grad):
+    return _all_reduce_grad(ctx, grad)[0]
+
+
 def _reduce_scatter_grad(ctx, grad):
     # Each element of the reduction lives on exactly one rank, so gathering the blocks' gradients
     # gives dL/d(whole reduction) with no sum.
@@ -109,6 +119,7 @@ def _broadcast_grad(ctx, grad):
 
 _FORMULAS = {
     "all_reduce": (_all_reduce_grad, _save_reduction),
+    "inference_all_reduce": (_inference_all_reduce_grad, _save_default_sum),
     "reduce_scatter": (_reduce_scatter_grad, _save_reduction),
     "reduce_scatter_v": (_reduce_scatter_grad, _save_reduction),
     "all_gather": (_all_gather_grad, _save_group),

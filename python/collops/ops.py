@@ -10,7 +10,11 @@ into `x`, so it is ordered as the others are.
 
 ``group_name`` names a torch ProcessGroup (``group.group_name``; "" the default group); any
 backend works. ``all_reduce`` and ``all_reduce_`` default to "sum" on the default group:
-``all_reduce_(y)`` is called as DeepSpeed's ``inference_all_reduce_(y)`` is. The eager kernels and the autograd dispatch are C++
+``all_reduce_(y)`` is called as DeepSpeed's ``inference_all_reduce_(y)`` is.
+``inference_all_reduce_`` and ``inference_all_reduce`` are DeepSpeed's own shapes of the two (x
+alone: "sum" on the default group), so ``torch.ops.deepspeed.inference_all_reduce_(y)`` becomes
+``torch.ops.collops.inference_all_reduce_(y)``; the same kernels run them, without the defaults
+torch fills in on every call of the others. The eager kernels and the autograd dispatch are C++
 (torch_bindings/functional_ops.cpp): they check every call's arguments, run calls on a "collops"
 group's CPU tensors on its communicator directly, and hand the rest to the Python kernels below,
 which run the group's own c10d collectives. Uneven ops on other backends (gloo, nccl) are built
@@ -34,6 +38,8 @@ _NS = "collops"
 SCHEMAS = {
     "all_reduce": 'all_reduce(Tensor x, str op="sum", str group_name="") -> Tensor',
     "all_reduce_": 'all_reduce_(Tensor(a!) x, str op="sum", str group_name="") -> Tensor(a!)',
+    "inference_all_reduce": "inference_all_reduce(Tensor self) -> Tensor",
+    "inference_all_reduce_": "inference_all_reduce_(Tensor(a!) self) -> Tensor(a!)",
     "all_gather": "all_gather(Tensor x, str group_name) -> Tensor",
     "all_gather_v": "all_gather_v(Tensor x, SymInt[] sizes, str group_name) -> Tensor",
     "reduce_scatter": "reduce_scatter(Tensor x, str op, str group_name) -> Tensor",
@@ -217,6 +223,8 @@ def _rank(group_name):
 _FAKES = {
     "all_reduce": lambda x, op="sum", g="": x.new_empty(x.shape),
     "all_reduce_": lambda x, op="sum", g="": x,
+    "inference_all_reduce": lambda x: x.new_empty(x.shape),
+    "inference_all_reduce_": lambda x: x,
     "all_gather": lambda x, g: x.new_empty((_world(g) * _rows(x, "all_gather"), *x.shape[1:])),
     "all_gather_v": lambda x, sizes, g: x.new_empty((sum(sizes), *x.shape[1:])),
     "reduce_scatter": lambda x, op, g: x.new_empty(
@@ -232,6 +240,9 @@ _FAKES = {
 _KERNELS = {
     "all_reduce": _all_reduce,
     "all_reduce_": _all_reduce_,
+    # DeepSpeed's shapes: x alone, the defaults ("sum", the default group).
+    "inference_all_reduce": _all_reduce,
+    "inference_all_reduce_": _all_reduce_,
     "all_gather": _all_gather,
     "all_gather_v": _all_gather_v,
     "reduce_scatter": _reduce_scatter,
@@ -255,6 +266,10 @@ def _functional_all_reduce_(x, op="sum", group_name=""):
     return x.copy_(torch.ops.collops.all_reduce(x, op, group_name))
 
 
+#: The in-place ops: all_reduce_ and DeepSpeed's shape of it.
+_IN_PLACE = ("all_reduce_", "inference_all_reduce_")
+
+
 def _register():
     lib = torch.library.Library(_NS, "FRAGMENT")
     for name, schema in SCHEMAS.items():
@@ -266,11 +281,11 @@ def _register():
             # what it supports.
             lib.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
         torch.library.register_fake(f"{_NS}::{name}", _FAKES[name], lib=lib)
-        if name == "all_reduce_":
+        if name in _IN_PLACE:
             # A mutating op cannot carry an effect token itself; torch.compile's functionalization
             # decomposes it (a Python-only CompositeImplicitAutograd kernel, which eager dispatch
             # never sees) into the functional op, which does.
-            torch.ops.collops.all_reduce_.default.py_impl(
+            getattr(torch.ops.collops, name).default.py_impl(
                 torch._C.DispatchKey.CompositeImplicitAutograd
             )(_functional_all_reduce_)
             continue
