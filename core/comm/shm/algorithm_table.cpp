@@ -29,8 +29,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
       "rank order; in a one-round call of 64 KiB or more, an input whose rank's input and output "
       "lie in its heap is read in place instead, and one more round keeps it there",
       "any call",
-      "up to 64 KiB (8 KiB when the ranks outnumber the CPUs), and at R = 2 with a CPU each in "
-      "(512 KiB, 2 MiB]; never past half a slot"}},
+      "up to 64 KiB (8 KiB when the ranks outnumber the CPUs), and at R = 2 with a CPU each up "
+      "to 896 KiB; never past half a slot"}},
     {Collective::kAllReduce,
      kAlgoReduceScatterAllGather,
      {"AllReduce", "AllReduce", "rsag",

@@ -18,10 +18,11 @@ namespace shm {
 constexpr uint64_t kOneShotMaxBytes = 64 << 10;
 /// ... with more ranks than CPUs, where everyone's reduction of everything runs in turn.
 constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
-/// Two ranks with a CPU each: "oneshot" again in (from, to]. There both move about the same bytes,
+/// Two ranks with a CPU each: "oneshot" in (from, to] too. There both move about the same bytes,
 /// and rsag's extra round and the slices it reads back cost more than the redundant reduction.
-constexpr uint64_t kTwoRankOneShotFromBytes = 512 << 10;
-constexpr uint64_t kTwoRankOneShotToBytes = 2 << 20;
+/// From about one core's L2 cache up (rsag's chunk: ChunkBytesFor), rsag wins again.
+constexpr uint64_t kTwoRankOneShotFromBytes = kOneShotMaxBytes;
+constexpr uint64_t kTwoRankOneShotToBytes = 896 << 10;
 /// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot; ChunkBytesFor): as few
 /// rounds as the buffer allows, since on a busy host every round costs a scheduling delay...
 constexpr uint64_t kChunkBytes = 2 << 20;
