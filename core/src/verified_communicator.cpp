@@ -24,10 +24,14 @@ std::string VerifiedCommunicator::Name(const char* primitive) const {
   return std::string(label_).append(1, ' ').append(primitive);
 }
 
-std::string VerifiedCommunicator::Reducing(const std::array<std::string, kReduceOps>& names,
-                                           const char* primitive, ReduceOp op) const {
+void VerifiedCommunicator::Reducing(const std::array<std::string, kReduceOps>& names,
+                                    const char* primitive, ReduceOp op, std::string* name) const {
   const auto i = static_cast<size_t>(op);
-  return i < kReduceOps ? names[i] : ReducingOpName(Name(primitive).c_str(), op);
+  if (i < kReduceOps) {
+    *name = names[i];
+  } else {
+    *name = ReducingOpName(Name(primitive).c_str(), op);
+  }
 }
 
 void VerifiedCommunicator::AllGatherBytes(const void* in, void* out, size_t bytes) {
@@ -44,12 +48,7 @@ void VerifiedCommunicator::AllReduce(const void* in, void* out, size_t count, Da
   // into memory allocated once instead of allocated and freed on every call. Only the fields set
   // here differ between calls.
   thread_local CallSignature s;
-  const auto i = static_cast<size_t>(op);
-  if (i < kReduceOps) {
-    s.opName = names_.allReduce[i];
-  } else {
-    s.opName = Reducing(names_.allReduce, "AllReduce", op);
-  }
+  Reducing(names_.allReduce, "AllReduce", op, &s.opName);
   s.dtype = dtype;
   s.count = static_cast<int64_t>(count);
   inner_->Agree(s);
@@ -86,7 +85,7 @@ void VerifiedCommunicator::ReduceScatterV(const void* in, const int64_t* sendCou
                                           const int64_t* sdispls, void* out, size_t recvCount,
                                           DataType dtype, ReduceOp op) {
   CallSignature s;
-  s.opName = Reducing(names_.reduceScatterV, "ReduceScatterV", op);
+  Reducing(names_.reduceScatterV, "ReduceScatterV", op, &s.opName);
   s.dtype = dtype;
   s.sendCounts.assign(sendCounts, sendCounts + Size());
   s.recvCounts.assign(Size(), static_cast<int64_t>(recvCount));

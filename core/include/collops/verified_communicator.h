@@ -62,9 +62,11 @@ class VerifiedCommunicator final : public Communicator {
   // AllGatherV agreed on as `name`.
   void Gather(std::string name, const void* in, size_t sendCount, void* out,
               const int64_t* recvCounts, const int64_t* rdispls, DataType dtype);
-  /// names[op], or the name built for this call when `op` is outside ReduceOp's values.
-  std::string Reducing(const std::array<std::string, kReduceOps>& names, const char* primitive,
-                       ReduceOp op) const;
+  /// Sets `*name` to names[op], or to the name built for this call when `op` is outside
+  /// ReduceOp's values. Assigned, not returned: a string that already holds a buffer large enough
+  /// (a signature reused from call to call) keeps it.
+  void Reducing(const std::array<std::string, kReduceOps>& names, const char* primitive,
+                ReduceOp op, std::string* name) const;
 
   std::shared_ptr<Communicator> inner_;
   std::string label_;
