@@ -79,29 +79,32 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::barrier(const c10d::BarrierOption
   return Run(c10d::OpType::BARRIER, {}, [&] { Comm().Barrier(); });
 }
 
-// Deferred until waited on or until the next call of any other kind (deferred_p2p.h). A refused
-// tensor is queued as a refusal, which tells the peer, and its Work raises the refusal when
-// waited on: raised here, it would leave the peer waiting for an op this rank never runs.
 c10::intrusive_ptr<c10d::Work> CollopsBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                     int /*tag*/) {
-  TORCH_CHECK(tensors.size() == 1, "collops backend: send takes one tensor, got ", tensors.size());
-  try {
-    CheckCpu(tensors[0], "send");
-  } catch (const c10::Error& e) {
-    return p2p_->Refuse(PointToPoint::Kind::kSend, dst, getRank(), e.what_without_backtrace());
-  }
-  return p2p_->Send(tensors[0], dst, getRank());
+  return QueueP2P(PointToPoint::Kind::kSend, tensors, dst);
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                     int /*tag*/) {
-  TORCH_CHECK(tensors.size() == 1, "collops backend: recv takes one tensor, got ", tensors.size());
+  return QueueP2P(PointToPoint::Kind::kRecv, tensors, src);
+}
+
+// Deferred until waited on or until the next call of any other kind (deferred_p2p.h). A refused
+// tensor is queued as a refusal, which tells the peer, and its Work raises the refusal when
+// waited on: raised here, it would leave the peer waiting for an op this rank never runs.
+c10::intrusive_ptr<c10d::Work> CollopsBackend::QueueP2P(PointToPoint::Kind kind,
+                                                        std::vector<at::Tensor>& tensors,
+                                                        int peer) {
+  const bool send = kind == PointToPoint::Kind::kSend;
+  const char* what = send ? "send" : "recv";
+  TORCH_CHECK(tensors.size() == 1, "collops backend: ", what, " takes one tensor, got ",
+              tensors.size());
   try {
-    CheckCpu(tensors[0], "recv");
+    CheckCpu(tensors[0], what);
   } catch (const c10::Error& e) {
-    return p2p_->Refuse(PointToPoint::Kind::kRecv, src, getRank(), e.what_without_backtrace());
+    return p2p_->Refuse(kind, peer, getRank(), e.what_without_backtrace());
   }
-  return p2p_->Recv(tensors[0], src, getRank());
+  return send ? p2p_->Send(tensors[0], peer, getRank()) : p2p_->Recv(tensors[0], peer, getRank());
 }
 
 VerifiedCommunicator& CollopsBackend::Comm() {

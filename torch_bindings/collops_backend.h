@@ -198,6 +198,10 @@ class CollopsBackend final : public c10d::Backend {
   std::string Describe(const Error& e) const;
   // One group of queued sends and receives.
   std::string RunP2P(const std::vector<PointToPoint>& ops);
+  // send and recv: `tensors` (one) checked, then queued, or queued as a refusal.
+  // collops_backend.cpp.
+  c10::intrusive_ptr<c10d::Work> QueueP2P(PointToPoint::Kind kind, std::vector<at::Tensor>& tensors,
+                                          int peer);
 
   // ---- collops_backend_reduce.cpp --------------------------------------------------------------
   // These and the gather helpers below take tensors the calling collective has passed through
