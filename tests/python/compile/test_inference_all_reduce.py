@@ -8,7 +8,6 @@ each rank from every rank's inputs."""
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from c10d_ranks import run_group_job
 
