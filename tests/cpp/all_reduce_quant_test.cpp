@@ -317,6 +317,72 @@ TEST(ProcessQuantAllReduceRounds, RsagTakesOneRoundPerChunkAndOneMore) {
       options);
 }
 
+/// lccl's process "oneshot" stages per round the int8 elements of one rsag chunk of output
+/// (COLLOPS_SHM_CHUNK_BYTES), not a whole half: with 4 KiB chunks, 1024 elements of float32 output
+/// or 2048 of float16 per round, so a call of N elements takes ceil(N / per) rounds (one when N is
+/// 0), every rank gets the exact sum, and counts on either side of a round's edge stay exact.
+class ProcessQuantOneShotRounds : public ::testing::TestWithParam<int> {};
+
+/// The float16 bits of an integer of magnitude below 2048 (exact: 11 significant bits).
+uint16_t SmallIntegerHalfBits(int v) {
+  if (v == 0) return 0;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  const unsigned a = static_cast<unsigned>(v < 0 ? -v : v);
+  int top = 0;
+  while ((a >> (top + 1)) != 0) ++top;
+  return static_cast<uint16_t>(sign | (top + 15) << 10 | ((a << (10 - top)) & 0x3ff));
+}
+
+TEST_P(ProcessQuantOneShotRounds, OneRoundPerChunkOfOutput) {
+  const int ranks = GetParam();
+  constexpr size_t kChunkBytes = 4096;
+  ProcessRanksOptions options;
+  options.env["COLLOPS_ALGO_QUANTALLREDUCE"] = "oneshot";
+  options.env["COLLOPS_SHM_BYTES"] = "64K";
+  options.env["COLLOPS_SHM_CHUNK_BYTES"] = std::to_string(kChunkBytes);
+  options.deadlineSeconds = 90;
+  RunProcessRanks(
+      ranks,
+      [&](int rank) {
+        auto comm = MakeProcessComm(rank, ranks, "quant-oneshot-rounds");
+        const uint16_t one = 0x3c00;  // float16 1.0: y is the plain sum
+        QuantScale quant;
+        quant.scale = &one;
+        for (const DataType dtype : {ACL_FLOAT, ACL_FLOAT16}) {
+          const size_t per = kChunkBytes / DataTypeSize(dtype);
+          for (const size_t count : {size_t{0}, per - 1, per, per + 1, 3 * per + 64}) {
+            std::vector<int8_t> in(count);
+            std::vector<int> want(count, 0);
+            for (size_t i = 0; i < count; ++i) {
+              in[i] = static_cast<int8_t>(static_cast<int>((rank * 37 + i) % 255) - 127);
+              for (int r = 0; r < ranks; ++r) want[i] += static_cast<int>((r * 37 + i) % 255) - 127;
+            }
+            std::vector<float> out(count, -1);
+            std::vector<uint16_t> half(count, 0xffff);
+            void* dst = dtype == ACL_FLOAT ? static_cast<void*>(out.data()) : half.data();
+            const uint64_t before = comm->Rounds();
+            ASSERT_TRUE(comm->AllReduceQuantised(in.data(), dst, count, quant, dtype));
+            EXPECT_EQ(comm->Rounds() - before, std::max<size_t>(1, (count + per - 1) / per))
+                << DataTypeName(dtype) << ", " << count << " elements, rank " << rank;
+            for (size_t i = 0; i < count; ++i) {
+              // Sums of at most 7 int8 values are exact in float16 too.
+              if (dtype == ACL_FLOAT) {
+                ASSERT_EQ(out[i], static_cast<float>(want[i]))
+                    << count << " elements, rank " << rank << ", element " << i;
+              } else {
+                ASSERT_EQ(half[i], SmallIntegerHalfBits(want[i]))
+                    << count << " elements, rank " << rank << ", element " << i;
+              }
+            }
+          }
+        }
+      },
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessQuantOneShotRounds, ::testing::Values(2, 3, 4, 7),
+                         [](const auto& info) { return Concat("R", info.param); });
+
 }  // namespace
 }  // namespace testing
 }  // namespace collops

@@ -157,7 +157,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
      kAlgoOneShot,
      {"QuantAllReduce", "AllReduceQuantised", "oneshot",
       "each rank stages its int8 input in its slot, one round, then every rank sums all R inputs "
-      "and dequantises the whole output; one round per half-slot of int8",
+      "and dequantises the whole output; one round per chunk of output (AllReduce `rsag`'s chunk, "
+      "at most a half-slot of int8)",
       "any call",
       "at R = 2 with a CPU each, and wherever the output is 64 KiB or less (8 KiB when the ranks "
       "outnumber the CPUs)"}},

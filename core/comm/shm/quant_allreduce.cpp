@@ -13,6 +13,16 @@ namespace {
 /// Slices start on 64 int8 elements (a cache line of the staged input).
 constexpr size_t kSliceAlign = 64;
 
+/// "oneshot": the int8 elements a rank stages per round, so that a round's output is one rsag
+/// chunk (policy.chunkBytes: one core's L2 cache with a CPU per rank), and at most a half. In
+/// half-slot rounds (2 MiB of int8 by default) neither a round's staged input nor its output fits
+/// a core's L2, and two-process runs with a CPU each spent about twice the time in the staging
+/// and in the sum (docs/performance.md).
+size_t OneShotRoundElements(const Transport& t, size_t e) {
+  const size_t chunk = std::max<size_t>(t.Policy().chunkBytes / e, kSliceAlign);
+  return std::min(t.HalfBytes(), chunk / kSliceAlign * kSliceAlign);
+}
+
 }  // namespace
 
 void QuantAllReduceAlgorithms::AllReduceQuantised(const int8_t* in, void* out, size_t count,
@@ -42,7 +52,7 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
                                        const QuantScale& quant, DataType outDtype) {
   const int rank = t_.Rank(), size = t_.Size();
   const size_t e = DataTypeSize(outDtype);
-  const size_t per = t_.HalfBytes();
+  const size_t per = OneShotRoundElements(t_, e);
   const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
   srcs_.resize(size);
   for (size_t k = 0; k < rounds; ++k) {

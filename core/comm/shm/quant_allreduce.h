@@ -23,7 +23,8 @@ class QuantAllReduceAlgorithms {
                           DataType outDtype);
 
  private:
-  /// Per half-slot of int8: stage it, one round, every rank dequantises all R of it.
+  /// Per round of int8 whose output is one rsag chunk (at most a half): stage it, one round,
+  /// every rank dequantises all R of it.
   void OneShot(const int8_t* in, uint8_t* out, size_t count, const QuantScale& quant,
                DataType outDtype);
   /// Per chunk: stage the int8 slices the others dequantise, dequantise the own slice over all

@@ -23,8 +23,9 @@ constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
 /// From about one core's L2 cache up (rsag's chunk: ChunkBytesFor), rsag wins again.
 constexpr uint64_t kTwoRankOneShotFromBytes = kOneShotMaxBytes;
 constexpr uint64_t kTwoRankOneShotToBytes = 896 << 10;
-/// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot; ChunkBytesFor): as few
-/// rounds as the buffer allows, since on a busy host every round costs a scheduling delay...
+/// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot; ChunkBytesFor; also the
+/// output of one quantised "oneshot" round): as few rounds as the buffer allows, since on a busy
+/// host every round costs a scheduling delay...
 constexpr uint64_t kChunkBytes = 2 << 20;
 /// ... but with a CPU per rank not more than one core's L2 cache, and not less than this: with a
 /// chunk larger than the L2, every rank's step (the slices it stages for the others, the slice it
