@@ -26,11 +26,12 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
      kAlgoOneShot,
      {"AllReduce", "AllReduce", "oneshot",
       "each rank stages its input in its slot, one round, then every rank reduces all R inputs in "
-      "rank order; in a one-round call of 64 KiB or more, an input whose rank's input and output "
-      "lie in its heap is read in place instead, and one more round keeps it there",
+      "rank order straight into its output; a call over 896 KiB goes in rounds of half an `rsag` "
+      "chunk; in a one-round call of 64 KiB or more, an input whose rank's input and output lie "
+      "in its heap is read in place instead, and one more round keeps it there",
       "any call",
-      "up to 64 KiB (8 KiB when the ranks outnumber the CPUs), and at R = 2 with a CPU each up "
-      "to 896 KiB; never past half a slot"}},
+      "up to 64 KiB (8 KiB when the ranks outnumber the CPUs; never past half a slot), and at "
+      "R = 2 with a CPU each at every size"}},
     {Collective::kAllReduce,
      kAlgoReduceScatterAllGather,
      {"AllReduce", "AllReduce", "rsag",
@@ -56,8 +57,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
       "each rank reduces its slice straight from the peers' inputs into its output, then copies "
       "the peers' reduced slices from their outputs: three rounds, no staging, no system call",
       "every rank's input and output lie in its heap (AllocateShared)",
-      "after the first round of `rsag`, `cma` or a one-round `oneshot` of 64 KiB or more, when "
-      "every rank's input and output lie in its heap"}},
+      "after the first round of `rsag`, `cma`, a one-round `oneshot` of 64 KiB or more or a "
+      "`oneshot` of several rounds, when every rank's input and output lie in its heap"}},
     {Collective::kAllGather,
      kAlgoStaged,
      {"AllGather", "AllGatherBytes, AllGatherV", "staged",

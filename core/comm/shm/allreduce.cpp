@@ -63,13 +63,18 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
                                   ReduceOp op, bool mayTakeHeap) {
   const int rank = t_.Rank(), size = t_.Size();
   const size_t e = DataTypeSize(dtype);
-  const size_t per = t_.HalfBytes() / e;
+  const size_t align = LineElements(e);
+  size_t per =
+      std::max<size_t>(1, OneShotRoundBytes(count * e, t_.Policy().chunkBytes, t_.HalfBytes()) / e);
+  if (per > align) per -= per % align;
   const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
   // A large call of one round may find every buffer in the heaps (the heap algorithm, with its
   // first round), or read in place the inputs of the ranks whose buffers are there (they stage
-  // nothing, and one more round keeps those inputs until every rank has read them).
+  // nothing, and one more round keeps those inputs until every rank has read them). A call of
+  // several rounds takes the heap algorithm after its first round, as rsag does.
   const bool heapCandidate = rounds == 1 && count * e >= kHeapOneShotMinBytes;
   const bool inHeap = heapCandidate && PublishHeapBuffers(in, out, count * e);
+  if (rounds > 1) PublishHeapBuffers(in, out, count * e);
   // In place, the peers read this rank's input while it would write its result over it: the
   // result waits in this rank's half (it staged nothing there) until the round that keeps the
   // inputs in place is over.
@@ -81,7 +86,7 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
     const size_t n = Clip(static_cast<int64_t>(count), lo, per);
     if (!inHeap) CopyBytes(t_.NextHalf(), in + lo * e, n * e);
     t_.Round();
-    if (heapCandidate && FindHeapBuffers(count * e) && mayTakeHeap) {
+    if ((heapCandidate || (rounds > 1 && k == 0)) && FindHeapBuffers(count * e) && mayTakeHeap) {
       return InHeaps(in, out, count, dtype, op);
     }
     if (n == 0) continue;

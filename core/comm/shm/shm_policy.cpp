@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include "collops/environment.h"
@@ -32,6 +33,11 @@ uint64_t ChunkBytesFor(uint64_t l2Bytes, bool oversubscribed) {
   return std::clamp(l2Bytes, kMinChunkBytes, kChunkBytes);
 }
 
+uint64_t OneShotRoundBytes(uint64_t bytes, uint64_t chunkBytes, uint64_t halfBytes) {
+  const uint64_t round = bytes <= kOneShotWholeMaxBytes ? halfBytes : chunkBytes / 2;
+  return std::max<uint64_t>(64, std::min(round, halfBytes));
+}
+
 ShmPolicy ChoosePolicy(int rankSize) {
   ShmPolicy policy;
   for (int c = 0; c < kCollectives; ++c) {
@@ -43,7 +49,7 @@ ShmPolicy ChoosePolicy(int rankSize) {
   policy.oneShotMaxBytes = oversubscribed ? kOversubscribedOneShotMaxBytes : kOneShotMaxBytes;
   if (rankSize == 2 && !oversubscribed) {
     policy.largeOneShotFromBytes = kTwoRankOneShotFromBytes;
-    policy.largeOneShotToBytes = kTwoRankOneShotToBytes;
+    policy.largeOneShotToBytes = std::numeric_limits<uint64_t>::max();
   }
   policy.chunkBytes =
       KnobInteger("COLLOPS_SHM_CHUNK_BYTES", ChunkBytesFor(L2CacheBytes(), oversubscribed));
@@ -77,10 +83,13 @@ Algo SelectAllReduce(const ShmPolicy& policy, bool crossMemory, int ranks, uint6
                      CeilDiv(count, ranks) * elementBytes >= sliceFrom &&
                      ranks * bytes <= policy.crossMemoryMaxBytes &&
                      (!oversubscribed || ranks <= 2 * policy.cpus);
-  // One-shot only while it takes one round: past a half, rsag's chunks are as large.
-  const bool oneShot = bytes <= std::min<uint64_t>(policy.oneShotMaxBytes, halfBytes) ||
-                       (bytes > policy.largeOneShotFromBytes &&
-                        bytes <= std::min<uint64_t>(policy.largeOneShotToBytes, halfBytes));
+  // One-shot only while it takes one round, except beyond kOneShotWholeMaxBytes, where it goes in
+  // rounds of half an rsag chunk anyway (OneShotRoundBytes).
+  const bool oneRound = bytes <= halfBytes;
+  const bool oneShot =
+      (bytes <= policy.oneShotMaxBytes && oneRound) ||
+      (bytes > policy.largeOneShotFromBytes && bytes <= policy.largeOneShotToBytes &&
+       (oneRound || bytes > kOneShotWholeMaxBytes));
   return cross ? kAlgoCrossMemory : oneShot ? kAlgoOneShot : kAlgoReduceScatterAllGather;
 }
 

@@ -18,11 +18,17 @@ namespace shm {
 constexpr uint64_t kOneShotMaxBytes = 64 << 10;
 /// ... with more ranks than CPUs, where everyone's reduction of everything runs in turn.
 constexpr uint64_t kOversubscribedOneShotMaxBytes = 8 << 10;
-/// Two ranks with a CPU each: "oneshot" in (from, to] too. There both move about the same bytes,
-/// and rsag's extra round and the slices it reads back cost more than the redundant reduction.
-/// From about one core's L2 cache up (rsag's chunk: ChunkBytesFor), rsag wins again.
+/// Two ranks with a CPU each: "oneshot" at every size above kTwoRankOneShotFromBytes too. Each
+/// rank stages its input and reduces it with its peer's straight into its output: two passes over
+/// the payload where rsag makes three (stage, reduce into the slot, copy out), and the peer's
+/// staged chunk is the only data that crosses between the cores. Beyond OneShotWholeMaxBytes it
+/// goes in rounds of OneShotRoundBytes, so that a round's own input, its staged copy and the
+/// peer's stay in the L2 cache.
 constexpr uint64_t kTwoRankOneShotFromBytes = kOneShotMaxBytes;
-constexpr uint64_t kTwoRankOneShotToBytes = 896 << 10;
+/// A "oneshot" AllReduce up to this many bytes stages its input whole, in one round (when it fits
+/// a half): at R = 2 that one round beats two chunked ones up to here. Larger calls go in rounds
+/// of OneShotRoundBytes.
+constexpr uint64_t kOneShotWholeMaxBytes = 896 << 10;
 /// AllReduce "rsag" chunk (COLLOPS_SHM_CHUNK_BYTES; capped at half a slot; ChunkBytesFor; also the
 /// output of one quantised "oneshot" round): as few rounds as the buffer allows, since on a busy
 /// host every round costs a scheduling delay...
@@ -133,6 +139,11 @@ struct ShmPolicy {
 /// unknown) within [kMinChunkBytes, kChunkBytes] when every rank has a CPU of its own, else
 /// kChunkBytes (there each extra round costs a scheduling delay).
 uint64_t ChunkBytesFor(uint64_t l2Bytes, bool oversubscribed);
+/// The bytes a "oneshot" AllReduce of `bytes` stages per round, with halves of `halfBytes`: a
+/// whole half up to kOneShotWholeMaxBytes, beyond it half an rsag chunk (`chunkBytes`, one core's
+/// L2 cache with a CPU per rank), so that a round's own input, the copy it stages and the peer's
+/// staged copy stay in the L2. Never more than a half, never less than 64 (a cache line).
+uint64_t OneShotRoundBytes(uint64_t bytes, uint64_t chunkBytes, uint64_t halfBytes);
 
 /// Rank 0: the policy for `rankSize` ranks from its environment (COLLOPS_ALGO_*, COLLOPS_SHM_*)
 /// and this machine (CPUs, the cost of the kernel copy). Throws ERROR_INVALID_PARAM naming the
