@@ -276,7 +276,6 @@ void OperationBase::ShareFailure(Status status, Context* context) {
   // Only through a communicator that exists already: creating one just to report an error would
   // make a lone rank wait for a rendezvous. Peers of a rank that fails before its first
   // communicator exists see ERROR_TIMEOUT naming it (documented in docs/operations.md).
-  if (!IsCollective()) return;
   try {
     Context& ctx = context != nullptr ? *context : DefaultContext();
     // The caller's communicator is there to tell even when it is the failure (its rank or size
@@ -286,9 +285,17 @@ void OperationBase::ShareFailure(Status status, Context* context) {
     Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
     if (comm == nullptr) return;
     ExclusiveUse use(*comm, name_);
-    ShareLocalFailure(*comm, name_, status);
+    const std::vector<PointToPoint> refusals =
+        RefusalsImpl(status == NO_ERROR ? ERROR_INTERNAL_ERROR : status);
+    if (refusals.empty()) {
+      ShareLocalFailure(*comm, name_, status);
+    } else {
+      // Each peer's matching op throws ERROR_RANK_MISMATCH naming this rank and `status`, and so
+      // does this group (or nothing, where the peer refused too).
+      comm->Exchange(refusals);
+    }
   } catch (const Error&) {
-    // Nobody to tell; the caller's own error stands.
+    // Nobody to tell, or the refusals met the peers' ops; the caller's own error stands.
   }
 }
 

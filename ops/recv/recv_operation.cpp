@@ -33,6 +33,10 @@ void RecvOperation::ExecuteImpl(const VariantPack& pack, uint8_t*, uint64_t, Com
   comm.Recv(y.deviceData, NumElements(y.desc.shape), y.desc.dtype, srcRank_);
 }
 
+std::vector<PointToPoint> RecvOperation::RefusalsImpl(Status status) const {
+  return {PointToPoint::Refusal(PointToPoint::Kind::kRecv, srcRank_, status)};
+}
+
 COLLOPS_REGISTER_OPERATION(RecvOperation, RecvParam);
 
 }  // namespace collops

@@ -31,6 +31,10 @@ void SendOperation::ExecuteImpl(const VariantPack& pack, uint8_t*, uint64_t, Com
   comm.Send(x.deviceData, NumElements(x.desc.shape), x.desc.dtype, destRank_);
 }
 
+std::vector<PointToPoint> SendOperation::RefusalsImpl(Status status) const {
+  return {PointToPoint::Refusal(PointToPoint::Kind::kSend, destRank_, status)};
+}
+
 COLLOPS_REGISTER_OPERATION(SendOperation, SendParam);
 
 }  // namespace collops

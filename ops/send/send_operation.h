@@ -6,7 +6,8 @@
 // communicator checks the pair itself (lccl: the Send posts pointer, count and dtype; the Recv
 // copies straight from x when both sides agree, and otherwise both sides throw
 // ERROR_RANK_MISMATCH naming both ranks and both counts). Execute returns once the receiver has
-// taken the message, so x may be reused immediately.
+// taken the message, so x may be reused immediately. A Send that fails its own checks runs a
+// refusal in place of its message (RefusalsImpl), so the receiver fails at once naming this rank.
 #pragma once
 
 #include "collops/operation_base.h"
@@ -25,7 +26,7 @@ class SendOperation final : public OperationBase {
   std::vector<TensorSpec> OutputSpecs() const override;
   void InferShapeImpl(const std::vector<TensorDesc>& in,
                       std::vector<TensorDesc>& out) const override;
-  bool IsCollective() const override { return false; }
+  std::vector<PointToPoint> RefusalsImpl(Status status) const override;
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                    Communicator& comm) override;

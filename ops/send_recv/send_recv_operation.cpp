@@ -42,6 +42,11 @@ void SendRecvOperation::ExecuteImpl(const VariantPack& pack, uint8_t*, uint64_t,
                  PointToPoint::Recv(y.deviceData, count, y.desc.dtype, srcRank_)});
 }
 
+std::vector<PointToPoint> SendRecvOperation::RefusalsImpl(Status status) const {
+  return {PointToPoint::Refusal(PointToPoint::Kind::kSend, destRank_, status),
+          PointToPoint::Refusal(PointToPoint::Kind::kRecv, srcRank_, status)};
+}
+
 COLLOPS_REGISTER_OPERATION(SendRecvOperation, SendRecvParam);
 
 }  // namespace collops

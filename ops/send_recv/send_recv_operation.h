@@ -10,7 +10,9 @@
 // As for Send/Recv there is no all-rank signature exchange: each channel's two ranks compare
 // count and dtype, and on disagreement both throw ERROR_RANK_MISMATCH; y is untouched by a
 // refused message, while the other direction of the group still completes. y may not overlap x
-// (the peer may read x while y is written): such a call is ERROR_INVALID_PARAM.
+// (the peer may read x while y is written): such a call is ERROR_INVALID_PARAM. A call that fails
+// its own checks runs a refusal in place of each direction (RefusalsImpl), so both peers fail at
+// once naming this rank.
 #pragma once
 
 #include "collops/operation_base.h"
@@ -29,7 +31,7 @@ class SendRecvOperation final : public OperationBase {
   std::vector<TensorSpec> OutputSpecs() const override;
   void InferShapeImpl(const std::vector<TensorDesc>& in,
                       std::vector<TensorDesc>& out) const override;
-  bool IsCollective() const override { return false; }
+  std::vector<PointToPoint> RefusalsImpl(Status status) const override;
   CallSignature SignatureImpl(const VariantPack& pack) const override;
   void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                    Communicator& comm) override;

@@ -28,6 +28,7 @@
 #include "exchange_cases.h"
 #include "op_harness.h"
 #include "op_suite.h"
+#include "p2p_refusal_suite.h"
 #include "process_ranks.h"
 #include "random_schedule.h"
 #include "thread_comm_test_util.h"
@@ -144,6 +145,27 @@ TEST(HierarchicalGoldenDirect, ExchangeOnEveryLayout) {
     RunThreadRanks(size, [&](int rank) {
       std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
       ExchangeEveryCase(*comm, rank, size);
+    });
+  }
+}
+
+/// Send/Recv/SendRecv operations where one rank refuses its tensors (p2p_refusal_suite.h) on every
+/// layout: ranks 0 and 1 on one host or on two.
+TEST(HierarchicalGoldenDirect, PointToPointRefusalsOnEveryLayout) {
+  for (const LayoutCase& layoutCase : LayoutCases()) {
+    SCOPED_TRACE(layoutCase.name);
+    const HostLayout layout = Layout(layoutCase.hostOfRank);
+    const int size = static_cast<int>(layout.hostOfRank.size());
+    const std::string domain = UniqueDomain();
+    RunThreadRanks(size, [&](int rank) {
+      std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
+      SuiteJob job;
+      job.rank = rank;
+      job.rankSize = size;
+      job.commMode = COMM_MULTI_THREAD;
+      job.commDomain = domain;
+      job.comm = comm.get();
+      RunPointToPointRefusals(job, /*promptSeconds=*/10);
     });
   }
 }

@@ -19,6 +19,7 @@
 
 #include "op_harness.h"
 #include "op_suite.h"
+#include "p2p_refusal_suite.h"
 #include "process_ranks.h"
 
 namespace collops {
@@ -78,6 +79,29 @@ INSTANTIATE_TEST_SUITE_P(ProcessOps, ProcessOpsGolden,
                            return Concat("R", std::get<0>(info.param), "_", DtypeTestName(dtype),
                                          "_", backend.empty() ? "hccl" : backend);
                          });
+
+/// One rank of a pair refusing its own tensors makes its peer fail at once naming it
+/// (p2p_refusal_suite.h), on plain lccl and on hccl (one host: lccl); a peer left waiting would
+/// fail only at the 20 s timeout, after the 10 s the suite allows each call.
+TEST(ProcessOpsRefusals, ARankRefusingItsTensorsFailsItsPeerAtOnce) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  options.deadlineSeconds = 90;
+  for (const std::string backend : {"lccl", ""}) {
+    SCOPED_TRACE(backend.empty() ? "hccl" : backend);
+    RunProcessRanks(
+        3,
+        [backend](int rank) {
+          SuiteJob job;
+          job.rank = rank;
+          job.rankSize = 3;
+          job.backend = backend;
+          job.commDomain = "process-refusals";
+          RunPointToPointRefusals(job, /*promptSeconds=*/10);
+        },
+        options);
+  }
+}
 
 /// The AllToAllVV2 example of docs/operations.md (examples/json/all_to_allvv2_seed.json): rank 0
 /// sends 2 and 4 elements, rank 1 sends 2 and 1, over backend "hccl" (auto) as the example does.

@@ -8,6 +8,7 @@
 
 #include "collops/param_json.h"
 #include "op_harness.h"
+#include "p2p_refusal_suite.h"
 #include "p2p_test_util.h"
 #include "thread_ranks.h"
 
@@ -167,6 +168,22 @@ TEST(SendRecvOperationErrors, OutputOverlappingInputIsRejected) {
     golden.insert(golden.end(), peer.begin(), peer.begin() + 4);
     ExpectExactly(buffer, golden, Concat("rank ", rank, " x then the peer's x"));
   });
+}
+
+// One rank of a pair refusing its own tensors makes its peer fail at once naming it
+// (p2p_refusal_suite.h); rank 2 of three only takes part in the Barriers.
+TEST(SendRecvOperationErrors, ARankRefusingItsTensorsFailsItsPeerAtOnce) {
+  for (int rankSize : {2, 3}) {
+    const std::string domain = UniqueDomain();
+    RunThreadRanks(rankSize, [&](int rank) {
+      SuiteJob job;
+      job.rank = rank;
+      job.rankSize = rankSize;
+      job.commMode = COMM_MULTI_THREAD;
+      job.commDomain = domain;
+      RunPointToPointRefusals(job, /*promptSeconds=*/10);
+    });
+  }
 }
 
 TEST(SendRecvOperationErrors, TensorCountsShapeAndDtype) {

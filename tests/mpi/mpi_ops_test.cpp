@@ -14,6 +14,7 @@
 #include "collops/mpi_communicator.h"
 #include "mpi_job.h"
 #include "op_suite.h"
+#include "p2p_refusal_suite.h"
 #include "quant_suite.h"
 #include "random_schedule.h"
 
@@ -43,6 +44,10 @@ TEST(Engine, EveryOpEveryDtype) {
     if (HasFailure()) break;
   }
 }
+
+/// One rank of a pair refusing its own tensors makes its peer fail at once naming it
+/// (p2p_refusal_suite.h); well within COLLOPS_TIMEOUT (30 s under ctest).
+TEST(Engine, PointToPointRefusals) { RunPointToPointRefusals(EngineJob("engine-refusals"), 10); }
 
 /// The quantised AllReduce suite alone (RunEveryOp runs it with int8 too): the ctest at 7 ranks
 /// filters this, where the whole op suite would take minutes.

@@ -69,10 +69,12 @@ class OperationBase : public Operation {
   /// communicator (the torch binding allocates shared tensors from it).
   const CommParam& commParam() const { return commParam_; }
   /// For a caller whose own step of this call failed before Setup or Execute could run (the torch
-  /// binding's InferShape for its outputs): a collective op tells its peers, through the signature
-  /// exchange they are about to enter, that this rank will not make the call, so they fail at
-  /// once with ERROR_RANK_MISMATCH instead of timing out. Only through a communicator that exists
-  /// already; otherwise nothing. Setup and Execute do this for their own failures.
+  /// binding's InferShape for its outputs): tells the peers that this rank will not make the call,
+  /// so they fail at once with ERROR_RANK_MISMATCH naming this rank and `status` instead of timing
+  /// out. A collective op does it through the signature exchange they are about to enter; a
+  /// point-to-point op (RefusalsImpl) by a PointToPoint::Refusal in place of each send and receive
+  /// the call would have made. Only through a communicator that exists already; otherwise
+  /// nothing. Setup and Execute do this for their own failures.
   void ShareFailure(Status status, Context* context);
   /// Inputs and outputs in order (TensorSpec): the op's own facts about its tensors, which the
   /// generic checks and the bindings read instead of knowing any op.
@@ -110,9 +112,16 @@ class OperationBase : public Operation {
   /// What this rank is about to do, for the cross-rank agreement check. A signature with an
   /// empty opName skips the check (Send and Recv: the communicator checks the pair itself).
   virtual CallSignature SignatureImpl(const VariantPack& pack) const = 0;
-  /// False for point-to-point ops (Send, Recv): they have no all-rank signature exchange in
-  /// which a failing rank could tell its peers.
-  virtual bool IsCollective() const { return true; }
+  /// Point-to-point ops (Send, Recv, SendRecv) have no all-rank signature exchange in which a
+  /// failing rank could tell its peers: they return here the sends and receives a call makes, each
+  /// as a PointToPoint::Refusal carrying `status`, in the order the call issues them, and
+  /// ShareFailure runs them as one Communicator::Exchange group, which fails each peer's matching
+  /// op at once. Empty (the default): a collective op, which tells its peers through the signature
+  /// exchange instead.
+  virtual std::vector<PointToPoint> RefusalsImpl(Status status) const {
+    (void)status;
+    return {};
+  }
   /// Moves the data. The communicator has Size() == rankSize and Rank() == rank.
   virtual void ExecuteImpl(const VariantPack& pack, uint8_t* workspace, uint64_t workspaceSize,
                            Communicator& comm) = 0;
@@ -164,8 +173,8 @@ class OperationBase : public Operation {
     std::vector<TensorSpec> outAnyDtype;  ///< `out` with every dtype allowed (checked by inference)
   };
   const Specs& CachedSpecs() const;
-  /// Runs a rank-local step; if it throws, a collective op first tells its peers through the
-  /// signature exchange they are about to enter, so they fail at once instead of timing out.
+  /// Runs a rank-local step; if it throws, the op first tells its peers (ShareFailure), so they
+  /// fail at once instead of timing out.
   template <class Body>
   void RunSharingFailure(Context* context, Body&& body);
 
