@@ -466,9 +466,8 @@ def test_c10d_backend_broadcast_and_all_to_all_refuse_ranks_whose_dtypes_disagre
 def _sparse_tensors(ctx):
     # Every collective refuses a sparse COO tensor, naming itself and the argument, on every rank
     # before any data moves (one that reached is_contiguous() raised torch's "unsupported memory
-    # format option Contiguous"). Through torch.distributed only all_reduce gets here (torch's
-    # dispatcher has no other c10d kernel for sparse tensors, nor any for CSR or mkldnn); the
-    # backend's own methods, which Python reaches too, get every collective here. Every rank
+    # format option Contiguous"). The backend's own methods are called here, as Python may;
+    # torch.distributed reaches the same refusals (test_c10d_layout_dispatch.py). Every rank
     # passes the same misuse, so every rank refuses and the group stays in step.
     world = ctx.world_size
     b = dist.group.WORLD._get_backend(torch.device("cpu"))
