@@ -117,12 +117,7 @@ TEST_P(HierarchicalGolden, EveryOpMatchesReference) {
   RunThreadRanks(size, [&, dtype = dtype](int rank) {
     std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
     EXPECT_EQ(comm->BackendName(), "hccl(lccl+lccl)");
-    SuiteJob job;
-    job.rank = rank;
-    job.rankSize = size;
-    job.commMode = COMM_MULTI_THREAD;
-    job.commDomain = domain;
-    job.comm = comm.get();
+    SuiteJob job = ThreadJob(rank, size, domain, comm.get());
     job.markerTag = tag;
     RunEveryOp(job, dtype);
   });
@@ -134,45 +129,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HierarchicalGolden, ::testing::ValuesIn(Grid()
                                          DtypeTestName(std::get<1>(info.param)));
                          });
 
-/// Groups of sends and receives (exchange_cases.h) on every layout: ops with peers on the same
-/// host and on others in one group, rings where every rank sends first.
-TEST(HierarchicalGoldenDirect, ExchangeOnEveryLayout) {
-  for (const LayoutCase& layoutCase : LayoutCases()) {
-    SCOPED_TRACE(layoutCase.name);
-    const HostLayout layout = Layout(layoutCase.hostOfRank);
-    const int size = static_cast<int>(layout.hostOfRank.size());
-    const std::string domain = UniqueDomain();
-    RunThreadRanks(size, [&](int rank) {
-      std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
-      ExchangeEveryCase(*comm, rank, size);
-    });
-  }
-}
-
-/// Send/Recv/SendRecv operations where one rank refuses its tensors (p2p_refusal_suite.h) on every
-/// layout: ranks 0 and 1 on one host or on two.
-TEST(HierarchicalGoldenDirect, PointToPointRefusalsOnEveryLayout) {
-  for (const LayoutCase& layoutCase : LayoutCases()) {
-    SCOPED_TRACE(layoutCase.name);
-    const HostLayout layout = Layout(layoutCase.hostOfRank);
-    const int size = static_cast<int>(layout.hostOfRank.size());
-    const std::string domain = UniqueDomain();
-    RunThreadRanks(size, [&](int rank) {
-      std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
-      SuiteJob job;
-      job.rank = rank;
-      job.rankSize = size;
-      job.commMode = COMM_MULTI_THREAD;
-      job.commDomain = domain;
-      job.comm = comm.get();
-      RunPointToPointRefusals(job, /*promptSeconds=*/10);
-    });
-  }
-}
-
-/// Calls of every kind one after another (random_schedule.h) on every layout: the count matrix
-/// an Agree leaves for the next AllToAllV must never be read by a later call.
-TEST(HierarchicalGoldenDirect, RandomScheduleOnEveryLayout) {
+/// Runs body(comm, rank, size, domain, c) on the thread ranks of a hierarchical communicator, for
+/// every layout LayoutCases()[c] in turn.
+void OnEveryLayout(
+    const std::function<void(Communicator&, int, int, const std::string&, size_t)>& body) {
   for (size_t c = 0; c < LayoutCases().size(); ++c) {
     SCOPED_TRACE(LayoutCases()[c].name);
     const HostLayout layout = Layout(LayoutCases()[c].hostOfRank);
@@ -180,9 +140,33 @@ TEST(HierarchicalGoldenDirect, RandomScheduleOnEveryLayout) {
     const std::string domain = UniqueDomain();
     RunThreadRanks(size, [&](int rank) {
       std::shared_ptr<Communicator> comm = ThreadHierarchy(rank, layout, domain);
-      RunRandomSchedule(*comm, 300 + c, 30);
+      body(*comm, rank, size, domain, c);
     });
   }
+}
+
+/// Groups of sends and receives (exchange_cases.h) on every layout: ops with peers on the same
+/// host and on others in one group, rings where every rank sends first.
+TEST(HierarchicalGoldenDirect, ExchangeOnEveryLayout) {
+  OnEveryLayout([](Communicator& comm, int rank, int size, const std::string&, size_t) {
+    ExchangeEveryCase(comm, rank, size);
+  });
+}
+
+/// Send/Recv/SendRecv operations where one rank refuses its tensors (p2p_refusal_suite.h) on every
+/// layout: ranks 0 and 1 on one host or on two.
+TEST(HierarchicalGoldenDirect, PointToPointRefusalsOnEveryLayout) {
+  OnEveryLayout([](Communicator& comm, int rank, int size, const std::string& domain, size_t) {
+    RunPointToPointRefusals(ThreadJob(rank, size, domain, &comm), /*promptSeconds=*/10);
+  });
+}
+
+/// Calls of every kind one after another (random_schedule.h) on every layout: the count matrix
+/// an Agree leaves for the next AllToAllV must never be read by a later call.
+TEST(HierarchicalGoldenDirect, RandomScheduleOnEveryLayout) {
+  OnEveryLayout([](Communicator& comm, int, int, const std::string&, size_t c) {
+    RunRandomSchedule(comm, 300 + c, 30);
+  });
 }
 
 /// Float sums whose order matters: every rank must still hold the very same bits, in place.

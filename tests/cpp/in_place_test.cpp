@@ -24,11 +24,7 @@ TEST_P(InPlaceOnThreads, EveryInPlaceFormMatchesReference) {
   const int rankSize = GetParam();
   const std::string domain = UniqueDomain();
   RunThreadRanks(rankSize, [&](int rank) {
-    SuiteJob job;
-    job.rank = rank;
-    job.rankSize = rankSize;
-    job.commMode = 1;
-    job.commDomain = domain;
+    const SuiteJob job = ThreadJob(rank, rankSize, domain);
     for (DataType dtype : {ACL_INT8, ACL_BF16, ACL_FLOAT}) RunInPlaceForms(job, dtype);
   });
 }

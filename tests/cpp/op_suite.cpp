@@ -40,6 +40,16 @@ CommParam SuiteJob::Comm() const {
   return param;
 }
 
+SuiteJob ThreadJob(int rank, int rankSize, const std::string& domain, Communicator* comm) {
+  SuiteJob job;
+  job.rank = rank;
+  job.rankSize = rankSize;
+  job.commMode = COMM_MULTI_THREAD;
+  job.commDomain = domain;
+  job.comm = comm;
+  return job;
+}
+
 namespace {
 
 using Grid = std::vector<std::vector<int64_t>>;

@@ -36,6 +36,9 @@ struct SuiteJob {
   CommParam Comm() const;
 };
 
+/// The job of thread rank `rank` of `rankSize` (commMode 1) on `domain`, or on `comm` when given.
+SuiteJob ThreadJob(int rank, int rankSize, const std::string& domain, Communicator* comm = nullptr);
+
 /// Every op accepting `dtype` (reductions for reducible dtypes, data movement for the movement
 /// subset), each at sizes 0 / 1 / small / beyond kSuiteShmBytes, then a Send/Recv ring and Barrier;
 /// int8 also runs the quantised AllReduce suite (quant_suite.h).

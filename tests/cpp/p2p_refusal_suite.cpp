@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,59 +24,46 @@ struct RefusalCase {
   const char* kind;   ///< "Send" (refuser sends to the peer), "Recv" (refuser receives), "SendRecv"
   Status status;      ///< the refuser's own Status
   const char* field;  ///< what the refuser's message names
-  /// Breaks the refuser's call: runs it with bad tensors and returns its Status.
-  std::function<Status(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs)> run;
+  /// Spoils the refuser's tensors: in Setup's pack, or with `atExecute` in Execute's only, after a
+  /// Setup of good ones (a check only Execute makes).
+  void (*spoil)(std::vector<Tensor>& ins, std::vector<Tensor>& outs);
+  bool atExecute = false;
 };
 
-Status RunWithFormat(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
-  ins[0].desc.format = ACL_FORMAT_UNDEFINED;
-  return RunOperation(op, ins, outs);
-}
-
-Status RunWithDtype(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
-  ins[0].desc.dtype = ACL_DT_UNDEFINED;
-  return RunOperation(op, ins, outs);
-}
-
-Status RunWithLongerY(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
-  outs[0].desc.shape = MakeDims({kCount - 1});
-  outs[0].dataSize = (kCount - 1) * sizeof(float);
-  return RunOperation(op, ins, outs);
-}
-
-Status RunWithYOverX(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
-  outs[0].deviceData = ins[0].deviceData;
-  return RunOperation(op, ins, outs);
-}
-
-/// Setup passes; Execute is given an x without data, which only its own checks see.
-Status RunWithoutDataAtExecute(Operation& op, std::vector<Tensor>& ins, std::vector<Tensor>& outs) {
+/// The refuser's call: Setup, then Execute, with the case's spoiled tensors where it says.
+Status RunSpoiled(const RefusalCase& c, Operation& op, std::vector<Tensor> ins,
+                  std::vector<Tensor> outs) {
+  VariantPack pack{ins, outs};
+  if (!c.atExecute) c.spoil(pack.inTensors, pack.outTensors);
   uint64_t workspaceSize = 0;
-  const VariantPack good{ins, outs};
-  const Status setup = op.Setup(good, workspaceSize, nullptr);
+  const Status setup = op.Setup(pack, workspaceSize, nullptr);
   if (setup != NO_ERROR) return setup;
-  EXPECT_EQ(workspaceSize, 0u);
-  VariantPack bad = good;
-  bad.inTensors[0].deviceData = nullptr;
-  return op.Execute(bad, nullptr, 0, nullptr);
+  EXPECT_EQ(workspaceSize, 0u) << c.name;
+  if (c.atExecute) c.spoil(pack.inTensors, pack.outTensors);
+  return op.Execute(pack, nullptr, 0, nullptr);
 }
 
 const std::vector<RefusalCase>& Cases() {
+  using T = std::vector<Tensor>;
   static const std::vector<RefusalCase> cases = {
       {"Send x of an unknown format", 0, "Send", ERROR_INVALID_TENSOR_FORMAT, "inTensors[0] (x)",
-       RunWithFormat},
+       [](T& ins, T&) { ins[0].desc.format = ACL_FORMAT_UNDEFINED; }},
       {"Send x of an unknown dtype", 1, "Send", ERROR_INVALID_TENSOR_DTYPE, "inTensors[0] (x)",
-       RunWithDtype},
+       [](T& ins, T&) { ins[0].desc.dtype = ACL_DT_UNDEFINED; }},
       {"Recv y of another shape than its template", 1, "Recv", ERROR_INVALID_TENSOR_DIM,
-       "outTensors[0] (y)", RunWithLongerY},
+       "outTensors[0] (y)",
+       [](T&, T& outs) {
+         outs[0].desc.shape = MakeDims({kCount - 1});
+         outs[0].dataSize = (kCount - 1) * sizeof(float);
+       }},
       {"Recv template of an unknown format", 0, "Recv", ERROR_INVALID_TENSOR_FORMAT,
-       "inTensors[0] (template)", RunWithFormat},
+       "inTensors[0] (template)", [](T& ins, T&) { ins[0].desc.format = ACL_FORMAT_UNDEFINED; }},
       {"SendRecv y overlapping x", 1, "SendRecv", ERROR_INVALID_PARAM, "y overlaps x",
-       RunWithYOverX},
+       [](T& ins, T& outs) { outs[0].deviceData = ins[0].deviceData; }},
       {"Send x without data at Execute", 0, "Send", ERROR_INVALID_TENSOR_ADDR,
-       "inTensors[0] (x) has no data", RunWithoutDataAtExecute},
+       "inTensors[0] (x) has no data", [](T& ins, T&) { ins[0].deviceData = nullptr; }, true},
       {"SendRecv x without data at Execute", 0, "SendRecv", ERROR_INVALID_TENSOR_ADDR,
-       "inTensors[0] (x) has no data", RunWithoutDataAtExecute},
+       "inTensors[0] (x) has no data", [](T& ins, T&) { ins[0].deviceData = nullptr; }, true},
   };
   return cases;
 }
@@ -138,12 +124,8 @@ void RefusalsOfThePair(const SuiteJob& job, double promptSeconds) {
     if (op->GetOutputNum() == 1) y.push_back(HostTensor(ACL_FLOAT, {kCount}));
     std::vector<Tensor> ins = Tensors(x), outs = Tensors(y);
     const auto start = std::chrono::steady_clock::now();
-    Status status;
-    if (job.rank == c.refuser) {
-      status = c.run(*op, ins, outs);
-    } else {
-      status = RunOperation(*op, ins, outs);
-    }
+    const Status status =
+        job.rank == c.refuser ? RunSpoiled(c, *op, ins, outs) : RunOperation(*op, ins, outs);
     const std::string message = LastErrorMessage();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -176,12 +176,7 @@ TEST(SendRecvOperationErrors, ARankRefusingItsTensorsFailsItsPeerAtOnce) {
   for (int rankSize : {2, 3}) {
     const std::string domain = UniqueDomain();
     RunThreadRanks(rankSize, [&](int rank) {
-      SuiteJob job;
-      job.rank = rank;
-      job.rankSize = rankSize;
-      job.commMode = COMM_MULTI_THREAD;
-      job.commDomain = domain;
-      RunPointToPointRefusals(job, /*promptSeconds=*/10);
+      RunPointToPointRefusals(ThreadJob(rank, rankSize, domain), /*promptSeconds=*/10);
     });
   }
 }

@@ -9,13 +9,11 @@ those kernels torch raised NotImplementedError on the refusing rank alone and it
 the timeout. On gloo the call reaches gloo, which refuses such tensors itself; strided tensors
 never reach the added kernels."""
 
-import time
-
 import pytest
 import torch
 import torch.distributed as dist
 
-from c10d_ranks import run_group_job
+from c10d_ranks import group_works, run_group_job, timed
 
 WORLD = 2
 GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
@@ -103,25 +101,12 @@ CALLS = {
 CSR_CALLS = ["broadcast", "reduce", "all_gather_into_tensor", "all_to_all_single"]
 
 
-def _timed(ctx, what, body):
-    start = time.monotonic()
-    body()
-    elapsed = time.monotonic() - start
-    assert elapsed < QUICK, f"rank {ctx.rank}: {what} took {elapsed:.1f} s"
-
-
-def _group_works(ctx):
-    t = torch.ones(N)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full((N,), float(ctx.world_size)))
-
-
 def _one_rank_not_strided(ctx, layout, names):
     import warnings
 
     # all_reduce_coalesced is deprecated; sparse CSR is in beta.
     warnings.filterwarnings("ignore", message=".*(deprecated|beta state).*")
-    _group_works(ctx)  # the refusals below are not the group's first call: that case is
+    group_works(ctx)  # the refusals below are not the group's first call: that case is
     # test_c10d_refusals.py's
     for name in names:
         what, arg, call = CALLS[name]
@@ -137,15 +122,15 @@ def _one_rank_not_strided(ctx, layout, names):
                 with pytest.raises(RuntimeError, match=TOLD):
                     call(ctx, _strided(layout, n), layout)
 
-        _timed(ctx, f"{name} with a {layout} tensor on rank 0", body)
-    _group_works(ctx)
+        timed(ctx, f"{name} with a {layout} tensor on rank 0", body, QUICK)
+    group_works(ctx)
     return True
 
 
 def _point_to_point_not_strided(ctx, layout):
     # dist.send and dist.recv wait at once: rank 0's refusal runs in place of its op and raises,
     # rank 1's matching op is told.
-    _group_works(ctx)
+    group_works(ctx)
     for what, told in [("send", "refused its send to rank 1"), ("recv", "refused its receive")]:
 
         def body(what=what, told=told):
@@ -160,46 +145,30 @@ def _point_to_point_not_strided(ctx, layout):
                 ):
                     op(_strided(layout, N), 0)
 
-        _timed(ctx, f"{what} of a {layout} tensor on rank 0", body)
-    _group_works(ctx)
+        timed(ctx, f"{what} of a {layout} tensor on rank 0", body, QUICK)
+    group_works(ctx)
     return True
+
+
+def _every_rank(fn, *args, backend="collops"):
+    """fn(ctx, *args) on every rank of a WORLD-rank group of `backend`; returns what each gave."""
+    return run_group_job(
+        WORLD, fn, *args, backend=backend, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
+    )
 
 
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_every_collective_with_one_rank_not_strided_fails_every_rank_at_once(layout):
-    results = run_group_job(
-        WORLD,
-        _one_rank_not_strided,
-        layout,
-        list(CALLS),
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
-    )
-    assert results == [True] * WORLD
+    assert _every_rank(_one_rank_not_strided, layout, list(CALLS)) == [True] * WORLD
 
 
 def test_sparse_csr_on_one_rank_fails_every_rank_at_once():
-    results = run_group_job(
-        WORLD,
-        _one_rank_not_strided,
-        "csr",
-        CSR_CALLS,
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
-    )
-    assert results == [True] * WORLD
+    assert _every_rank(_one_rank_not_strided, "csr", CSR_CALLS) == [True] * WORLD
 
 
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_send_or_recv_with_one_rank_not_strided_fails_both_at_once(layout):
-    results = run_group_job(
-        WORLD,
-        _point_to_point_not_strided,
-        layout,
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
-    )
-    assert results == [True] * WORLD
+    assert _every_rank(_point_to_point_not_strided, layout) == [True] * WORLD
 
 
 def _gloo_refuses_them_itself(ctx, layout):
@@ -231,12 +200,5 @@ def _gloo_refuses_them_itself(ctx, layout):
 
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_gloo_refuses_non_strided_tensors_itself_and_still_sums_sparse_all_reduce(layout):
-    results = run_group_job(
-        WORLD,
-        _gloo_refuses_them_itself,
-        layout,
-        backend="gloo",
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
-    )
+    results = _every_rank(_gloo_refuses_them_itself, layout, backend="gloo")
     assert results == [len(CALLS) + 2] * WORLD

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from c10d_ranks import run_group_job
+from c10d_ranks import group_works, run_group_job, timed
 
 WORLD = 2
 GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
@@ -38,12 +38,6 @@ def _refused_by_rank_0(ctx, call, refused_match, refused_type=RuntimeError):
     assert elapsed < QUICK, f"rank {ctx.rank} took {elapsed:.1f} s"
 
 
-def _group_works(ctx):
-    t = torch.ones(4)
-    dist.all_reduce(t)
-    assert torch.equal(t, torch.full((4,), float(ctx.world_size)))
-
-
 def _refusal_at_the_first_collective(ctx, which):
     # The group's communicator does not exist yet: the peers are in its creation when rank 0
     # refuses.
@@ -64,7 +58,7 @@ def _refusal_at_the_first_collective(ctx, which):
         ),
     }
     _refused_by_rank_0(ctx, *calls[which])
-    _group_works(ctx)
+    group_works(ctx)
     return True
 
 
@@ -82,7 +76,7 @@ def test_a_refusal_before_the_group_communicates_does_not_hold_the_peers(which):
 
 def _refusal_in_a_new_subgroup(ctx):
     # A sub-group's communicator is its own, created at its own first collective.
-    _group_works(ctx)
+    group_works(ctx)
     sub = dist.new_group(list(range(ctx.world_size)))
     _refused_by_rank_0(
         ctx, lambda t: dist.all_reduce(t, group=sub), r"allreduce: tensor must be a dense"
@@ -100,17 +94,10 @@ def test_a_refusal_before_a_subgroup_communicates_does_not_hold_the_peers():
     assert results == [True] * WORLD
 
 
-def _timed(ctx, what, body):
-    start = time.monotonic()
-    body()
-    elapsed = time.monotonic() - start
-    assert elapsed < QUICK, f"rank {ctx.rank}: {what} took {elapsed:.1f} s"
-
-
 def _refused_send_and_recv(ctx):
     # Point to point, one side refusing: the backend's send/recv (what dist.send/dist.recv call,
-    # then wait on; torch's dispatcher stops sparse tensors before dist.send reaches it). The
-    # first is the group's first call, so its communicator is made by it.
+    # then wait on; test_c10d_layout_dispatch.py goes through dist.send/dist.recv). The first is
+    # the group's first call, so its communicator is made by it.
     b = dist.group.WORLD._get_backend(torch.device("cpu"))
     peer = 1 - ctx.rank
 
@@ -151,10 +138,10 @@ def _refused_send_and_recv(ctx):
                 with pytest.raises(RuntimeError, match=told):
                     work.wait()
 
-    _timed(ctx, "the refused send", refused_send)
-    _timed(ctx, "the refused recv", refused_recv)
-    _timed(ctx, "the ring", refused_in_a_ring)
-    _group_works(ctx)
+    timed(ctx, "the refused send", refused_send, QUICK)
+    timed(ctx, "the refused recv", refused_recv, QUICK)
+    timed(ctx, "the ring", refused_in_a_ring, QUICK)
+    group_works(ctx)
     # Still in step for point to point too.
     t = torch.full((4,), float(ctx.rank))
     if ctx.rank == 0:

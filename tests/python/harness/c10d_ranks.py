@@ -64,3 +64,22 @@ def _in_group(ctx, fn, backend, store, args, hosts, group_timeout, before_init):
         return fn(ctx, *args)
     finally:
         dist.destroy_process_group()
+
+
+def timed(ctx, what, body, limit):
+    """Runs body(); fails naming the rank and `what` unless it ended within `limit` seconds."""
+    start = time.monotonic()
+    body()
+    elapsed = time.monotonic() - start
+    assert elapsed < limit, f"rank {ctx.rank}: {what} took {elapsed:.1f} s"
+
+
+def group_works(ctx):
+    """An all_reduce of ones on the default group gives the world size everywhere: the group is
+    still in step."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((4,), float(ctx.world_size)))
