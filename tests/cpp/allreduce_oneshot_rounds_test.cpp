@@ -3,8 +3,9 @@
 // kOneShotWholeMaxBytes stages its input in rounds of half an rsag chunk. The policy functions are
 // checked at their thresholds; the multi-rank tests run calls on both sides of
 // kOneShotWholeMaxBytes with a small chunk (many rounds and a ragged last one), automatic and
-// forced, in place and not, in process ranks (R = 2, 3, 4, 7) and thread ranks, and check every
-// rank's output. Values are small integers, so the sums are exact in float32, bfloat16 and int32.
+// forced, in place and not (out of place with the streamed sum), in process ranks (R = 2, 3, 4, 7)
+// and thread ranks, and check every rank's output. Values are small integers, so the sums are exact
+// in float32, bfloat16 and int32.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -49,7 +50,7 @@ TEST(OneShotRounds, BeyondItRoundsAreHalfAnRsagChunkWithinAHalf) {
   EXPECT_EQ(OneShotRoundBytes(kOneShotWholeMaxBytes + 1, 1 * kMiB, 2 * kMiB), 512 * kKiB);
   EXPECT_EQ(OneShotRoundBytes(64 * kMiB, 2 * kMiB, 2 * kMiB), 1 * kMiB);
   EXPECT_EQ(OneShotRoundBytes(64 * kMiB, 4 * kMiB, 1 * kMiB), 1 * kMiB);  // never past a half
-  EXPECT_EQ(OneShotRoundBytes(64 * kMiB, 16, 2 * kMiB), 64u);            // at least a line
+  EXPECT_EQ(OneShotRoundBytes(64 * kMiB, 16, 2 * kMiB), 64u);             // at least a line
 }
 
 ShmPolicy PolicyFor(int ranks, int cpus) {
@@ -87,8 +88,7 @@ TEST(OneShotRounds, TwoRanksWithACpuEachTakeOneShotAtEverySize) {
 TEST(OneShotRounds, MoreRanksOrFewerCpusKeepRsagAboveTheSmallRange) {
   for (const ShmPolicy& policy : {PolicyFor(2, 1), PolicyFor(4, 2), PolicyFor(3, 8)}) {
     EXPECT_EQ(Select(policy, 64 * kKiB), shm::kAlgoOneShot) << policy.rankSize;
-    EXPECT_EQ(Select(policy, 64 * kKiB + 64), shm::kAlgoReduceScatterAllGather)
-        << policy.rankSize;
+    EXPECT_EQ(Select(policy, 64 * kKiB + 64), shm::kAlgoReduceScatterAllGather) << policy.rankSize;
     EXPECT_EQ(Select(policy, 64 * kMiB), shm::kAlgoReduceScatterAllGather) << policy.rankSize;
   }
 }
@@ -138,9 +138,9 @@ void RunCalls(Communicator& comm, int rank, int size, const std::string& what) {
       for (size_t i = 0; i < count; ++i) {
         if (std::memcmp(dst + i * e, &want[i * e], e) != 0 && wrong++ == 0) first = i;
       }
-      EXPECT_EQ(wrong, 0u) << what << " rank " << rank << " " << DataTypeName(dtype)
-                           << " count " << count << (inPlace ? " in place" : "")
-                           << ": first wrong element " << first;
+      EXPECT_EQ(wrong, 0u) << what << " rank " << rank << " " << DataTypeName(dtype) << " count "
+                           << count << (inPlace ? " in place" : "") << ": first wrong element "
+                           << first;
     }
   }
 }
@@ -153,6 +153,8 @@ TEST_P(OneShotRoundsProcess, EveryRankSumsExactlyAroundTheWholeCallLimit) {
     testing::ProcessRanksOptions options;
     options.env["COLLOPS_ALGO_ALLREDUCE"] = algo;
     options.env["COLLOPS_SHM_CHUNK_BYTES"] = "65536";  // rounds of 32 KiB: many, a ragged last
+    // Every out-of-place call here sums into its output with non-temporal stores.
+    options.env["COLLOPS_SHM_STREAM_BYTES"] = "65536";
     options.deadlineSeconds = 120;
     testing::RunProcessRanks(
         size,
@@ -184,7 +186,8 @@ TEST(OneShotRoundsTwoRanks, TheAutomaticRuleRunsOneShotInRoundsOfHalfAChunk) {
           std::vector<float> in(bytes / 4, 1.0f), out(bytes / 4);
           const uint64_t before = comm->Rounds();
           comm->AllReduce(in.data(), out.data(), in.size(), ACL_FLOAT, ReduceOp::kSum);
-          EXPECT_EQ(comm->Rounds() - before, rounds) << "rank " << rank << ", " << bytes << " bytes";
+          EXPECT_EQ(comm->Rounds() - before, rounds)
+              << "rank " << rank << ", " << bytes << " bytes";
           EXPECT_EQ(out.front(), 2.0f);
           EXPECT_EQ(out.back(), 2.0f);
         }

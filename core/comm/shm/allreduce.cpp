@@ -79,6 +79,11 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
   // result waits in this rank's half (it staged nothing there) until the round that keeps the
   // inputs in place is over.
   const bool deferOutput = inHeap && in == out;
+  // A large output of several rounds is written with non-temporal stores (the policy's stream
+  // threshold): it leaves the caches before anyone reads it, and ordinary stores would first read
+  // every line of it. Not in place: there the output's lines are the input's, in the cache already.
+  const bool stream = rounds > 1 && in != out && t_.Policy().streamOutputBytes != 0 &&
+                      count * e >= t_.Policy().streamOutputBytes;
   srcs_.resize(size);
   bool readInPlace = false;
   for (size_t k = 0; k < rounds; ++k) {
@@ -95,7 +100,11 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
       readInPlace = readInPlace || heap != nullptr;
       srcs_[r] = r == rank ? in + lo * e : heap != nullptr ? heap : t_.HalfOf(r);
     }
-    ReduceArrays(dtype, op, srcs_.data(), size, deferOutput ? t_.NextHalf() : out + lo * e, n);
+    if (stream) {
+      ReduceArraysStreaming(dtype, op, srcs_.data(), size, out + lo * e, n);
+    } else {
+      ReduceArrays(dtype, op, srcs_.data(), size, deferOutput ? t_.NextHalf() : out + lo * e, n);
+    }
   }
   if (!readInPlace) return;
   t_.Round();

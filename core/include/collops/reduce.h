@@ -34,6 +34,12 @@ const char* ReducibleDtypesText();
 /// Throws Error(ERROR_INVALID_TENSOR_DTYPE) for a dtype that IsReducibleDtype rejects.
 void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
                   size_t count);
+/// ReduceArrays with dst written by non-temporal stores, for an output too large to stay in the
+/// caches: its lines are not read first (read-for-ownership) and do not evict the sources. Sums
+/// of float32, float16 and bfloat16 on the AVX2 and AVX-512 builds stream; everything else stores
+/// as ReduceArrays does. The same bits, arguments and errors as ReduceArrays.
+void ReduceArraysStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_t n,
+                           void* dst, size_t count);
 
 /// dst[i] = src[i] as float32, for src of float16, bfloat16 or float32 (exact). src and dst must
 /// not overlap unless both are float32 and equal. Throws Error(ERROR_INVALID_TENSOR_DTYPE) for

@@ -144,6 +144,19 @@ ReduceKernel KernelForIsa(Isa isa) {
   return nullptr;
 }
 
+ReduceKernel StreamingKernelForIsa(Isa isa) {
+  if (!CpuSupportsIsa(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kGeneric:
+      return &generic::ReduceStreaming;
+    case Isa::kAvx2:
+      return &avx2::ReduceStreaming;
+    case Isa::kAvx512:
+      return &avx512::ReduceStreaming;
+  }
+  return nullptr;
+}
+
 DequantiseKernel DequantiseKernelForIsa(Isa isa) {
   if (!CpuSupportsIsa(isa)) return nullptr;
   switch (isa) {
@@ -162,6 +175,7 @@ namespace {
 struct Selection {
   Isa isa;
   ReduceKernel kernel;
+  ReduceKernel streaming;
   ToFloat32Kernel toFloat32;
   FromFloat32Kernel fromFloat32;
   DequantiseKernel dequantise;
@@ -170,15 +184,24 @@ struct Selection {
 Selection KernelsFor(Isa isa) {
   switch (isa) {
     case Isa::kAvx2:
-      return {isa, &avx2::Reduce, &avx2::ToFloat32, &avx2::FromFloat32, &avx2::SumDequantise};
+      return {isa,
+              &avx2::Reduce,
+              &avx2::ReduceStreaming,
+              &avx2::ToFloat32,
+              &avx2::FromFloat32,
+              &avx2::SumDequantise};
     case Isa::kAvx512:
-      return {isa, &avx512::Reduce, &avx512::ToFloat32, &avx512::FromFloat32,
+      return {isa,
+              &avx512::Reduce,
+              &avx512::ReduceStreaming,
+              &avx512::ToFloat32,
+              &avx512::FromFloat32,
               &avx512::SumDequantise};
     case Isa::kGeneric:
       break;
   }
-  return {Isa::kGeneric, &generic::Reduce, &generic::ToFloat32, &generic::FromFloat32,
-          &generic::SumDequantise};
+  return {Isa::kGeneric,       &generic::Reduce,      &generic::ReduceStreaming,
+          &generic::ToFloat32, &generic::FromFloat32, &generic::SumDequantise};
 }
 
 Selection Select() {
@@ -209,8 +232,12 @@ bool Overlaps(const void* a, const void* b, size_t bytes) {
 }  // namespace
 }  // namespace reduce_internal
 
-void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
-                  size_t count) {
+namespace {
+
+/// ReduceArrays' argument checks (its contract in collops/reduce.h); false when there is nothing
+/// to do (count == 0).
+bool CheckReduceArguments(DataType dtype, ReduceOp op, const void* const* srcs, size_t n,
+                          const void* dst, size_t count) {
   using reduce_internal::Overlaps;
   if (!IsReducibleDtype(dtype)) {
     Fail(ERROR_INVALID_TENSOR_DTYPE, "reduction does not support dtype ", DataTypeName(dtype),
@@ -220,7 +247,7 @@ void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n
     Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: unknown reduce op ", static_cast<int32_t>(op));
   }
   if (n < 1) Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: needs at least 1 input, got n = 0");
-  if (count == 0) return;
+  if (count == 0) return false;
   if (srcs == nullptr || dst == nullptr) {
     Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: null ", srcs == nullptr ? "srcs" : "dst",
          " with count = ", count);
@@ -234,7 +261,21 @@ void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n
       Fail(ERROR_INTERNAL_ERROR, "ReduceArrays: dst partially overlaps srcs[", k, "]");
     }
   }
+  return true;
+}
+
+}  // namespace
+
+void ReduceArrays(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                  size_t count) {
+  if (!CheckReduceArguments(dtype, op, srcs, n, dst, count)) return;
   reduce_internal::Selected().kernel(dtype, op, srcs, n, dst, count);
+}
+
+void ReduceArraysStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_t n,
+                           void* dst, size_t count) {
+  if (!CheckReduceArguments(dtype, op, srcs, n, dst, count)) return;
+  reduce_internal::Selected().streaming(dtype, op, srcs, n, dst, count);
 }
 
 namespace {

@@ -40,6 +40,9 @@ Isa BestSupportedIsa();
 /// The kernel built for `isa`, or nullptr when this CPU cannot run it. Tests call these directly to
 /// compare the builds bit for bit.
 ReduceKernel KernelForIsa(Isa isa);
+/// The streaming kernel (ReduceArraysStreaming's) built for `isa`, or nullptr when this CPU cannot
+/// run it. The generic build's stores as Reduce does.
+ReduceKernel StreamingKernelForIsa(Isa isa);
 /// The dequantising sum built for `isa`, or nullptr when this CPU cannot run it.
 DequantiseKernel DequantiseKernelForIsa(Isa isa);
 
@@ -47,6 +50,8 @@ DequantiseKernel DequantiseKernelForIsa(Isa isa);
 namespace generic {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                     size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
@@ -55,6 +60,8 @@ void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t fi
 namespace avx2 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                     size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
@@ -63,6 +70,8 @@ void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t fi
 namespace avx512 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
             size_t count);
+void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
+                     size_t count);
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
