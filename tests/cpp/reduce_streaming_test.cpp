@@ -121,17 +121,12 @@ TEST(ReduceStreaming, RejectsWhatReduceArraysRejects) {
   std::vector<float> x(64), y(64);
   const void* srcs[] = {x.data(), y.data()};
   const auto status = [](auto&& call) { return Guarded(call); };
-  EXPECT_EQ(status([&] {
-              ReduceArraysStreaming(ACL_BOOL, ReduceOp::kSum, srcs, 2, y.data(), 8);
-            }),
+  EXPECT_EQ(status([&] { ReduceArraysStreaming(ACL_BOOL, ReduceOp::kSum, srcs, 2, y.data(), 8); }),
             ERROR_INVALID_TENSOR_DTYPE);
-  EXPECT_EQ(status([&] {
-              ReduceArraysStreaming(ACL_FLOAT, ReduceOp::kSum, srcs, 2, y.data() + 1, 8);
-            }),
-            ERROR_INTERNAL_ERROR);  // dst partially overlaps srcs[1]
-  EXPECT_EQ(status([&] {
-              ReduceArraysStreaming(ACL_FLOAT, ReduceOp::kSum, srcs, 0, y.data(), 8);
-            }),
+  EXPECT_EQ(
+      status([&] { ReduceArraysStreaming(ACL_FLOAT, ReduceOp::kSum, srcs, 2, y.data() + 1, 8); }),
+      ERROR_INTERNAL_ERROR);  // dst partially overlaps srcs[1]
+  EXPECT_EQ(status([&] { ReduceArraysStreaming(ACL_FLOAT, ReduceOp::kSum, srcs, 0, y.data(), 8); }),
             ERROR_INTERNAL_ERROR);
 }
 

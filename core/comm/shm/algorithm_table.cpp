@@ -27,7 +27,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
      {"AllReduce", "AllReduce", "oneshot",
       "each rank stages its input in its slot, one round, then every rank reduces all R inputs in "
       "rank order straight into its output; a call over 896 KiB goes in rounds of half an `rsag` "
-      "chunk; in a one-round call of 64 KiB or more, an input whose rank's input and output lie "
+      "chunk, an output of 8 MiB or more not in place summed with non-temporal stores; in a "
+      "one-round call of 64 KiB or more, an input whose rank's input and output lie "
       "in its heap is read in place instead, and one more round keeps it there",
       "any call",
       "up to 64 KiB (8 KiB when the ranks outnumber the CPUs; never past half a slot), and at "
