@@ -131,43 +131,37 @@ Isa BestSupportedIsa() {
   return Isa::kGeneric;
 }
 
-ReduceKernel KernelForIsa(Isa isa) {
+namespace {
+
+/// The build of a kernel for `isa` among its three, or nullptr when this CPU cannot run it.
+template <class Kernel>
+Kernel ForIsa(Isa isa, Kernel generic, Kernel avx2, Kernel avx512) {
   if (!CpuSupportsIsa(isa)) return nullptr;
   switch (isa) {
     case Isa::kGeneric:
-      return &generic::Reduce;
+      return generic;
     case Isa::kAvx2:
-      return &avx2::Reduce;
+      return avx2;
     case Isa::kAvx512:
-      return &avx512::Reduce;
+      return avx512;
   }
   return nullptr;
+}
+
+}  // namespace
+
+ReduceKernel KernelForIsa(Isa isa) {
+  return ForIsa<ReduceKernel>(isa, &generic::Reduce, &avx2::Reduce, &avx512::Reduce);
 }
 
 ReduceKernel StreamingKernelForIsa(Isa isa) {
-  if (!CpuSupportsIsa(isa)) return nullptr;
-  switch (isa) {
-    case Isa::kGeneric:
-      return &generic::ReduceStreaming;
-    case Isa::kAvx2:
-      return &avx2::ReduceStreaming;
-    case Isa::kAvx512:
-      return &avx512::ReduceStreaming;
-  }
-  return nullptr;
+  return ForIsa<ReduceKernel>(isa, &generic::ReduceStreaming, &avx2::ReduceStreaming,
+                              &avx512::ReduceStreaming);
 }
 
 DequantiseKernel DequantiseKernelForIsa(Isa isa) {
-  if (!CpuSupportsIsa(isa)) return nullptr;
-  switch (isa) {
-    case Isa::kGeneric:
-      return &generic::SumDequantise;
-    case Isa::kAvx2:
-      return &avx2::SumDequantise;
-    case Isa::kAvx512:
-      return &avx512::SumDequantise;
-  }
-  return nullptr;
+  return ForIsa<DequantiseKernel>(isa, &generic::SumDequantise, &avx2::SumDequantise,
+                                  &avx512::SumDequantise);
 }
 
 namespace {
