@@ -108,6 +108,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::QueueP2P(PointToPoint::Kind kind,
 }
 
 VerifiedCommunicator& CollopsBackend::Comm() {
+  commUses_.fetch_add(1, std::memory_order_relaxed);
   if (VerifiedCommunicator* ready = commReady_.load(std::memory_order_acquire)) return *ready;
   std::lock_guard<std::mutex> lock(mu_);
   // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
@@ -129,7 +130,7 @@ VerifiedCommunicator& CollopsBackend::Comm() {
   return *comm_;
 }
 
-void CollopsBackend::ShareRefusal(const char* what) {
+void CollopsBackend::ShareRefusal(const char* what, Status status) {
   try {
     p2p_->Flush();  // as RunCollective: the peers' queued sends and receives ran before theirs
     // The engine: the check comm_ runs is its Agree. Created here when the refused call is the
@@ -137,7 +138,7 @@ void CollopsBackend::ShareRefusal(const char* what) {
     // would leave them there for the timeout, or, when its next call is a collective, paired
     // with that call instead of the refused one.
     Communicator& comm = OperationComm();
-    if (!comm.Broken()) ShareLocalFailure(comm, what, ERROR_INVALID_TENSOR_FORMAT);
+    if (!comm.Broken()) ShareLocalFailure(comm, what, status);
   } catch (const std::exception&) {
     // The communicator could not be made (a peer is gone, or the timeout): the refusal is still
     // this rank's error to report.

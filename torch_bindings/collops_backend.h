@@ -159,13 +159,13 @@ class CollopsBackend final : public c10d::Backend {
   void CheckEntry(const char* what, const Args&... tensorsAndNames) {
     Refusable(what, [&] { CheckCpuArgs(what, tensorsAndNames...); });
   }
-  /// Tells the peers that this rank refuses the collective `what` it was called for: through the
-  /// agreement check they are in or about to enter (ShareLocalFailure), so they fail at once with
-  /// ERROR_RANK_MISMATCH naming this rank and ERROR_INVALID_TENSOR_FORMAT instead of waiting for
-  /// the timeout, and every rank stays at the same call. Before the group's first collective the
+  /// Tells the peers that this rank refuses the collective `what` it was called for, with `status`:
+  /// through the agreement check they are in or about to enter (ShareLocalFailure), so they fail
+  /// at once with ERROR_RANK_MISMATCH naming this rank and `status` instead of waiting for the
+  /// timeout, and every rank stays at the same call. Before the group's first collective the
   /// peers are in the communicator's creation: this rank joins it first. Like any collective it
   /// waits for the peers to arrive. Never throws. collops_backend.cpp.
-  void ShareRefusal(const char* what);
+  void ShareRefusal(const char* what, Status status);
 
   /// The group's communicator without the cross-rank agreement check, for collops operations,
   /// which run their own (torch.ops.collops.quant_all_reduce: an AllReduceOperation made on it).
@@ -192,7 +192,12 @@ class CollopsBackend final : public c10d::Backend {
   // collops::Error into a torch error that names the status.
   template <class Body>
   void RunCollective(Body body);
-  // RunCollective, then the outputs wrapped in a CompletedWork.
+  // RunCollective, then the outputs wrapped in a CompletedWork. A torch error that `body` raises
+  // before it reached the communicator (Comm()) is one of the call's own rules failing on this
+  // rank (a list of the wrong length, an output of the wrong size, AVG of integers, ...): it is
+  // told to the peers as a refusal (ShareRefusal, ERROR_INVALID_PARAM) before it propagates, so
+  // they fail at once instead of waiting for this rank. One raised after the communicator was
+  // reached is not: the peers have met this rank's call then.
   template <class Body>
   c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs, Body body);
   std::string Describe(const Error& e) const;
@@ -235,6 +240,7 @@ class CollopsBackend final : public c10d::Backend {
   // comm_ once created (it is never replaced): what Comm() returns without taking mu_.
   std::atomic<VerifiedCommunicator*> commReady_{nullptr};
   std::atomic<uint64_t> collectivesIssued_{0};  // collectives only, not sends and receives
+  std::atomic<uint64_t> commUses_{0};           // calls of Comm(): whether Run's body reached it
   std::atomic<bool> closed_{false};             // shutdown() or abort() called
   std::map<std::pair<int, int>, OperationPtr> quantOps_;  // by (quantType, outDataType), mu_
 };
@@ -262,7 +268,7 @@ void CollopsBackend::Refusable(const char* what, Checks checks) {
   try {
     checks();
   } catch (const c10::Error&) {
-    ShareRefusal(what);
+    ShareRefusal(what, ERROR_INVALID_TENSOR_FORMAT);
     throw;
   }
 }
@@ -270,7 +276,16 @@ void CollopsBackend::Refusable(const char* what, Checks checks) {
 template <class Body>
 c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
                                                    std::vector<at::Tensor> outputs, Body body) {
-  RunCollective(std::move(body));
+  RunCollective([&] {
+    const uint64_t before = commUses_.load(std::memory_order_relaxed);
+    try {
+      body();
+    } catch (const c10::Error&) {
+      if (commUses_.load(std::memory_order_relaxed) == before)
+        ShareRefusal(c10d::opTypeToString(type).c_str(), ERROR_INVALID_PARAM);
+      throw;
+    }
+  });
   return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
 }
 
