@@ -10,12 +10,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from c10d_ranks import group_works, run_group_job, timed
+from c10d_ranks import REFUSAL_PROMPT as QUICK
+from c10d_ranks import REFUSAL_WORLD as WORLD
+from c10d_ranks import group_works, run_refusal_job, timed
 
-WORLD = 2
-GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
-QUICK = GROUP_TIMEOUT / 4  # a peer told of the refusal fails well within this
-DEADLINE = 150  # the harness kills every rank still running after this
 N = 4
 
 TOLD = r"ERROR_RANK_MISMATCH.*rank 0 failed its own checks for this call \(ERROR_INVALID_PARAM\)"
@@ -77,7 +75,5 @@ def _one_rank_breaks_a_rule(ctx):
 
 
 def test_a_rank_breaking_an_argument_rule_fails_its_peers_at_once():
-    results = run_group_job(
-        WORLD, _one_rank_breaks_a_rule, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
-    )
+    results = run_refusal_job(_one_rank_breaks_a_rule)
     assert results == [True] * WORLD

@@ -13,12 +13,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from c10d_ranks import group_works, run_group_job, timed
+from c10d_ranks import REFUSAL_PROMPT as QUICK
+from c10d_ranks import REFUSAL_WORLD as WORLD
+from c10d_ranks import group_works, run_refusal_job, timed
 
-WORLD = 2
-GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
-QUICK = GROUP_TIMEOUT / 4  # a peer told of the refusal fails well within this
-DEADLINE = 240  # the harness kills every rank still running after this
 N = 4
 
 TOLD = r"ERROR_RANK_MISMATCH.*rank 0.*ERROR_INVALID_TENSOR_FORMAT"
@@ -150,25 +148,18 @@ def _point_to_point_not_strided(ctx, layout):
     return True
 
 
-def _every_rank(fn, *args, backend="collops"):
-    """fn(ctx, *args) on every rank of a WORLD-rank group of `backend`; returns what each gave."""
-    return run_group_job(
-        WORLD, fn, *args, backend=backend, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
-    )
-
-
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_every_collective_with_one_rank_not_strided_fails_every_rank_at_once(layout):
-    assert _every_rank(_one_rank_not_strided, layout, list(CALLS)) == [True] * WORLD
+    assert run_refusal_job(_one_rank_not_strided, layout, list(CALLS)) == [True] * WORLD
 
 
 def test_sparse_csr_on_one_rank_fails_every_rank_at_once():
-    assert _every_rank(_one_rank_not_strided, "csr", CSR_CALLS) == [True] * WORLD
+    assert run_refusal_job(_one_rank_not_strided, "csr", CSR_CALLS) == [True] * WORLD
 
 
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_send_or_recv_with_one_rank_not_strided_fails_both_at_once(layout):
-    assert _every_rank(_point_to_point_not_strided, layout) == [True] * WORLD
+    assert run_refusal_job(_point_to_point_not_strided, layout) == [True] * WORLD
 
 
 def _gloo_refuses_them_itself(ctx, layout):
@@ -200,5 +191,5 @@ def _gloo_refuses_them_itself(ctx, layout):
 
 @pytest.mark.parametrize("layout", ["coo", "mkldnn"])
 def test_gloo_refuses_non_strided_tensors_itself_and_still_sums_sparse_all_reduce(layout):
-    results = _every_rank(_gloo_refuses_them_itself, layout, backend="gloo")
+    results = run_refusal_job(_gloo_refuses_them_itself, layout, backend="gloo")
     assert results == [len(CALLS) + 2] * WORLD

@@ -9,12 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from c10d_ranks import group_works, run_group_job, timed
-
-WORLD = 2
-GROUP_TIMEOUT = 20  # init_process_group's timeout: the communicator's waits give up after it
-QUICK = GROUP_TIMEOUT / 4  # a peer told of the refusal fails well within this
-DEADLINE = 150  # the harness kills every rank still running after this
+from c10d_ranks import REFUSAL_PROMPT as QUICK
+from c10d_ranks import REFUSAL_WORLD as WORLD
+from c10d_ranks import group_works, run_refusal_job, timed
 
 REFUSED_BY_RANK_0 = r"ERROR_RANK_MISMATCH.*rank 0.*ERROR_INVALID_TENSOR_FORMAT"
 
@@ -64,13 +61,7 @@ def _refusal_at_the_first_collective(ctx, which):
 
 @pytest.mark.parametrize("which", ["all_reduce", "broadcast", "collops.all_reduce"])
 def test_a_refusal_before_the_group_communicates_does_not_hold_the_peers(which):
-    results = run_group_job(
-        WORLD,
-        _refusal_at_the_first_collective,
-        which,
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
-    )
+    results = run_refusal_job(_refusal_at_the_first_collective, which)
     assert results == [True] * WORLD
 
 
@@ -88,9 +79,7 @@ def _refusal_in_a_new_subgroup(ctx):
 
 
 def test_a_refusal_before_a_subgroup_communicates_does_not_hold_the_peers():
-    results = run_group_job(
-        WORLD, _refusal_in_a_new_subgroup, group_timeout=GROUP_TIMEOUT, timeout=DEADLINE
-    )
+    results = run_refusal_job(_refusal_in_a_new_subgroup)
     assert results == [True] * WORLD
 
 
@@ -156,11 +145,8 @@ def _refused_send_and_recv(ctx):
 # engine (gloo) instead of lccl.
 @pytest.mark.parametrize("hosts", [None, [0, 1]], ids=["one-host", "two-hosts"])
 def test_a_refused_send_or_recv_does_not_hold_the_peer(hosts):
-    results = run_group_job(
-        WORLD,
+    results = run_refusal_job(
         _refused_send_and_recv,
-        group_timeout=GROUP_TIMEOUT,
-        timeout=DEADLINE,
         hosts=hosts,
     )
     assert results == [True] * WORLD

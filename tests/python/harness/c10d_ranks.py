@@ -66,6 +66,28 @@ def _in_group(ctx, fn, backend, store, args, hosts, group_timeout, before_init):
         dist.destroy_process_group()
 
 
+# The refusal tests (a rank refusing its part of a call while its peers are in it): the group's
+# timeout, after which the communicator's waits give up, is short, so a peer left waiting fails
+# the test in seconds, and a peer told of a refusal must fail well within REFUSAL_PROMPT.
+REFUSAL_WORLD = 2
+REFUSAL_GROUP_TIMEOUT = 20
+REFUSAL_PROMPT = REFUSAL_GROUP_TIMEOUT / 4
+REFUSAL_DEADLINE = 240  # the harness kills every rank still running after this
+
+
+def run_refusal_job(fn, *args, backend="collops", hosts=None):
+    """run_group_job of REFUSAL_WORLD ranks with the refusal tests' timeouts."""
+    return run_group_job(
+        REFUSAL_WORLD,
+        fn,
+        *args,
+        backend=backend,
+        hosts=hosts,
+        group_timeout=REFUSAL_GROUP_TIMEOUT,
+        timeout=REFUSAL_DEADLINE,
+    )
+
+
 def timed(ctx, what, body, limit):
     """Runs body(); fails naming the rank and `what` unless it ended within `limit` seconds."""
     start = time.monotonic()
