@@ -42,7 +42,7 @@ constexpr uint64_t kMiB = 1 << 20;
 TEST(OneShotRounds, UpToTheWholeCallLimitACallStagesWholeHalves) {
   EXPECT_EQ(OneShotRoundBytes(kOneShotWholeMaxBytes, 1 * kMiB, 2 * kMiB), 2 * kMiB);
   EXPECT_EQ(OneShotRoundBytes(64 * kKiB, 1 * kMiB, 2 * kMiB), 2 * kMiB);
-  // A half smaller than the call: rounds of a half, as before.
+  // A half smaller than the call: rounds of a half.
   EXPECT_EQ(OneShotRoundBytes(kOneShotWholeMaxBytes, 1 * kMiB, 32 * kKiB), 32 * kKiB);
 }
 

@@ -164,7 +164,7 @@ def test_send_or_recv_with_one_rank_not_strided_fails_both_at_once(layout):
 
 def _gloo_refuses_them_itself(ctx, layout):
     # Every rank passes the same non-strided tensor (gloo tells no peer of a refusal of its own):
-    # each call now reaches gloo, which raises on every rank; strided calls are untouched, and a
+    # each call reaches gloo, which raises on every rank; strided calls are untouched, and a
     # sparse COO all_reduce still runs torch's own kernel, which gloo sums.
     import warnings
 
