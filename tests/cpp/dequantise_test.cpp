@@ -161,6 +161,41 @@ TEST(DequantiseGolden, ExtremeSumsAroundTheInt16EdgeAreExact) {
   }
 }
 
+// The vector builds add an integer n·offset to the int16 sums (or leave a zero one out) when every
+// possible sum + n·offset fits int16: sources all at -128 or all at 127, with n·offset at that
+// edge (31 sources: 929 · 31 = 32767 - 128 · 31), one past it, and where an int16 sum would wrap
+// (931 · 31 + 127 · 31 > 32767); with zeros, a negative zero, non-integers, the largest float16,
+// Inf and NaN around them.
+TEST(DequantiseGolden, OffsetsAtTheInt16EdgeGiveTheSameBitsEverywhere) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> offsets = {0.0,    -0.0,    1.0,      -1.0,  0.5,    -0.5,
+                                       0.25,   0.3,     89.0,     90.0,  91.0,   -91.0,
+                                       929.0,  -929.0,  930.0,    931.0, -931.0, 1024.0,
+                                       8192.0, 65504.0, -65504.0, inf,   -inf,   std::nan("")};
+  std::vector<uint16_t> scale(48);
+  for (size_t c = 0; c < scale.size(); ++c) scale[c] = HalfBits(std::ldexp(1.0 + c, -5));
+  const size_t count = 131;  // two vectors of 64 and a tail of 3 on AVX-512
+  for (size_t n : {1, 2, 3, 4, 7, 31, 151, 255, 256, 257}) {
+    // Element i: every source at -128 (i % 3 == 0), every source at 127 (i % 3 == 1), or a mix.
+    std::vector<std::vector<int8_t>> srcs(n, std::vector<int8_t>(count));
+    for (size_t k = 0; k < n; ++k) {
+      for (size_t i = 0; i < count; ++i) {
+        srcs[k][i] = i % 3 == 0   ? int8_t{-128}
+                     : i % 3 == 1 ? int8_t{127}
+                                  : static_cast<int8_t>((k * 37 + i * 11) % 256);
+      }
+    }
+    for (double offset : offsets) {
+      for (int64_t channels : {int64_t{0}, int64_t{48}}) {
+        for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+          ExpectAllBuildsMatch(srcs, count, 5, scale, channels, HalfBits(offset), dtype,
+                               Concat(n, " sources, offset ", offset, ", channels ", channels));
+        }
+      }
+    }
+  }
+}
+
 TEST(DequantiseErrors, RejectsOtherOutputDtypes) {
   const int8_t x[16] = {};
   const int8_t* srcs[] = {x};

@@ -1,6 +1,7 @@
 // AVX2 build of the reduction kernels. CMakeLists.txt compiles files ending in _avx2.cpp with
 // -mavx2 -mfma -mf16c; reduce.cpp calls into it only when the CPU has all three.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

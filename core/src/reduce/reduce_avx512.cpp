@@ -2,6 +2,7 @@
 // -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c; reduce.cpp calls into it only
 // when the CPU and OS support all of them.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
