@@ -69,12 +69,12 @@ def _forced(algo):
                 os.environ[k] = v
 
 
-def _paths(rank, world, elements, gloo, algos):
+def _paths(rank, world, elements, gloo, algos, offset_value):
     gen = torch.Generator().manual_seed(rank)
     shape = (elements // ROW, ROW)
     x = torch.randint(-128, 128, shape, generator=gen, dtype=torch.int16).to(torch.int8)
     scale = torch.tensor([1 / 64], dtype=torch.float16)
-    offset = torch.tensor([0.5], dtype=torch.float16)
+    offset = torch.tensor([offset_value], dtype=torch.float16)
     y = torch.empty(shape, dtype=torch.float16)
     h = (torch.rand(shape, generator=gen) - 0.5).to(torch.float16)
     hy = torch.empty_like(h)
@@ -136,7 +136,7 @@ def _rank(rank, world, store, args, results):
     rows = []
     for size in args.sizes:
         elements = size // 2
-        calls, tensors = _paths(rank, world, elements, gloo, args.algos)
+        calls, tensors = _paths(rank, world, elements, gloo, args.algos, args.offset)
         for call in calls.values():  # warm-up: communicators, pages
             call()
         _check(rank, world, elements, tensors)
@@ -198,6 +198,13 @@ def main():
         help="bytes of N float16 elements (the quantised x holds half of it)",
     )
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--offset",
+        type=float,
+        default=0.5,
+        help="the quantisation offset (float16): where R·offset is a whole number the kernel adds "
+        "it to its int16 sums, otherwise in float32",
+    )
     parser.add_argument("--calls", type=int, default=10, help="calls of a path per round")
     parser.add_argument(
         "--algos",
@@ -215,7 +222,7 @@ def main():
     print(
         f"# Quantised AllReduce vs float16 AllReduce (lccl processes) and gloo's dequantise + "
         f"all_reduce; ms per call, median over {args.rounds} rounds of {args.calls} calls each, "
-        "of the max over ranks"
+        f"of the max over ranks; offset {args.offset}"
     )
     ratios = ["f16 ÷ quant", "gloo_deq ÷ quant"] + [f"f16 ÷ {p}" for p in forced]
     print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios)) + " |")
