@@ -333,13 +333,15 @@ uint16_t SmallIntegerHalfBits(int v) {
   return static_cast<uint16_t>(sign | (top + 15) << 10 | ((a << (10 - top)) & 0x3ff));
 }
 
-TEST_P(ProcessQuantOneShotRounds, OneRoundPerChunkOfOutput) {
-  const int ranks = GetParam();
+/// The calls of OneRoundPerChunkOfOutput on `ranks` processes, with COLLOPS_SHM_STREAM_BYTES =
+/// `streamBytes`.
+void RunOneShotRounds(int ranks, const std::string& streamBytes) {
   constexpr size_t kChunkBytes = 4096;
   ProcessRanksOptions options;
   options.env["COLLOPS_ALGO_QUANTALLREDUCE"] = "oneshot";
   options.env["COLLOPS_SHM_BYTES"] = "64K";
   options.env["COLLOPS_SHM_CHUNK_BYTES"] = std::to_string(kChunkBytes);
+  options.env["COLLOPS_SHM_STREAM_BYTES"] = streamBytes;
   options.deadlineSeconds = 90;
   RunProcessRanks(
       ranks,
@@ -379,6 +381,13 @@ TEST_P(ProcessQuantOneShotRounds, OneRoundPerChunkOfOutput) {
       },
       options);
 }
+
+TEST_P(ProcessQuantOneShotRounds, OneRoundPerChunkOfOutput) {
+  RunOneShotRounds(GetParam(), "0");  // ordinary stores
+}
+
+// From 4 KiB of output every call of several rounds is dequantised with non-temporal stores.
+TEST_P(ProcessQuantOneShotRounds, StreamedOutputsAreExact) { RunOneShotRounds(GetParam(), "4096"); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ProcessQuantOneShotRounds, ::testing::Values(2, 3, 4, 7),
                          [](const auto& info) { return Concat("R", info.param); });

@@ -86,9 +86,15 @@ void ExpectAllBuildsMatch(const std::vector<std::vector<int8_t>>& srcs, size_t c
   check("SumDequantiseInt8", [&](void* dst) {
     SumDequantiseInt8(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst);
   });
+  check("SumDequantiseInt8Streaming", [&](void* dst) {
+    SumDequantiseInt8Streaming(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst);
+  });
   for (const auto& [name, kernel] : Kernels()) {
-    check(name,
-          [&](void* dst) { kernel(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst); });
+    for (bool stream : {false, true}) {
+      check(name + (stream ? " streaming" : ""), [&](void* dst) {
+        kernel(ptrs.data(), ptrs.size(), count, first, quant, dtype, dst, stream);
+      });
+    }
   }
 }
 
@@ -190,6 +196,52 @@ TEST(DequantiseGolden, OffsetsAtTheInt16EdgeGiveTheSameBitsEverywhere) {
         for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
           ExpectAllBuildsMatch(srcs, count, 5, scale, channels, HalfBits(offset), dtype,
                                Concat(n, " sources, offset ", offset, ", channels ", channels));
+        }
+      }
+    }
+  }
+}
+
+// The streaming kernels store whole vectors non-temporally only from dst's first vector boundary
+// on, and the elements before it and after the last whole vector by the ordinary path: at every
+// dst alignment of a cache line (odd byte offsets too, where nothing can stream), with odd tails,
+// every build's streaming result is the reference's bits, and nothing around dst is touched.
+TEST(DequantiseStreaming, EveryDstAlignmentGivesTheReferenceBits) {
+  std::mt19937_64 rng(7);
+  std::vector<uint16_t> scale(48);
+  for (auto& s : scale) s = HalfBits(std::ldexp(static_cast<double>(1 + rng() % 2047), -14));
+  const size_t count = 200 + 13;  // several vectors and unrolled steps on every build, odd tail
+  for (size_t n : {2, 3, 4, 7}) {
+    std::vector<std::vector<int8_t>> srcs(n, std::vector<int8_t>(count));
+    for (auto& src : srcs) {
+      for (auto& v : src) v = static_cast<int8_t>(rng() % 256);
+    }
+    std::vector<const int8_t*> ptrs;
+    for (const auto& src : srcs) ptrs.push_back(src.data());
+    for (int64_t channels : {int64_t{0}, int64_t{48}}) {
+      QuantScale quant;
+      quant.scale = scale.data();
+      quant.channels = channels;
+      quant.offset = HalfBits(-1.5);
+      for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+        const size_t size = DataTypeSize(dtype);
+        const std::vector<uint8_t> expected =
+            Reference(srcs, count, 3, scale, channels, quant.offset, dtype);
+        for (const auto& [name, kernel] : Kernels()) {
+          for (size_t offset = 0; offset < 64; ++offset) {
+            // A 64-byte-aligned buffer with dst `offset` bytes into it and guards around.
+            std::vector<uint8_t> buffer(count * size + 192, 0xa5);
+            const size_t pad = (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+            uint8_t* dst = buffer.data() + pad + 64 + offset;
+            kernel(ptrs.data(), n, count, 3, quant, dtype, dst, true);
+            ASSERT_EQ(std::memcmp(dst, expected.data(), count * size), 0)
+                << name << " streaming, " << n << " sources, channels " << channels << ", "
+                << DataTypeName(dtype) << ", dst offset " << offset;
+            for (uint8_t* p = buffer.data(); p < dst; ++p) ASSERT_EQ(*p, 0xa5) << name;
+            for (uint8_t* p = dst + count * size; p < buffer.data() + buffer.size(); ++p) {
+              ASSERT_EQ(*p, 0xa5) << name << " wrote past dst, offset " << offset;
+            }
+          }
         }
       }
     }

@@ -54,6 +54,11 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
   const size_t e = DataTypeSize(outDtype);
   const size_t per = OneShotRoundElements(t_, e);
   const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
+  // A large output of several rounds is written with non-temporal stores, as the plain
+  // AllReduce's (the policy's stream threshold): its lines are not read from memory first.
+  const bool stream = rounds > 1 && static_cast<const void*>(in) != out &&
+                      t_.Policy().streamOutputBytes != 0 &&
+                      count * e >= t_.Policy().streamOutputBytes;
   srcs_.resize(size);
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
@@ -64,8 +69,13 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
     for (int r = 0; r < size; ++r) {
       srcs_[r] = r == rank ? in + lo : reinterpret_cast<const int8_t*>(t_.HalfOf(r));
     }
-    SumDequantiseInt8(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype,
-                      out + lo * e);
+    if (stream) {
+      SumDequantiseInt8Streaming(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype,
+                                 out + lo * e);
+    } else {
+      SumDequantiseInt8(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype,
+                        out + lo * e);
+    }
   }
 }
 

@@ -66,6 +66,12 @@ struct QuantScale {
 /// sources or the scales. Throws Error(ERROR_INVALID_TENSOR_DTYPE) for another dtype.
 void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
                        const QuantScale& quant, DataType dtype, void* dst);
+/// SumDequantiseInt8 with dst written by non-temporal stores on the AVX2 and AVX-512 builds (as
+/// ReduceArraysStreaming is to ReduceArrays): for an output too large to stay in the caches. The
+/// same bits, arguments and errors.
+void SumDequantiseInt8Streaming(const int8_t* const* srcs, size_t n, size_t count,
+                                int64_t firstElement, const QuantScale& quant, DataType dtype,
+                                void* dst);
 
 /// Name of the instruction set the kernels dispatched to at load time: "avx512", "avx2" or
 /// "generic". COLLOPS_ISA=generic|avx2|avx512 forces a lower one (for tests and benchmarks);

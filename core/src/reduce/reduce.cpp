@@ -320,8 +320,11 @@ void ConvertFromFloat32(const float* src, DataType dstType, void* dst, size_t co
   reduce_internal::Selected().fromFloat32(src, dstType, dst, count);
 }
 
-void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
-                       const QuantScale& quant, DataType dtype, void* dst) {
+namespace {
+
+/// SumDequantiseInt8's argument checks; false when there is nothing to do.
+bool CheckDequantiseArguments(const int8_t* const* srcs, size_t n, size_t count,
+                              const QuantScale& quant, DataType dtype, const void* dst) {
   if (dtype != ACL_FLOAT16 && dtype != ACL_BF16 && dtype != ACL_FLOAT) {
     Fail(ERROR_INVALID_TENSOR_DTYPE,
          "the dequantising sum writes float16, bfloat16 or float32, not ", DataTypeName(dtype));
@@ -330,7 +333,7 @@ void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_
   if (quant.channels < 0) {
     Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: channels = ", quant.channels, " < 0");
   }
-  if (count == 0) return;
+  if (count == 0) return false;
   if (srcs == nullptr || dst == nullptr || quant.scale == nullptr) {
     Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: null ",
          srcs == nullptr  ? "srcs"
@@ -341,7 +344,22 @@ void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_
   for (size_t k = 0; k < n; ++k) {
     if (srcs[k] == nullptr) Fail(ERROR_INTERNAL_ERROR, "SumDequantiseInt8: srcs[", k, "] is null");
   }
-  reduce_internal::Selected().dequantise(srcs, n, count, firstElement, quant, dtype, dst);
+  return true;
+}
+
+}  // namespace
+
+void SumDequantiseInt8(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
+                       const QuantScale& quant, DataType dtype, void* dst) {
+  if (!CheckDequantiseArguments(srcs, n, count, quant, dtype, dst)) return;
+  reduce_internal::Selected().dequantise(srcs, n, count, firstElement, quant, dtype, dst, false);
+}
+
+void SumDequantiseInt8Streaming(const int8_t* const* srcs, size_t n, size_t count,
+                                int64_t firstElement, const QuantScale& quant, DataType dtype,
+                                void* dst) {
+  if (!CheckDequantiseArguments(srcs, n, count, quant, dtype, dst)) return;
+  reduce_internal::Selected().dequantise(srcs, n, count, firstElement, quant, dtype, dst, true);
 }
 
 const char* ReduceKernelIsa() { return reduce_internal::IsaName(reduce_internal::Selected().isa); }

@@ -23,10 +23,11 @@ using ReduceKernel = void (*)(DataType dtype, ReduceOp op, const void* const* sr
 using ToFloat32Kernel = void (*)(DataType dtype, const void* src, float* dst, size_t count);
 using FromFloat32Kernel = void (*)(const float* src, DataType dtype, void* dst, size_t count);
 /// SumDequantiseInt8's contract without its argument checks: n >= 1, dtype is float16, bfloat16
-/// or float32, quant.channels >= 0, and every pointer is valid for what it covers.
+/// or float32, quant.channels >= 0, and every pointer is valid for what it covers. `stream`:
+/// SumDequantiseInt8Streaming's non-temporal stores (the same bits).
 using DequantiseKernel = void (*)(const int8_t* const* srcs, size_t n, size_t count,
                                   int64_t firstElement, const QuantScale& quant, DataType dtype,
-                                  void* dst);
+                                  void* dst, bool stream);
 
 /// "generic", "avx2", "avx512".
 const char* IsaName(Isa isa);
@@ -55,7 +56,7 @@ void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
-                   const QuantScale& quant, DataType dtype, void* dst);
+                   const QuantScale& quant, DataType dtype, void* dst, bool stream);
 }  // namespace generic
 namespace avx2 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
@@ -65,7 +66,7 @@ void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
-                   const QuantScale& quant, DataType dtype, void* dst);
+                   const QuantScale& quant, DataType dtype, void* dst, bool stream);
 }  // namespace avx2
 namespace avx512 {
 void Reduce(DataType dtype, ReduceOp op, const void* const* srcs, size_t n, void* dst,
@@ -75,7 +76,7 @@ void ReduceStreaming(DataType dtype, ReduceOp op, const void* const* srcs, size_
 void ToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void FromFloat32(const float* src, DataType dtype, void* dst, size_t count);
 void SumDequantise(const int8_t* const* srcs, size_t n, size_t count, int64_t firstElement,
-                   const QuantScale& quant, DataType dtype, void* dst);
+                   const QuantScale& quant, DataType dtype, void* dst, bool stream);
 }  // namespace avx512
 
 }  // namespace reduce_internal
