@@ -160,7 +160,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
      {"QuantAllReduce", "AllReduceQuantised", "oneshot",
       "each rank stages its int8 input in its slot, one round, then every rank sums all R inputs "
       "and dequantises the whole output; one round per chunk of output (AllReduce `rsag`'s chunk, "
-      "at most a half-slot of int8)",
+      "at most a half-slot of int8), an output of 8 MiB or more in several rounds written with "
+      "non-temporal stores",
       "any call",
       "at R = 2 with a CPU each, and wherever the output is 64 KiB or less (8 KiB when the ranks "
       "outnumber the CPUs)"}},
