@@ -73,8 +73,9 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
   // nothing, and one more round keeps those inputs until every rank has read them). A call of
   // several rounds takes the heap algorithm after its first round, as rsag does.
   const bool heapCandidate = rounds == 1 && count * e >= kHeapOneShotMinBytes;
-  const bool inHeap = heapCandidate && PublishHeapBuffers(in, out, count * e);
-  if (rounds > 1) PublishHeapBuffers(in, out, count * e);
+  const bool mayFindHeaps = heapCandidate || rounds > 1;
+  const bool published = mayFindHeaps && PublishHeapBuffers(in, out, count * e);
+  const bool inHeap = heapCandidate && published;
   // In place, the peers read this rank's input while it would write its result over it: the
   // result waits in this rank's half (it staged nothing there) until the round that keeps the
   // inputs in place is over.
@@ -82,8 +83,7 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
   // A large output of several rounds is written with non-temporal stores (the policy's stream
   // threshold): it leaves the caches before anyone reads it, and ordinary stores would first read
   // every line of it. Not in place: there the output's lines are the input's, in the cache already.
-  const bool stream = rounds > 1 && in != out && t_.Policy().streamOutputBytes != 0 &&
-                      count * e >= t_.Policy().streamOutputBytes;
+  const bool stream = rounds > 1 && in != out && t_.StreamsOutput(count * e);
   srcs_.resize(size);
   bool readInPlace = false;
   for (size_t k = 0; k < rounds; ++k) {
@@ -91,7 +91,7 @@ void AllReduceAlgorithms::OneShot(const uint8_t* in, uint8_t* out, size_t count,
     const size_t n = Clip(static_cast<int64_t>(count), lo, per);
     if (!inHeap) CopyBytes(t_.NextHalf(), in + lo * e, n * e);
     t_.Round();
-    if ((heapCandidate || (rounds > 1 && k == 0)) && FindHeapBuffers(count * e) && mayTakeHeap) {
+    if (k == 0 && mayFindHeaps && FindHeapBuffers(count * e) && mayTakeHeap) {
       return InHeaps(in, out, count, dtype, op);
     }
     if (n == 0) continue;

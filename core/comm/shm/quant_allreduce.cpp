@@ -56,9 +56,8 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
   const size_t rounds = std::max<size_t>(1, CeilDiv(count, per));
   // A large output of several rounds is written with non-temporal stores, as the plain
   // AllReduce's (the policy's stream threshold): its lines are not read from memory first.
-  const bool stream = rounds > 1 && static_cast<const void*>(in) != out &&
-                      t_.Policy().streamOutputBytes != 0 &&
-                      count * e >= t_.Policy().streamOutputBytes;
+  const bool stream =
+      rounds > 1 && static_cast<const void*>(in) != out && t_.StreamsOutput(count * e);
   srcs_.resize(size);
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;

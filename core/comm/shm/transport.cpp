@@ -132,9 +132,13 @@ void Transport::CheckCarriedAgreement() {
                         size_, agreement_);
 }
 
-void Transport::CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes, size_t outputBytes) const {
+bool Transport::StreamsOutput(size_t outputBytes) const {
   const uint64_t streamFrom = Policy().streamOutputBytes;
-  if (streamFrom != 0 && outputBytes >= streamFrom) {
+  return streamFrom != 0 && outputBytes >= streamFrom;
+}
+
+void Transport::CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes, size_t outputBytes) const {
+  if (StreamsOutput(outputBytes)) {
     StreamBytes(dst, src, bytes);
   } else {
     CopyBytes(dst, src, bytes);

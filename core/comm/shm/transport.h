@@ -179,9 +179,11 @@ class Transport {
   /// when the owner is gone, else ERROR_COMM_FAIL.
   void CopyCrossMemory(CrossMemoryDirection direction, int owner, uint8_t* local, uint64_t address,
                        size_t bytes);
+  /// Whether a call whose whole output is `outputBytes` writes it with non-temporal stores: it
+  /// reaches the policy's streamOutputBytes (0: never).
+  bool StreamsOutput(size_t outputBytes) const;
   /// Copies part of a call's output out of the segment or a peer's buffer; with non-temporal
-  /// stores when the whole output of the call (`outputBytes`) reaches the policy's
-  /// streamOutputBytes.
+  /// stores when the whole output of the call (`outputBytes`) StreamsOutput.
   void CopyOut(uint8_t* dst, const uint8_t* src, size_t bytes, size_t outputBytes) const;
   /// From this rank's heap; nullptr when there is none or it has no room. In a child of fork():
   /// ERROR_COMM_FAIL, as Enter().
