@@ -108,7 +108,9 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::QueueP2P(PointToPoint::Kind kind,
 }
 
 VerifiedCommunicator& CollopsBackend::Comm() {
-  commUses_.fetch_add(1, std::memory_order_relaxed);
+  // A plain load and store, not a read-modify-write: this runs on every call, and Run only asks
+  // whether its own body got here (a group's collectives are issued from one thread at a time).
+  commUses_.store(commUses_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (VerifiedCommunicator* ready = commReady_.load(std::memory_order_acquire)) return *ready;
   std::lock_guard<std::mutex> lock(mu_);
   // Created once. A communicator that broke (lost peer, timeout) stays: every later call fails
