@@ -209,11 +209,17 @@ class CollopsBackend final : public c10d::Backend {
                                           int peer);
 
   // ---- collops_backend_reduce.cpp --------------------------------------------------------------
-  // These and the gather helpers below take tensors the calling collective has passed through
-  // CheckCpu already (CheckEntry, before any data moves), and do not check them again.
+  // The movers below and the gather ones take tensors that passed CheckCpu (CheckEntry) and their
+  // collective's rules (CheckAllReduce, the Check* here), and check nothing again: a collective
+  // given several tensors checks every one of them, in Run's body, before the first moves, so a
+  // later tensor's broken rule is told to the peers (Run) instead of raised after data moved.
 
+  void CheckReduceScatterList(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                              const c10d::ReduceOp& op) const;
+  void CheckReduceScatterFlat(const at::Tensor& output, const at::Tensor& input,
+                              const c10d::ReduceOp& op) const;
   void AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what = "allreduce");
-  void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what);
+  void AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op);
   // counts/displs in elements of `output`'s dtype.
   void ReduceScatterOne(at::Tensor& output, const at::Tensor& in, std::vector<int64_t> counts,
                         std::vector<int64_t> displs, const c10d::ReduceOp& op);
@@ -221,6 +227,8 @@ class CollopsBackend final : public c10d::Backend {
 
   // ---- collops_backend_gather.cpp --------------------------------------------------------------
 
+  void CheckAllGatherList(const std::vector<at::Tensor>& outs, const at::Tensor& input) const;
+  void CheckAllGatherFlat(const at::Tensor& output, const at::Tensor& input) const;
   void AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input);
   void AllGatherFlat(at::Tensor& output, const at::Tensor& input);
   // Counts and displacements of `t`'s dim-0 splits, in units of `unitBytes` (an element).

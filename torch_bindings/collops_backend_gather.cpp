@@ -20,11 +20,11 @@ std::vector<at::Tensor> Flatten(const std::vector<std::vector<at::Tensor>>& list
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "collops backend: allgather needs one output "
-              "list per input tensor");
   CheckEntry("allgather", inputs, "tensor", outputs, "tensor_list");
   return Run(c10d::OpType::ALLGATHER, Flatten(outputs), [&] {
+    // Every input's rules before the first moves (collops_backend.h).
+    CheckSameCount(outputs.size(), inputs.size(), "allgather", "output list per input");
+    for (size_t k = 0; k < inputs.size(); ++k) CheckAllGatherList(outputs[k], inputs[k]);
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherList(outputs[k], inputs[k]);
   });
 }
@@ -39,16 +39,19 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::_allgather_base(at::Tensor& outpu
                                                                at::Tensor& input,
                                                                const c10d::AllgatherOptions&) {
   CheckEntry("all_gather_into_tensor", input, "input_tensor", output, "output_tensor");
-  return Run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] { AllGatherFlat(output, input); });
+  return Run(c10d::OpType::_ALLGATHER_BASE, {output}, [&] {
+    CheckAllGatherFlat(output, input);
+    AllGatherFlat(output, input);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "collops backend: all_gather_into_tensor needs one output per input");
   CheckEntry("all_gather_into_tensor", inputs, "input_tensor", outputs, "output_tensor");
   return Run(c10d::OpType::COALESCED, outputs, [&] {
+    CheckSameCount(outputs.size(), inputs.size(), "all_gather_into_tensor", "output per input");
+    for (size_t k = 0; k < inputs.size(); ++k) CheckAllGatherFlat(outputs[k], inputs[k]);
     for (size_t k = 0; k < inputs.size(); ++k) AllGatherFlat(outputs[k], inputs[k]);
   });
 }
@@ -61,7 +64,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::gather(std::vector<std::vector<at
   return Run(c10d::OpType::GATHER, Flatten(outputs), [&] {
     const at::Tensor& in = inputs.at(0);
     at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
-    AllGatherFlat(all, in);
+    AllGatherFlat(all, in);  // `all` fits: CheckAllGatherFlat's rules hold
     if (getRank() != opts.rootRank) return;
     auto& outs = outputs.at(0);
     TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collops backend: gather needs ",
@@ -140,24 +143,31 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::alltoall(std::vector<at::Tensor>&
   });
 }
 
-void CollopsBackend::AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input) {
+void CollopsBackend::CheckAllGatherList(const std::vector<at::Tensor>& outs,
+                                        const at::Tensor& input) const {
   TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collops backend: allgather needs ",
               getSize(), " outputs, got ", outs.size());
+  const int64_t es = MovedAs(input).second;
+  for (const auto& o : outs) {
+    TORCH_CHECK(static_cast<int64_t>(NumBytes(o)) % es == 0, "collops backend: allgather ",
+                "output of ", NumBytes(o), " bytes does not hold whole ", input.scalar_type(),
+                " elements");
+  }
+  const at::Tensor& own = outs[getRank()];
+  TORCH_CHECK(NumBytes(own) == NumBytes(input), "collops backend: allgather output ", getRank(),
+              " has ", NumBytes(own), " bytes but this rank's input has ", NumBytes(input));
+}
+
+void CollopsBackend::AllGatherList(std::vector<at::Tensor>& outs, const at::Tensor& input) {
   at::Tensor in = input.contiguous();
   const auto [dtype, es] = MovedAs(in);
   std::vector<int64_t> counts, displs;  // in elements of dtype
   int64_t total = 0;
   for (const auto& o : outs) {
-    TORCH_CHECK(static_cast<int64_t>(NumBytes(o)) % es == 0, "collops backend: allgather ",
-                "output of ", NumBytes(o), " bytes does not hold whole ", in.scalar_type(),
-                " elements");
     counts.push_back(static_cast<int64_t>(NumBytes(o)) / es);
     displs.push_back(total);
     total += counts.back();
   }
-  TORCH_CHECK(counts[getRank()] * es == static_cast<int64_t>(NumBytes(in)),
-              "collops backend: allgather output ", getRank(), " has ", counts[getRank()] * es,
-              " bytes but this rank's input has ", NumBytes(in));
   at::Tensor buf = at::empty({total * es}, at::kByte);
   Comm().AllGatherV(in.data_ptr(), static_cast<int64_t>(NumBytes(in)) / es, buf.data_ptr(),
                     counts.data(), displs.data(), dtype);
@@ -165,16 +175,18 @@ void CollopsBackend::AllGatherList(std::vector<at::Tensor>& outs, const at::Tens
   Unpack(buf, outs, displs);
 }
 
+void CollopsBackend::CheckAllGatherFlat(const at::Tensor& output, const at::Tensor& input) const {
+  // The bytes move as they are: another output dtype would reinterpret them.
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "collops backend: all_gather_into_tensor output has dtype ", output.scalar_type(),
+              " but the input has ", input.scalar_type());
+  TORCH_CHECK(output.numel() == input.numel() * getSize(),
+              "collops backend: all_gather_into_tensor output has ", output.numel(),
+              " elements, expected ", input.numel() * getSize());
+}
+
 void CollopsBackend::AllGatherFlat(at::Tensor& output, const at::Tensor& input) {
   at::Tensor in = input.contiguous();
-  // The bytes move as they are: another output dtype would reinterpret them.
-  TORCH_CHECK(output.scalar_type() == in.scalar_type(),
-              "collops backend: all_gather_into_tensor output has dtype ", output.scalar_type(),
-              " but the input has ", in.scalar_type());
-  TORCH_CHECK(output.numel() == in.numel() * getSize(),
-              "collops backend: all_gather_into_tensor "
-              "output has ",
-              output.numel(), " elements, expected ", in.numel() * getSize());
   const auto [dtype, es] = MovedAs(in);
   const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
   const EvenBlocks blocks(getSize(), n);

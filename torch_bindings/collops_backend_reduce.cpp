@@ -25,13 +25,6 @@ bool IsBitwise(const c10d::ReduceOp& op) {
          op.op_ == c10d::ReduceOp::BXOR;
 }
 
-DataType ReduceDtype(const at::Tensor& t) {
-  const std::optional<DataType> dtype = BackendDtype(t.scalar_type());
-  TORCH_CHECK(dtype.has_value(), "collops backend: reductions support bool and ",
-              ReducibleDtypesText(), ", not ", t.scalar_type());
-  return *dtype;
-}
-
 // AVG is SUM followed by a division on every rank (as gloo does for floats).
 ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   switch (op.op_) {
@@ -53,7 +46,33 @@ ReduceOp ToCollopsOp(const c10d::ReduceOp& op, const char* what) {
   }
 }
 
-// What the communicator reduces for a torch reduction of `t`, checked before any rank moves data.
+// The rules of a reduction of `t` with `op` (not BAND, BOR or BXOR), checked on every tensor of
+// a call before any of them moves; nothing is allocated.
+void CheckReduction(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  // As gloo: complex reduces as (real, imag) pairs, on which only SUM and AVG mean what they do.
+  TORCH_CHECK(!t.is_complex() || op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG,
+              "collops backend: ", what, " of complex tensors takes SUM or AVG, not ReduceOp.",
+              OpName(op));
+  const at::ScalarType reduced = c10::toRealValueType(t.scalar_type());
+  TORCH_CHECK(op.op_ != c10d::ReduceOp::AVG || at::isFloatingType(reduced),
+              "collops backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
+  TORCH_CHECK(BackendDtype(reduced).has_value(), "collops backend: reductions support bool and ",
+              ReducibleDtypesText(), ", not ", reduced);
+  ToCollopsOp(op, what);
+}
+
+// allreduce's rules (CheckReduction, or for BAND, BOR and BXOR an integer or bool tensor).
+void CheckAllReduce(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
+  if (!IsBitwise(op)) {
+    CheckReduction(t, op, what);
+    return;
+  }
+  TORCH_CHECK(!at::isFloatingType(t.scalar_type()) && !t.is_complex(), "collops backend: ", what,
+              " with ReduceOp.", OpName(op), " needs an integer or bool tensor, got ",
+              t.scalar_type());
+}
+
+// What the communicator reduces for a torch reduction of `t` that passed CheckReduction.
 struct Reduction {
   at::Tensor data;  ///< `t`, or for complex its (real, imag) view
   int64_t lanes;    ///< elements of `data` per element of `t`
@@ -62,18 +81,9 @@ struct Reduction {
 };
 
 Reduction ReductionOf(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
-  at::Tensor data = t;
-  int64_t lanes = 1;
-  if (t.is_complex()) {  // as gloo: pairs, on which only SUM and AVG mean what they do on complex
-    TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG,
-                "collops backend: ", what, " of complex tensors takes SUM or AVG, not ReduceOp.",
-                OpName(op));
-    data = at::view_as_real(t);
-    lanes = 2;
-  }
-  TORCH_CHECK(op.op_ != c10d::ReduceOp::AVG || at::isFloatingType(data.scalar_type()),
-              "collops backend: ReduceOp.AVG needs a floating-point tensor, got ", t.scalar_type());
-  Reduction r{data, lanes, ReduceDtype(data), ToCollopsOp(op, what)};
+  at::Tensor data = t.is_complex() ? at::view_as_real(t) : t;
+  Reduction r{data, t.is_complex() ? 2 : 1, *BackendDtype(data.scalar_type()),
+              ToCollopsOp(op, what)};
   // bool as gloo and NCCL reduce it: SUM is logical or, PRODUCT logical and (on 0/1 bytes, max
   // and min), so every result byte stays a valid bool.
   if (t.scalar_type() == at::kBool) {
@@ -96,10 +106,15 @@ bool AvgInFloat32(const c10d::ReduceOp& op, const Reduction& r) {
 
 }  // namespace
 
+// A call given several tensors (allreduce and reduce with a list, the coalesced forms) checks
+// every tensor's rules before the first moves: a rule broken by a later one, raised once the
+// earlier ones moved, would reach this rank alone while its peers wait in the next transfer.
+// Run tells the peers of a rule raised before anything moved.
 c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
   CheckEntry("allreduce", tensors, "tensor");
   return Run(c10d::OpType::ALLREDUCE, tensors, [&] {
+    for (const auto& t : tensors) CheckAllReduce(t, opts.reduceOp, "allreduce");
     for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
   });
 }
@@ -108,6 +123,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   CheckEntry("allreduce", tensors, "tensor");
   return Run(c10d::OpType::ALLREDUCE_COALESCED, tensors, [&] {
+    for (const auto& t : tensors) CheckAllReduce(t, opts.reduceOp, "allreduce");
     for (auto& t : tensors) AllReduceOne(t, opts.reduceOp);
   });
 }
@@ -117,6 +133,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce(std::vector<at::Tensor>& t
                                                       const c10d::ReduceOptions& opts) {
   CheckEntry("reduce", tensors, "tensor");
   return Run(c10d::OpType::REDUCE, tensors, [&] {
+    for (const auto& t : tensors) CheckAllReduce(t, opts.reduceOp, "reduce");
     for (auto& t : tensors) {
       at::Tensor scratch = t.contiguous().clone();
       AllReduceOne(scratch, opts.reduceOp, "reduce");
@@ -132,17 +149,13 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter(
     const c10d::ReduceScatterOptions& opts) {
   CheckEntry("reduce_scatter", outputs, "output", inputs, "input_list");
   return Run(c10d::OpType::REDUCE_SCATTER, outputs, [&] {
+    CheckSameCount(outputs.size(), inputs.size(), "reduce_scatter", "input list per output");
     for (size_t k = 0; k < outputs.size(); ++k) {
-      auto& ins = inputs.at(k);
-      TORCH_CHECK(static_cast<int>(ins.size()) == getSize(),
-                  "collops backend: "
-                  "reduce_scatter needs ",
-                  getSize(), " inputs, got ", ins.size());
+      CheckReduceScatterList(outputs[k], inputs[k], opts.reduceOp);
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) {
       std::vector<int64_t> counts, displs;
-      for (auto& t : ins)
-        TORCH_CHECK(t.scalar_type() == outputs[k].scalar_type(),
-                    "collops backend: reduce_scatter dtypes differ");
-      at::Tensor packed = Pack(ins, &counts, &displs);
+      at::Tensor packed = Pack(inputs[k], &counts, &displs);
       const int64_t es = outputs[k].element_size();
       for (auto& c : counts) c /= es;
       for (auto& d : displs) d /= es;
@@ -154,17 +167,21 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> CollopsBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   CheckEntry("reduce_scatter_tensor", input, "input", output, "output");
-  return Run(c10d::OpType::_REDUCE_SCATTER_BASE, {output},
-             [&] { ReduceScatterFlat(output, input, opts.reduceOp); });
+  return Run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [&] {
+    CheckReduceScatterFlat(output, input, opts.reduceOp);
+    ReduceScatterFlat(output, input, opts.reduceOp);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(),
-              "collops backend: reduce_scatter_tensor needs one output per input");
   CheckEntry("reduce_scatter_tensor", inputs, "input", outputs, "output");
   return Run(c10d::OpType::COALESCED, outputs, [&] {
+    CheckSameCount(outputs.size(), inputs.size(), "reduce_scatter_tensor", "output per input");
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      CheckReduceScatterFlat(outputs[k], inputs[k], opts.reduceOp);
+    }
     for (size_t k = 0; k < inputs.size(); ++k) {
       ReduceScatterFlat(outputs[k], inputs[k], opts.reduceOp);
     }
@@ -173,7 +190,7 @@ c10::intrusive_ptr<c10d::Work> CollopsBackend::reduce_scatter_tensor_coalesced(
 
 void CollopsBackend::AllReduceOne(at::Tensor& tensor, const c10d::ReduceOp& op, const char* what) {
   if (IsBitwise(op)) {
-    AllReduceBitwise(tensor, op, what);
+    AllReduceBitwise(tensor, op);
     return;
   }
   Reduction r = ReductionOf(tensor, op, what);
@@ -196,6 +213,7 @@ void CollopsBackend::AllReduceInto(const at::Tensor& in, at::Tensor& out,
       out.is_contiguous() && out.sizes() == in.sizes() && out.scalar_type() == in.scalar_type(),
       "collops backend: all_reduce into a tensor of another shape, dtype or layout");
   RunCollective([&] {
+    CheckAllReduce(in, op, "all_reduce");
     // Straight from `in` to `out` where the reduction needs no widening or reinterpretation;
     // every other case is the in-place reduction of a copy.
     if (!IsBitwise(op) && !in.is_complex() && in.scalar_type() != at::kBool && in.is_contiguous()) {
@@ -212,17 +230,16 @@ void CollopsBackend::AllReduceInto(const at::Tensor& in, at::Tensor& out,
 }
 
 void CollopsBackend::AllReduceInPlace(at::Tensor& t, const c10d::ReduceOp& op) {
-  RunCollective([&] { AllReduceOne(t, op, "all_reduce_"); });
+  RunCollective([&] {
+    CheckAllReduce(t, op, "all_reduce_");
+    AllReduceOne(t, op, "all_reduce_");
+  });
 }
 
 // BAND/BOR/BXOR of integer and bool tensors, which gloo computes (a bool BOR is a cheap "any
 // rank"): every rank gathers every rank's tensor and folds them in rank order. R times the
 // memory of a reduction, but these carry flags and masks, not activations.
-void CollopsBackend::AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op,
-                                      const char* what) {
-  TORCH_CHECK(!at::isFloatingType(tensor.scalar_type()) && !tensor.is_complex(),
-              "collops backend: ", what, " with ReduceOp.", OpName(op),
-              " needs an integer or bool tensor, got ", tensor.scalar_type());
+void CollopsBackend::AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& op) {
   const at::Tensor in = tensor.contiguous();
   const auto [dtype, es] = MovedAs(in);
   const int64_t n = static_cast<int64_t>(NumBytes(in)) / es;
@@ -252,8 +269,6 @@ void CollopsBackend::AllReduceBitwise(at::Tensor& tensor, const c10d::ReduceOp& 
 void CollopsBackend::ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
                                       std::vector<int64_t> counts, std::vector<int64_t> displs,
                                       const c10d::ReduceOp& op) {
-  TORCH_CHECK(counts[getRank()] == output.numel(), "collops backend: reduce_scatter output has ",
-              output.numel(), " elements but this rank's slice has ", counts[getRank()]);
   Reduction r = ReductionOf(output, op, "reduce_scatter");
   for (auto& c : counts) c *= r.lanes;
   for (auto& d : displs) d *= r.lanes;
@@ -276,15 +291,35 @@ void CollopsBackend::ReduceScatterOne(at::Tensor& output, const at::Tensor& in,
   });
 }
 
-void CollopsBackend::ReduceScatterFlat(at::Tensor& output, const at::Tensor& input,
-                                       const c10d::ReduceOp& op) {
+void CollopsBackend::CheckReduceScatterList(const at::Tensor& output,
+                                            const std::vector<at::Tensor>& inputs,
+                                            const c10d::ReduceOp& op) const {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == getSize(),
+              "collops backend: reduce_scatter needs ", getSize(), " inputs, got ", inputs.size());
+  for (const auto& t : inputs) {
+    TORCH_CHECK(t.scalar_type() == output.scalar_type(),
+                "collops backend: reduce_scatter input list has dtype ", t.scalar_type(),
+                " but its output has ", output.scalar_type());
+  }
+  const int64_t slice = inputs[getRank()].numel();
+  TORCH_CHECK(slice == output.numel(), "collops backend: reduce_scatter output has ",
+              output.numel(), " elements but this rank's slice has ", slice);
+  CheckReduction(output, op, "reduce_scatter");
+}
+
+void CollopsBackend::CheckReduceScatterFlat(const at::Tensor& output, const at::Tensor& input,
+                                            const c10d::ReduceOp& op) const {
   TORCH_CHECK(output.scalar_type() == input.scalar_type(),
               "collops backend: reduce_scatter_tensor output has dtype ", output.scalar_type(),
               " but the input has ", input.scalar_type());
   TORCH_CHECK(input.numel() == output.numel() * getSize(),
-              "collops backend: "
-              "reduce_scatter_tensor input has ",
-              input.numel(), " elements, expected ", output.numel() * getSize());
+              "collops backend: reduce_scatter_tensor input has ", input.numel(),
+              " elements, expected ", output.numel() * getSize());
+  CheckReduction(output, op, "reduce_scatter");
+}
+
+void CollopsBackend::ReduceScatterFlat(at::Tensor& output, const at::Tensor& input,
+                                       const c10d::ReduceOp& op) {
   const EvenBlocks blocks(getSize(), output.numel());
   ReduceScatterOne(output, input.contiguous(), blocks.counts, blocks.displs, op);
 }

@@ -48,6 +48,13 @@ void CheckCpuArgs(const char* what, const Tensors& tensors, const char* arg, con
   CheckCpuArgs(what, rest...);
 }
 
+/// Throws a torch error unless a call that pairs each output with an input (the list and
+/// coalesced forms) got as many of each: "collops backend: `what` needs one `pairing`, ...".
+inline void CheckSameCount(size_t outputs, size_t inputs, const char* what, const char* pairing) {
+  TORCH_CHECK(outputs == inputs, "collops backend: ", what, " needs one ", pairing, ", got ",
+              outputs, " outputs and ", inputs, " inputs");
+}
+
 /// Runs `body` on a contiguous view of `t` and copies the result back when `t` was strided.
 template <class Body>
 void InPlace(at::Tensor& t, const char* what, Body body) {
