@@ -153,6 +153,15 @@ Communicator& CollopsBackend::OperationComm() {
   return *engine_;
 }
 
+CollopsBackend* CollopsOf(const c10d::ProcessGroup& group) {
+  auto& pg = const_cast<c10d::ProcessGroup&>(group);
+  try {
+    return dynamic_cast<CollopsBackend*>(pg.getBackend(c10::DeviceType::CPU).get());
+  } catch (const c10::Error&) {
+    return nullptr;  // no backend for CPU tensors
+  }
+}
+
 OperationPtr NewQuantAllReduce(int rank, int rankSize, int quantType, int outDataType,
                                Communicator* comm) {
   AllReduceParam param;

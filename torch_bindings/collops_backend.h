@@ -28,6 +28,7 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -252,6 +253,10 @@ class CollopsBackend final : public c10d::Backend {
   std::atomic<bool> closed_{false};             // shutdown() or abort() called
   std::map<std::pair<int, int>, OperationPtr> quantOps_;  // by (quantType, outDataType), mu_
 };
+
+/// The collops backend serving `group`'s CPU tensors, or null (another backend, or torch's debug
+/// wrapper around one). collops_backend.cpp.
+CollopsBackend* CollopsOf(const c10d::ProcessGroup& group);
 
 /// torch.ops.collops.quant_all_reduce's AllReduceOperation (quantType, outDataType as ATB
 /// numbers them) for `rank` of `rankSize`, on `comm` (null: made for its checks only); a creation

@@ -34,6 +34,7 @@ void CheckCpu(const at::Tensor& t, const char* what, const char* arg) {
   TORCH_CHECK(t.device().is_cpu(), "collops backend: ", what, " takes CPU tensors, got ",
               t.device(), "; use init_process_group(\"cpu:collops,cuda:nccl\") for GPU tensors");
   TORCH_CHECK(t.layout() == at::kStrided, "collops backend: ", what, ": ", arg, NotDenseText(t));
+  TORCH_CHECK(!IsQuantizedOrNested(t), "collops backend: ", what, ": ", arg, NotPlainText(t));
 }
 
 void CheckCpu(const std::vector<at::Tensor>& ts, const char* what, const char* arg) {

@@ -30,7 +30,8 @@ std::pair<DataType, int64_t> MovedAs(const at::Tensor& t);
 inline size_t NumBytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
 /// Throws a torch error (RuntimeError, as gloo's "only supports dense tensors") naming the
-/// collective `what` and its argument `arg` unless `t` is a dense (strided) CPU tensor. Every
+/// collective `what` and its argument `arg` unless `t` is a dense (strided) CPU tensor of plain
+/// values (not quantized, not nested: tensor_layout.h). Every
 /// collective calls it on each tensor it is given before anything reads one, so no rank moves
 /// data for a call it refuses.
 void CheckCpu(const at::Tensor& t, const char* what, const char* arg = "tensor");

@@ -201,17 +201,6 @@ at::Tensor NewOutput(c10::IntArrayRef sizes, const at::Tensor& x,
   return outputs.Take(sizes, dtype, [&] { return at::empty(sizes, x.options().dtype(dtype)); });
 }
 
-// The collops backend serving `group`'s CPU tensors, or null (another backend, or torch's debug
-// wrapper around one).
-CollopsBackend* CollopsOf(const c10d::ProcessGroup& group) {
-  auto& pg = const_cast<c10d::ProcessGroup&>(group);
-  try {
-    return dynamic_cast<CollopsBackend*>(pg.getBackend(c10::DeviceType::CPU).get());
-  } catch (const c10::Error&) {
-    return nullptr;  // no backend for CPU tensors
-  }
-}
-
 // A call's group and the collops backend serving its CPU tensors (null: another backend).
 struct Target {
   c10::intrusive_ptr<c10d::ProcessGroup> group;

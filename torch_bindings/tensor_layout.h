@@ -1,6 +1,7 @@
-// How every entry of the binding refuses a tensor that is not dense (sparse COO/CSR/..., mkldnn):
-// the collectives read and write a tensor's memory as one flat buffer, which only a strided
-// tensor has. Each entry raises its own error kind; the text after the argument's name is this.
+// How every entry of the binding refuses a tensor that is not dense (sparse COO/CSR/..., mkldnn),
+// and the "collops" backend one that is strided but no plain buffer of its values (quantized,
+// nested): the collectives read and write a tensor's memory as one flat buffer of values. Each
+// entry raises its own error kind; the text after the argument's name is this.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -38,6 +39,22 @@ inline const char* LayoutName(c10::Layout layout) {
 inline std::string NotDenseText(const at::Tensor& t) {
   return std::string(" must be a dense (strided) tensor, got layout ") + LayoutName(t.layout()) +
          "; call .to_dense() first";
+}
+
+/// Whether `t`, strided, still is no plain buffer of its values: a quantized tensor (integers that
+/// mean their values only with its scale and zero point) or a nested one (several tensors).
+inline bool IsQuantizedOrNested(const at::Tensor& t) { return t.is_quantized() || t.is_nested(); }
+
+/// " is a quantized tensor (QUInt8), ...": the rest of a message that starts with the argument's
+/// name, for a tensor IsQuantizedOrNested.
+inline std::string NotPlainText(const at::Tensor& t) {
+  if (t.is_quantized()) {
+    return std::string(" is a quantized tensor (") + c10::toString(t.scalar_type()) +
+           ") whose integers mean nothing without its scale and zero point; call .dequantize() "
+           "first";
+  }
+  return " is a nested tensor, whose tensors are no one buffer; pass them one by one (.unbind()) "
+         "or padded (.to_padded_tensor(0.0))";
 }
 
 }  // namespace collops

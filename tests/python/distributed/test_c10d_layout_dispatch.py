@@ -2,7 +2,7 @@
 mkldnn) while its peers pass strided ones. torch registers kernels of its c10d ops for dense CPU
 tensors (and, for allreduce_ alone, sparse COO); collops adds, for the layouts torch has none for,
 a kernel that hands the call to the group's backend as the CPU kernel does
-(torch_bindings/non_strided_kernels.cpp). On a "collops" group the backend refuses the tensor and
+(torch_bindings/missing_c10d_kernels.cpp). On a "collops" group the backend refuses the tensor and
 tells its peers, so every rank ends with an error well within the group's timeout: the refusing
 rank's names the call, the argument and the layout, its peers' name the refusing rank. Without
 those kernels torch raised NotImplementedError on the refusing rank alone and its peers waited for
