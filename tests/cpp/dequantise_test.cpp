@@ -5,6 +5,7 @@
 // whose products overflow float16).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -200,6 +201,123 @@ TEST(DequantiseGolden, OffsetsAtTheInt16EdgeGiveTheSameBitsEverywhere) {
       }
     }
   }
+}
+
+// Sources whose element sums are every sum n int8 inputs can make, each once, from -128·n up
+// (255·n + 1 elements); for n = 2 instead every pair of int8 values, each once (65536 elements).
+std::vector<std::vector<int8_t>> EverySum(size_t n) {
+  if (n == 2) {
+    std::vector<std::vector<int8_t>> srcs(2, std::vector<int8_t>(65536));
+    for (size_t i = 0; i < 65536; ++i) {
+      srcs[0][i] = static_cast<int8_t>(i & 0xff);
+      srcs[1][i] = static_cast<int8_t>(i >> 8);
+    }
+    return srcs;
+  }
+  const size_t count = 255 * n + 1;
+  std::vector<std::vector<int8_t>> srcs(n, std::vector<int8_t>(count));
+  for (size_t i = 0; i < count; ++i) {
+    size_t rest = i;  // the sum is -128·n + i: spread i over the sources, 255 at most each
+    for (size_t k = 0; k < n; ++k) {
+      const size_t add = std::min<size_t>(rest, 255);
+      srcs[k][i] = static_cast<int8_t>(-128 + static_cast<int>(add));
+      rest -= add;
+    }
+  }
+  return srcs;
+}
+
+// With an integer n·offset and one finite scale > 0 the vector builds skip the int32 conversion
+// (the biased int16 sum read as the low half of a float32, then one fma): every sum n inputs can
+// make, every pair of int8 values at n = 2, with zero, integer and fractional offsets and scales
+// from the smallest float16 subnormal to the largest float16, gives the float32 steps' bits.
+TEST(DequantiseGolden, EverySumGivesTheSameBitsWithOnePositiveScale) {
+  const std::vector<double> scales = {std::ldexp(1.0, -24),
+                                      std::ldexp(1023.0, -24),
+                                      std::ldexp(1.0, -14),
+                                      std::ldexp(1365.0, -12),
+                                      1.0,
+                                      3.0,
+                                      std::ldexp(2047.0, 5),
+                                      65504.0};
+  const std::vector<double> offsets = {0.0, -0.0, 1.0, -3.5, 0.3, 100.25, -16.0};
+  for (size_t n : {1, 2, 3, 7, 128}) {
+    const std::vector<std::vector<int8_t>> srcs = EverySum(n);
+    const size_t count = srcs[0].size();
+    for (double scale : scales) {
+      for (double offset : offsets) {
+        for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+          ExpectAllBuildsMatch(srcs, count, 0, {HalfBits(scale)}, 0, HalfBits(offset), dtype,
+                               Concat(n, " sources, scale ", scale, ", offset ", offset));
+        }
+      }
+    }
+  }
+  // The largest counts of sources, where the int16 sums reach -32768 and 32767 (256) or no
+  // longer fit (257, int32 sums): fewer scales and offsets, as each call adds 2^16 · n inputs.
+  for (size_t n : {255, 256, 257}) {
+    const std::vector<std::vector<int8_t>> srcs = EverySum(n);
+    for (double scale : {std::ldexp(1.0, -24), 65504.0}) {
+      for (double offset : {0.0, 0.5, 0.3}) {
+        ExpectAllBuildsMatch(srcs, srcs[0].size(), 0, {HalfBits(scale)}, 0, HalfBits(offset),
+                             ACL_FLOAT16,
+                             Concat(n, " sources, scale ", scale, ", offset ", offset));
+      }
+    }
+  }
+}
+
+// That shortcut rounds a zero sum to +0 where t·scale gives -0 (scale < 0 or -0), and Inf or NaN
+// scales make no number of -C·scale: those scales must keep the conversion to int32, with zero
+// sums, integer and zero offsets included, and -0 results among the expected ones. (With an
+// infinite scale the elements whose t is 0 are left out: 0·Inf is the CPU's default NaN, whose
+// sign bit the reference's codec does not produce.)
+TEST(DequantiseGolden, NonPositiveAndNonFiniteScalesGiveTheSameBits) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> scales = {-0.0,     0.0, -1.0, -std::ldexp(1.0, -24),
+                                      -65504.0, inf, -inf, std::nan("")};
+  for (size_t n : {1, 2, 3}) {
+    for (double scale : scales) {
+      for (double offset : {0.0, -0.0, 2.0, 0.3}) {
+        std::vector<std::vector<int8_t>> srcs = EverySum(n);
+        if (std::isinf(scale)) {
+          std::vector<std::vector<int8_t>> kept(n);
+          for (size_t i = 0; i < srcs[0].size(); ++i) {
+            int sum = 0;
+            for (const auto& src : srcs) sum += src[i];
+            if (sum + static_cast<double>(n) * offset == 0.0) continue;
+            for (size_t k = 0; k < n; ++k) kept[k].push_back(srcs[k][i]);
+          }
+          srcs = kept;
+        }
+        const size_t count = srcs[0].size();
+        if (scale == 0.0 || (scale < 0.0 && !std::isinf(scale) && offset != 0.3)) {
+          // The test means something only if some zero sum's result is -0 (0·-x, or x·-0).
+          const std::vector<uint8_t> expected =
+              Reference(srcs, count, 0, {HalfBits(scale)}, 0, HalfBits(offset), ACL_FLOAT);
+          bool negativeZero = false;
+          for (size_t i = 0; i < count && !negativeZero; ++i) {
+            float y;
+            std::memcpy(&y, expected.data() + i * sizeof(float), sizeof y);
+            negativeZero = y == 0.0f && std::signbit(y);
+          }
+          ASSERT_TRUE(negativeZero) << "scale " << scale << ", offset " << offset;
+        }
+        for (DataType dtype : {ACL_FLOAT16, ACL_BF16, ACL_FLOAT}) {
+          ExpectAllBuildsMatch(srcs, count, 0, {HalfBits(scale)}, 0, HalfBits(offset), dtype,
+                               Concat(n, " sources, scale ", scale, ", offset ", offset));
+        }
+      }
+    }
+  }
+}
+
+// The shortcut unpacks int16 lanes within 128-bit lanes and reorders them first: with one source
+// of 0, 1, ..., every element must come out where it went in (any other order fails here).
+TEST(DequantiseGolden, ElementsKeepTheirPlaces) {
+  std::vector<std::vector<int8_t>> srcs(1, std::vector<int8_t>(256));
+  for (size_t i = 0; i < 256; ++i) srcs[0][i] = static_cast<int8_t>(i);
+  ExpectAllBuildsMatch(srcs, 256, 0, {HalfBits(1.0)}, 0, HalfBits(0.0), ACL_FLOAT, "0, 1, ...");
 }
 
 // The streaming kernels store whole vectors non-temporally only from dst's first vector boundary
