@@ -127,6 +127,17 @@ def _bind_onednn_to_itself():
         pass
 
 
+def _register_torch_functional_collectives():
+    """Imports torch's functional collectives, whose Python registrations (autograd and Meta
+    kernels of the _c10d_functional ops) must come before the library's: where collops fills a
+    dispatch key of those ops that torch leaves empty (torch_bindings/missing_c10d_kernels.cpp),
+    it reads what torch would do there while loading, which any later call must see the same."""
+    try:
+        import torch.distributed._functional_collectives  # noqa: F401
+    except ImportError:  # torch built without distributed: no such ops to fill
+        pass
+
+
 def _load():
     if _already_registered():
         # A second copy of the library would register OperationTorch twice; use the first.
@@ -134,6 +145,7 @@ def _load():
     path = library_path()
     _check_atb_home(path)
     _bind_onednn_to_itself()
+    _register_torch_functional_collectives()
     # torch.ops.load_library dlopens the file and runs its TORCH_LIBRARY registration; loading
     # the same file again is a no-op for the dynamic loader.
     torch.ops.load_library(path)

@@ -9,9 +9,6 @@ word for word, and never hands the tensor to the backend (gloo would move a quan
 integers without its scale). Run on 2 and 3 ranks, the refusing rank the last; every call of
 every rank is timed against half the group's timeout, and the group then goes on in step."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -19,10 +16,9 @@ import torch
 import torch.distributed as dist
 
 from c10d_ranks import (
-    REFUSAL_DEADLINE,
     REFUSAL_GROUP_TIMEOUT,
+    fresh_interpreter_json,
     group_works,
-    run_group_job,
     run_refusal_job,
     timed,
 )
@@ -134,13 +130,7 @@ def _point_to_point(ctx, kind):
 @pytest.mark.parametrize("kind", ["quantized", "nested"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_one_rank_quantized_or_nested_fails_every_rank_at_once(world, kind):
-    results = run_group_job(
-        world,
-        _one_rank_quantized_or_nested,
-        kind,
-        group_timeout=REFUSAL_GROUP_TIMEOUT,
-        timeout=REFUSAL_DEADLINE,
-    )
+    results = run_refusal_job(_one_rank_quantized_or_nested, kind, world=world)
     assert results == [True] * world
 
 
@@ -158,7 +148,7 @@ _REFERENCE = textwrap.dedent(
     import json, sys, tempfile, warnings
     import torch, torch.distributed as dist
     warnings.filterwarnings("ignore")
-    sys.path[:0] = sys.argv[1:]  # this test's folder and the harness's
+    sys.path[:0] = sys.argv[1:]  # this test's folder and the harness's (fresh_interpreter_json)
     import test_c10d_quantized_nested as t
 
     class Ctx:
@@ -178,23 +168,6 @@ _REFERENCE = textwrap.dedent(
     print(json.dumps(errors))
     """
 )
-
-
-def _torch_errors():
-    import os
-
-    import c10d_ranks
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    harness = os.path.dirname(os.path.abspath(c10d_ranks.__file__))
-    out = subprocess.run(
-        [sys.executable, "-c", _REFERENCE, here, harness],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return json.loads(out.stdout)
 
 
 def _gloo_raises_what_torch_raised(ctx, reference):
@@ -219,13 +192,8 @@ def _gloo_raises_what_torch_raised(ctx, reference):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_raises_torchs_own_error_and_gets_no_such_tensor(world):
-    reference = _torch_errors()
-    results = run_group_job(
-        world,
-        _gloo_raises_what_torch_raised,
-        reference,
-        backend="gloo",
-        group_timeout=REFUSAL_GROUP_TIMEOUT,
-        timeout=REFUSAL_DEADLINE,
+    reference = fresh_interpreter_json(_REFERENCE, __file__)
+    results = run_refusal_job(
+        _gloo_raises_what_torch_raised, reference, backend="gloo", world=world
     )
     assert results == [True] * world

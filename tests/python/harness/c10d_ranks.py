@@ -75,10 +75,10 @@ REFUSAL_PROMPT = REFUSAL_GROUP_TIMEOUT / 4
 REFUSAL_DEADLINE = 240  # the harness kills every rank still running after this
 
 
-def run_refusal_job(fn, *args, backend="collops", hosts=None):
-    """run_group_job of REFUSAL_WORLD ranks with the refusal tests' timeouts."""
+def run_refusal_job(fn, *args, backend="collops", hosts=None, world=REFUSAL_WORLD):
+    """run_group_job of `world` ranks with the refusal tests' timeouts."""
     return run_group_job(
-        REFUSAL_WORLD,
+        world,
         fn,
         *args,
         backend=backend,
@@ -86,6 +86,26 @@ def run_refusal_job(fn, *args, backend="collops", hosts=None):
         group_timeout=REFUSAL_GROUP_TIMEOUT,
         timeout=REFUSAL_DEADLINE,
     )
+
+
+def fresh_interpreter_json(script, test_file, *args):
+    """Runs `script` in an interpreter of its own (python -c), its arguments the folder of
+    `test_file`, this harness's folder and `args`, and returns the JSON it prints: what a process
+    that never imported what the test's own process did makes of the same calls."""
+    import json
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(test_file))
+    harness = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(
+        [sys.executable, "-c", script, here, harness, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return json.loads(out.stdout)
 
 
 def timed(ctx, what, body, limit):
