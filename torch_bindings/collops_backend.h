@@ -154,6 +154,16 @@ class CollopsBackend final : public c10d::Backend {
   /// any data moves. A refusal is told to the peers (ShareRefusal), then rethrown.
   template <class Checks>
   void Refusable(const char* what, Checks checks);
+  /// Runs `body`, one call on this group with its own argument rules. A torch error it raises
+  /// before it reached the communicator (Comm()) is one of those rules failing on this rank (a
+  /// list of the wrong length, an output of the wrong size, AVG of integers, ...): it is told to
+  /// the peers as a refusal (ShareRefusal, ERROR_INVALID_PARAM) before it propagates, so they fail
+  /// at once instead of waiting for this rank. One raised after the communicator was reached is
+  /// not: the peers have met this rank's call then. Nested calls tell once (ShareRefusal reaches
+  /// the communicator itself). `what`: the call's name, or its c10d::OpType (named only when
+  /// told, so the call that keeps its rules pays nothing for it).
+  template <class What, class Body>
+  void TellsRefusal(What what, Body body);
   /// Every collective's entry: Refusable of CheckCpu over its arguments, given as (tensors,
   /// argument name) pairs (CheckCpuArgs, collops_backend_tensors.h).
   template <class... Args>
@@ -193,12 +203,7 @@ class CollopsBackend final : public c10d::Backend {
   // collops::Error into a torch error that names the status.
   template <class Body>
   void RunCollective(Body body);
-  // RunCollective, then the outputs wrapped in a CompletedWork. A torch error that `body` raises
-  // before it reached the communicator (Comm()) is one of the call's own rules failing on this
-  // rank (a list of the wrong length, an output of the wrong size, AVG of integers, ...): it is
-  // told to the peers as a refusal (ShareRefusal, ERROR_INVALID_PARAM) before it propagates, so
-  // they fail at once instead of waiting for this rank. One raised after the communicator was
-  // reached is not: the peers have met this rank's call then.
+  // RunCollective of TellsRefusal of `body`, then the outputs wrapped in a CompletedWork.
   template <class Body>
   c10::intrusive_ptr<c10d::Work> Run(c10d::OpType type, std::vector<at::Tensor> outputs, Body body);
   std::string Describe(const Error& e) const;
@@ -286,19 +291,25 @@ void CollopsBackend::Refusable(const char* what, Checks checks) {
   }
 }
 
+inline std::string CallName(const char* what) { return what; }
+inline std::string CallName(c10d::OpType type) { return c10d::opTypeToString(type); }
+
+template <class What, class Body>
+void CollopsBackend::TellsRefusal(What what, Body body) {
+  const uint64_t before = commUses_.load(std::memory_order_relaxed);
+  try {
+    body();
+  } catch (const c10::Error&) {
+    if (commUses_.load(std::memory_order_relaxed) == before)
+      ShareRefusal(CallName(what).c_str(), ERROR_INVALID_PARAM);
+    throw;
+  }
+}
+
 template <class Body>
 c10::intrusive_ptr<c10d::Work> CollopsBackend::Run(c10d::OpType type,
                                                    std::vector<at::Tensor> outputs, Body body) {
-  RunCollective([&] {
-    const uint64_t before = commUses_.load(std::memory_order_relaxed);
-    try {
-      body();
-    } catch (const c10::Error&) {
-      if (commUses_.load(std::memory_order_relaxed) == before)
-        ShareRefusal(c10d::opTypeToString(type).c_str(), ERROR_INVALID_PARAM);
-      throw;
-    }
-  });
+  RunCollective([&] { TellsRefusal(type, body); });
   return c10::make_intrusive<CompletedWork>(getRank(), type, std::move(outputs));
 }
 

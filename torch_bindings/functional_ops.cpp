@@ -23,9 +23,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
-#include <pybind11/pybind11.h>
 #include <torch/library.h>
-#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <algorithm>
@@ -41,6 +39,7 @@
 #include "collops_backend.h"
 #include "dtype_map.h"
 #include "functional_ops.h"
+#include "op_group_target.h"
 #include "ops/ops.h"
 #include "python_kernels.h"
 #include "reused_outputs.h"
@@ -153,43 +152,6 @@ std::vector<int64_t> WithRows(const at::Tensor& x, int64_t rows) {
   return shape;
 }
 
-// The group registered as `name`, or null when none is.
-c10::intrusive_ptr<c10d::ProcessGroup> Registered(const std::string& name) {
-  try {
-    return c10d::resolve_process_group(name);
-  } catch (const c10::Error&) {
-    return {};
-  }
-}
-
-// The group `name` names ("" = the default group, which only Python knows). Python is asked once
-// per thread while the default group stays: the answer is kept with a weak reference to its
-// group, and holds as long as that group is alive and still registered under that name. Torch
-// replaces the default group only by unregistering it (destroy_process_group unregisters every
-// group, shrink_group the one it replaces), so a new default group is always asked for.
-c10::intrusive_ptr<c10d::ProcessGroup> GroupNamed(const std::string& name) {
-  if (!name.empty()) return c10d::resolve_process_group(name);
-  struct Default {
-    std::string name;
-    c10::weak_intrusive_ptr<c10d::ProcessGroup> group{c10::intrusive_ptr<c10d::ProcessGroup>()};
-  };
-  thread_local Default known;
-  if (!known.name.empty()) {
-    c10::intrusive_ptr<c10d::ProcessGroup> group = known.group.lock();
-    if (group && Registered(known.name) == group) return group;
-  }
-  std::string asked;
-  {
-    pybind11::gil_scoped_acquire gil;
-    asked = pybind11::module_::import("collops._c10d_backend")
-                .attr("default_group_name")()
-                .cast<std::string>();
-  }
-  c10::intrusive_ptr<c10d::ProcessGroup> group = c10d::resolve_process_group(asked);
-  known = Default{asked, c10::weak_intrusive_ptr<c10d::ProcessGroup>(group)};
-  return group;
-}
-
 // A new uninitialised output of `sizes` like `x` (CPU, contiguous), of `dtype` (x's when
 // Undefined: every op but quant_all_reduce), over the memory of an
 // earlier output of this thread that nobody holds any more when there is one (reused_outputs.h):
@@ -199,40 +161,6 @@ at::Tensor NewOutput(c10::IntArrayRef sizes, const at::Tensor& x,
   thread_local ReusedOutputs outputs(2);
   if (dtype == c10::ScalarType::Undefined) dtype = x.scalar_type();
   return outputs.Take(sizes, dtype, [&] { return at::empty(sizes, x.options().dtype(dtype)); });
-}
-
-// A call's group and the collops backend serving its CPU tensors (null: another backend).
-struct Target {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-  CollopsBackend* collops = nullptr;
-};
-
-// The group `name` names ("" = the default group) with its collops backend. A thread keeps the
-// last collops group it resolved, and its backend, for the calls that name it again: the answer
-// holds while that group is alive and its backend not closed (shut down or aborted). Torch closes
-// every group it destroys before a name, or the default, can mean another group
-// (destroy_process_group, shrink_group, abort_process_group), so a call after that resolves
-// anew (a default group replaced by assigning torch's private _world.default_pg, the old one
-// left alive and open, is not seen). A group of another backend is resolved on every call
-// (GroupNamed).
-Target TargetNamed(const std::string& name) {
-  struct Kept {
-    std::string name;
-    c10::weak_intrusive_ptr<c10d::ProcessGroup> group{c10::intrusive_ptr<c10d::ProcessGroup>()};
-    CollopsBackend* collops = nullptr;
-  };
-  thread_local Kept kept;
-  if (kept.collops != nullptr && name == kept.name) {
-    Target target{kept.group.lock(), kept.collops};
-    if (target.group && !target.collops->Closed()) return target;
-  }
-  Target target;
-  target.group = GroupNamed(name);
-  target.collops = CollopsOf(*target.group);
-  if (target.collops != nullptr) {
-    kept = Kept{name, c10::weak_intrusive_ptr<c10d::ProcessGroup>(target.group), target.collops};
-  }
-  return target;
 }
 
 // quant_all_reduce(x, scale, offset, quant_type, out_dtype, group_name): checked by the
@@ -292,9 +220,14 @@ void CheckDense(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) 
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].isTensor()) continue;
     const at::Tensor& t = args[i].toTensor();
-    TORCH_CHECK_VALUE(!t.defined() || t.layout() == at::kStrided, "collops.",
-                      op.schema().operator_name().name.substr(sizeof("collops::") - 1), ": ",
-                      schema[i].name(), NotDenseText(t));
+    if (!t.defined()) continue;
+    const auto name = [&] {
+      return op.schema().operator_name().name.substr(sizeof("collops::") - 1);
+    };
+    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "collops.", name(), ": ", schema[i].name(),
+                      NotDenseText(t));
+    TORCH_CHECK_VALUE(!IsQuantizedOrNested(t), "collops.", name(), ": ", schema[i].name(),
+                      NotPlainText(t));
   }
 }
 
@@ -410,12 +343,17 @@ void Eager(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::j
   const Target target = TargetNamed(GroupNameOf(args));
   const c10d::ProcessGroup& group = *target.group;
   CollopsBackend* collops = x.device().is_cpu() ? target.collops : nullptr;
+  std::optional<at::Tensor> out;
   if (collops != nullptr) {
-    collops->Refusable(op.schema().name().c_str(), [&] { CheckDense(op, args); });
+    // On this group an argument refused on this rank alone is told to the peers, already in the
+    // call: the layouts as a refused tensor, every other rule as a refused call.
+    const char* name = op.schema().name().c_str();
+    collops->Refusable(name, [&] { CheckDense(op, args); });
+    collops->TellsRefusal(name, [&] { out = Run<kOp>(group, collops, args); });
   } else {
     CheckDense(op, args);
+    out = Run<kOp>(group, collops, args);
   }
-  std::optional<at::Tensor> out = Run<kOp>(group, collops, args);
   if (!out) {
     CallPythonKernel(op, PythonKernel::kEager, std::nullopt, stack);
     return;
@@ -474,8 +412,10 @@ std::vector<std::string> FunctionalOpNames() {
 
 }  // namespace collops
 
-TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
-  using collops::Op;
+namespace collops {
+namespace {
+
+void ImplEager(torch::Library& m) {
   using torch::CppFunction;
   for (const char* name : {"all_reduce", "inference_all_reduce"}) {
     m.impl(name, CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kAllReduce>>());
@@ -495,6 +435,13 @@ TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) {
   m.impl(collops::kQuantAllReduceName,
          CppFunction::makeFromBoxedFunction<&collops::Eager<Op::kQuantAllReduce>>());
 }
+
+}  // namespace
+}  // namespace collops
+
+TORCH_LIBRARY_IMPL(collops, CompositeExplicitAutograd, m) { collops::ImplEager(m); }
+// Nested tensors, which CompositeExplicitAutograd does not serve: refused by name (CheckDense).
+TORCH_LIBRARY_IMPL(collops, NestedTensorCPU, m) { collops::ImplEager(m); }
 
 TORCH_LIBRARY_IMPL(collops, Autograd, m) {
   for (const char* name : collops::kNames) {

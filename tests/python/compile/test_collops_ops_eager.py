@@ -251,3 +251,86 @@ GROUP_TIMEOUT = 60
 
 def test_a_rank_refusing_a_sparse_tensor_does_not_hold_its_peers():
     assert all(run_group_job(WORLD, _one_rank_refuses, group_timeout=GROUP_TIMEOUT))
+
+
+# One rank (the last) breaking a rule of a call its peers make with good arguments: (call(bad,
+# group, world), that rank's error, its own message, the refusal its peers are told of). Each
+# raised on that rank alone before the group's communicator, and the peers waited for the timeout.
+def _quantized(bad):
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*deprecated.*")
+    return torch.quantize_per_tensor(torch.ones(4), 0.5, 0, torch.quint8) if bad else torch.ones(4)
+
+
+def _nested(bad):
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*prototype stage.*")
+    return torch.nested.nested_tensor([torch.ones(2), torch.ones(2)]) if bad else torch.ones(4)
+
+
+ONE_RANK_CASES = {
+    "AVG of integers": (
+        lambda bad, g, w: torch.ops.collops.all_reduce(
+            torch.ones(4, dtype=torch.int32 if bad else torch.float32), "avg", g
+        ),
+        RuntimeError,
+        r"ReduceOp.AVG needs a floating-point tensor, got Int",
+        "ERROR_INVALID_PARAM",
+    ),
+    "unknown reduce op": (
+        lambda bad, g, w: torch.ops.collops.all_reduce(torch.ones(4), "mean" if bad else "sum", g),
+        ValueError,
+        r"collops: unknown reduce op 'mean'",
+        "ERROR_INVALID_PARAM",
+    ),
+    "all_gather_v sizes": (
+        lambda bad, g, w: torch.ops.collops.all_gather_v(
+            torch.ones(4, 2), [4] * (w - 1) + [3 if bad else 4], g
+        ),
+        ValueError,
+        r"collops.all_gather_v: sizes\[\d\] = 3 but this rank's input has 4 rows",
+        "ERROR_INVALID_PARAM",
+    ),
+    "quantized x": (
+        lambda bad, g, w: torch.ops.collops.all_reduce(_quantized(bad), "sum", g),
+        ValueError,
+        r"collops.all_reduce: x is a quantized tensor \(QUInt8\)",
+        "ERROR_INVALID_TENSOR_FORMAT",
+    ),
+    "nested x": (
+        lambda bad, g, w: torch.ops.collops.all_reduce(_nested(bad), "sum", g),
+        ValueError,
+        r"collops.all_reduce: x is a nested tensor",
+        "ERROR_INVALID_TENSOR_FORMAT",
+    ),
+}
+
+
+def _one_rank_breaks_a_rule(ctx):
+    from c10d_ranks import REFUSAL_GROUP_TIMEOUT, group_works, timed
+
+    g = dist.group.WORLD.group_name
+    world, bad = ctx.world_size, ctx.world_size - 1
+    group_works(ctx)
+    for name, (call, error, own, told) in ONE_RANK_CASES.items():
+
+        def body(call=call, error=error, own=own, told=told):
+            if ctx.rank == bad:
+                with pytest.raises(error, match=own):
+                    call(True, g, world)
+            else:
+                with pytest.raises(RuntimeError, match=rf"ERROR_RANK_MISMATCH.*rank {bad}.*{told}"):
+                    call(False, g, world)
+
+        timed(ctx, f"{name} on rank {bad}", body, REFUSAL_GROUP_TIMEOUT / 2)
+        group_works(ctx)
+    return True
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_rank_breaking_a_rule_alone_fails_its_peers_at_once(world):
+    from c10d_ranks import run_refusal_job
+
+    assert run_refusal_job(_one_rank_breaks_a_rule, world=world) == [True] * world
