@@ -1,0 +1,143 @@
+"""Rank function of test_linear_parallel_weight_pack.py: one W8A8 LINEAR_ALL_REDUCE OperationTorch
+called with the same weight tensor, then with it written in place (add_, copy_, through a view's
+base, inference mode), as views and slices, and as a new tensor over the same bytes at the same
+address after the old one was freed. Each call is checked against a float64 golden each rank
+computes from every rank's weights, which it rebuilds by replaying the same steps on tensors of
+its own (never passed to the op); each call's count of weight repacks is returned."""
+
+import json
+
+import torch
+
+from torch_atb_ranks import check_precision
+
+M, K, N = 6, 64, 24
+
+
+def _ints(shape, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(-128, 128, shape, generator=gen, dtype=torch.int8)
+
+
+class _Weights:
+    """One rank's weights and the steps that change them. Each step returns the weight to pass
+    and how many repacks the call makes (one op, one chunk: a pack is one reorder)."""
+
+    def __init__(self, rank, seed):
+        base = seed * 100 + rank * 10
+        self.w = _ints((N, K), base)
+        self.other = _ints((N, K), base + 1)
+        self.wt = _ints((K, N), base + 2)  # passed as wt.t(): a view with other strides
+        self.big = _ints((N + 1, K), base + 3)  # passed as big[1:]: a view at an offset
+        self.buffer = bytearray(_ints((N, K), base + 4).numpy().tobytes())
+        self.next_bytes = _ints((N, K), base + 5).numpy().tobytes()
+        self.framed = None
+        self.inference = None
+
+    def _framed(self):
+        return torch.frombuffer(self.buffer, dtype=torch.int8).view(N, K)
+
+    def steps(self):
+        def add_one():
+            self.w.add_(1)
+            return self.w, 0
+
+        def copy_other():
+            self.w.copy_(self.other)
+            return self.w, 0
+
+        def write_view_base():
+            self.wt.sub_(3)
+            return self.wt.t(), 0
+
+        def frame():
+            self.framed = self._framed()
+            return self.framed, 0
+
+        def reframe_after_free():
+            # The old tensor is freed, the bytes under it rewritten where torch does not see it,
+            # and a new tensor made over them: the same address, sizes, strides, dtype and
+            # version, another storage.
+            address = self.framed.data_ptr()
+            self.framed = None
+            self.buffer[:] = self.next_bytes
+            self.framed = self._framed()
+            assert self.framed.data_ptr() == address
+            return self.framed, 0
+
+        def make_inference():
+            with torch.inference_mode():
+                self.inference = self.w.clone()
+            return self.inference, 0
+
+        def write_inference():
+            with torch.inference_mode():
+                self.inference.add_(5)
+            return self.inference, 0
+
+        return [
+            ("first call", lambda: (self.w, 0)),
+            ("same tensor", lambda: (self.w, 1)),
+            ("same tensor again", lambda: (self.w, 0)),
+            ("add_(1)", add_one),
+            ("same after add_", lambda: (self.w, 1)),
+            ("copy_", copy_other),
+            ("same after copy_", lambda: (self.w, 1)),
+            ("transposed view", lambda: (self.wt.t(), 0)),
+            ("transposed view again", lambda: (self.wt.t(), 1)),
+            ("view's base written", write_view_base),
+            ("slice at an offset", lambda: (self.big[1:], 0)),
+            ("slice again", lambda: (self.big[1:], 1)),
+            ("frombuffer", frame),
+            ("frombuffer again", lambda: (self.framed, 1)),
+            ("new tensor at the freed one's address", reframe_after_free),
+            ("inference tensor", make_inference),
+            ("inference tensor again", lambda: (self.inference, 0)),
+            ("inference tensor written", write_inference),
+            ("back to the first tensor", lambda: (self.w, 0)),
+        ]
+
+
+def _rank_call(rank, seed, step):
+    """Rank `rank`'s x, bias and scale of one step."""
+    gen = torch.Generator().manual_seed(seed * 1000 + rank * 100 + step)
+    x = torch.randint(-128, 128, (M, K), generator=gen, dtype=torch.int8)
+    bias = torch.randint(-20000, 20000, (N,), generator=gen, dtype=torch.int32)
+    scale = (torch.rand(N, generator=gen) + 0.5) * 1e-4
+    return x, bias, scale
+
+
+def _golden(world, seed, step):
+    """sum over ranks of (x . W^T + bias) * scale in float64, every rank's W at `step` rebuilt by
+    replaying the steps on its own tensors."""
+    total = 0
+    for r in range(world):
+        replay = _Weights(r, seed).steps()
+        for _, run in replay[:step]:
+            run()
+        w, _ = replay[step][1]()
+        x, bias, scale = _rank_call(r, seed, step)
+        total = total + (x.double() @ w.double().t() + bias.double()) * scale.double()
+    return total
+
+
+def repack_steps(ctx, seed):
+    """Runs every step; returns [(step name, repacks expected, repacks seen by this process)]."""
+    from collops import _c10d_backend
+
+    packs = _c10d_backend.factory().linear_weight_packs
+    op = torch.classes.OperationTorch.OperationTorch("LinearParallelOperation")
+    result = json.loads(op.set_param(ctx.param(type=0, quantType=1, outDataType=27)))
+    assert result["result"] == 0, result
+    counts = []
+    for step, (name, run) in enumerate(_Weights(ctx.rank, seed).steps()):
+        w, expected = run()
+        x, bias, scale = _rank_call(ctx.rank, seed, step)
+        before = packs()
+        (y,) = op.execute([x, w, bias, scale])
+        counts.append((name, expected, packs() - before))
+        try:
+            check_precision(y, _golden(ctx.world_size, seed, step), torch.bfloat16)
+        except AssertionError as error:
+            raise AssertionError(f"rank {ctx.rank}, step {step} ({name}): {error}") from None
+    return counts
