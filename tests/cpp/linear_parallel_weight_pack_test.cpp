@@ -102,8 +102,8 @@ void RunSteps(const nlohmann::json& job, int rank, int rankSize, bool transWeigh
   uint64_t packs = 0, onePack = 0;
   for (size_t s = 0; s < steps.size(); ++s) {
     const Step& step = steps[s];
-    const std::string where = Concat(what, " rank ", rank, " step ", s, " version ",
-                                     step.version, " id ", step.id == 0 ? "0" : "set");
+    const std::string where = Concat(what, " rank ", rank, " step ", s, " version ", step.version,
+                                     " id ", step.id == 0 ? "0" : "set");
     const RankCall in(rank, step.version, static_cast<int>(s));
     HostTensor values = HostTensor::FromValues(ACL_INT8, wShape, in.w);
     HostTensor& weight = weights[step.buffer];
