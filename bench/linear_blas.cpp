@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/linear_bench_cli.h"
 #include "collops/collops.h"
 #include "collops/reduce.h"
 #if defined(COLLOPS_BENCH_OPENBLAS)
@@ -34,67 +35,25 @@ namespace {
 
 using collops::DataType;
 
-struct Options {
+struct Options : linear_bench::CommonOptions {
   std::vector<std::string> dtypes = {"bf16", "f32"};
-  std::vector<int64_t> ms = {16, 256, 2048};
-  int64_t k = 4096;
-  int64_t n = 4096;
-  int threads = 1;
-  int rounds = 5;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "collops-linear-blas: %s\nusage: collops-linear-blas [--dtypes bf16,f16,f32] "
-               "[--ms 16,256,2048] [-k 4096] [-n 4096] [--threads 1] [--rounds 5]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t Positive(const std::string& option, const std::string& text) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1) Usage(option + " needs a positive integer: " + text);
-  return v;
-}
-
-std::vector<std::string> Split(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    parts.push_back(
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return parts;
-}
+const linear_bench::Cli kCli("collops-linear-blas",
+                             "[--dtypes bf16,f16,f32] [--ms 16,256,2048] [-k 4096] [-n 4096] "
+                             "[--threads 1] [--rounds 5]");
 
 Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 >= argc) Usage(arg + " needs a value (or is unknown)");
+    if (i + 1 >= argc) kCli.Fail(arg + " needs a value (or is unknown)");
     const std::string value = argv[++i];
-    if (arg == "--dtypes") {
-      o.dtypes = Split(value);
-      for (const auto& d : o.dtypes) {
-        if (d != "bf16" && d != "f16" && d != "f32") Usage("unknown dtype " + d);
-      }
-    } else if (arg == "--ms") {
-      o.ms.clear();
-      for (const auto& m : Split(value)) o.ms.push_back(Positive("--ms", m));
-    } else if (arg == "-k") {
-      o.k = Positive(arg, value);
-    } else if (arg == "-n") {
-      o.n = Positive(arg, value);
-    } else if (arg == "--threads") {
-      o.threads = static_cast<int>(Positive(arg, value));
-    } else if (arg == "--rounds") {
-      o.rounds = static_cast<int>(Positive(arg, value));
-    } else {
-      Usage("unknown option " + arg);
+    if (kCli.Common(arg, value, o)) continue;
+    if (arg != "--dtypes") kCli.Fail("unknown option " + arg);
+    o.dtypes = linear_bench::Cli::Split(value);
+    for (const auto& d : o.dtypes) {
+      if (d != "bf16" && d != "f16" && d != "f32") kCli.Fail("unknown dtype " + d);
     }
   }
   return o;
@@ -144,30 +103,11 @@ std::function<void()> OpMatmul(DataType in, DataType out, int64_t m, int64_t k, 
                                                          {"commDomain", "linear-blas"},
                                                          {"type", 3},
                                                          {"outDataType", static_cast<int>(out)}}));
-  auto tensor = [](DataType d, std::vector<int64_t> shape, void* data) {
-    collops::Tensor t;
-    t.desc.dtype = d;
-    t.desc.shape = collops::MakeDims(shape);
-    t.deviceData = data;
-    t.dataSize = collops::TensorBytes(t.desc);
-    return t;
-  };
+  using linear_bench::TensorOver;
   auto pack = std::make_shared<collops::VariantPack>();
-  pack->inTensors = {tensor(in, {m, k}, x), tensor(in, {n, k}, w)};
-  pack->outTensors = {tensor(out, {m, n}, y)};
-  auto workspace = std::make_shared<std::vector<uint8_t>>();
-  return [op, pack, workspace] {
-    uint64_t size = 0;
-    if ((*op)->Setup(*pack, size, nullptr) != collops::NO_ERROR) {
-      std::fprintf(stderr, "Setup: %s\n", collops::LastErrorMessage().c_str());
-      std::exit(1);
-    }
-    if (workspace->size() < size) workspace->resize(size);
-    if ((*op)->Execute(*pack, workspace->data(), size, nullptr) != collops::NO_ERROR) {
-      std::fprintf(stderr, "Execute: %s\n", collops::LastErrorMessage().c_str());
-      std::exit(1);
-    }
-  };
+  pack->inTensors = {TensorOver(in, {m, k}, x), TensorOver(in, {n, k}, w)};
+  pack->outTensors = {TensorOver(out, {m, n}, y)};
+  return linear_bench::OpCall(op, pack);
 }
 
 #if defined(COLLOPS_BENCH_OPENBLAS)
@@ -188,11 +128,6 @@ std::function<void()> OpenBlasMatmul(DataType in, int64_t m, int64_t k, int64_t 
   };
 }
 #endif
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -240,7 +175,9 @@ int main(int argc, char** argv) {
           if (round >= 0) times[path].push_back(took.count());
         }
       }
-      auto cell = [&](const char* path) { return times.count(path) ? Median(times[path]) : -1.0; };
+      auto cell = [&](const char* path) {
+        return times.count(path) ? linear_bench::Median(times[path]) : -1.0;
+      };
       const double base = cell("onednn");
       std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f× | %.2f× | %.2f× |\n",
                   name.c_str(), static_cast<long long>(m), base, cell("onednn_out"), cell("op_f32"),

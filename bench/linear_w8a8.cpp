@@ -30,35 +30,21 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/linear_bench_cli.h"
 #include "collops/collops.h"
 
 namespace {
 
 using dnnl::memory;
+using linear_bench::TensorOver;
 
-struct Options {
-  std::vector<int64_t> ms = {16, 256, 2048};
-  int64_t k = 4096;
-  int64_t n = 4096;
-  int threads = 1;
-  int rounds = 5;
+struct Options : linear_bench::CommonOptions {
   bool transWeight = true;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "collops-linear-w8a8: %s\nusage: collops-linear-w8a8 [--ms 16,256,2048] [-k 4096] "
-               "[-n 4096] [--threads 1] [--rounds 5] [--no-trans]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t Positive(const std::string& option, const std::string& text) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1) Usage(option + " needs a positive integer: " + text);
-  return v;
-}
+const linear_bench::Cli kCli("collops-linear-w8a8",
+                             "[--ms 16,256,2048] [-k 4096] [-n 4096] [--threads 1] [--rounds 5] "
+                             "[--no-trans]");
 
 Options Parse(int argc, char** argv) {
   Options o;
@@ -68,30 +54,8 @@ Options Parse(int argc, char** argv) {
       o.transWeight = false;
       continue;
     }
-    if (i + 1 >= argc) Usage(arg + " needs a value (or is unknown)");
-    const std::string value = argv[++i];
-    if (arg == "--ms") {
-      o.ms.clear();
-      size_t start = 0;
-      while (start <= value.size()) {
-        const size_t comma = value.find(',', start);
-        o.ms.push_back(Positive(arg, value.substr(start, comma == std::string::npos
-                                                             ? std::string::npos
-                                                             : comma - start)));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else if (arg == "-k") {
-      o.k = Positive(arg, value);
-    } else if (arg == "-n") {
-      o.n = Positive(arg, value);
-    } else if (arg == "--threads") {
-      o.threads = static_cast<int>(Positive(arg, value));
-    } else if (arg == "--rounds") {
-      o.rounds = static_cast<int>(Positive(arg, value));
-    } else {
-      Usage("unknown option " + arg);
-    }
+    if (i + 1 >= argc) kCli.Fail(arg + " needs a value (or is unknown)");
+    if (!kCli.Common(arg, argv[++i], o)) kCli.Fail("unknown option " + arg);
   }
   return o;
 }
@@ -103,7 +67,8 @@ dnnl::engine& Engine() {
 
 /// oneDNN's int8 matmul for `weights` (a layout or "any"), as the op describes it: its "gemm:"
 /// kernels skipped (quant_matmul_dnnl.cpp says why).
-dnnl::matmul::primitive_desc Describe(int64_t m, int64_t k, int64_t n, const memory::desc& weights) {
+dnnl::matmul::primitive_desc Describe(int64_t m, int64_t k, int64_t n,
+                                      const memory::desc& weights) {
   const memory::desc src({m, k}, memory::data_type::s8, {k, 1});
   const memory::desc bias({1, n}, memory::data_type::s32, {n, 1});
   const memory::desc dst({m, n}, memory::data_type::s32, {n, 1});
@@ -125,15 +90,6 @@ struct Case {
   std::map<std::string, std::function<void()>> calls;
 };
 
-collops::Tensor HostTensor(collops::DataType dtype, std::vector<int64_t> shape, void* data) {
-  collops::Tensor t;
-  t.desc.dtype = dtype;
-  t.desc.shape = collops::MakeDims(shape);
-  t.deviceData = data;
-  t.dataSize = collops::TensorBytes(t.desc);
-  return t;
-}
-
 /// LinearParallelOperation PURE_LINEAR W8A8 (quantType 1, y bfloat16) on one thread rank, its
 /// weight's contentId `id`.
 std::function<void()> OpCall(Case& c, int64_t m, const Options& o, uint64_t id) {
@@ -149,25 +105,13 @@ std::function<void()> OpCall(Case& c, int64_t m, const Options& o, uint64_t id) 
   auto pack = std::make_shared<collops::VariantPack>();
   const std::vector<int64_t> wShape =
       o.transWeight ? std::vector<int64_t>{o.n, o.k} : std::vector<int64_t>{o.k, o.n};
-  pack->inTensors = {HostTensor(collops::ACL_INT8, {m, o.k}, c.x.data()),
-                     HostTensor(collops::ACL_INT8, wShape, c.w.data()),
-                     HostTensor(collops::ACL_INT32, {o.n}, c.bias.data()),
-                     HostTensor(collops::ACL_FLOAT, {o.n}, c.scale.data())};
+  pack->inTensors = {TensorOver(collops::ACL_INT8, {m, o.k}, c.x.data()),
+                     TensorOver(collops::ACL_INT8, wShape, c.w.data()),
+                     TensorOver(collops::ACL_INT32, {o.n}, c.bias.data()),
+                     TensorOver(collops::ACL_FLOAT, {o.n}, c.scale.data())};
   pack->inTensors[1].contentId = id;
-  pack->outTensors = {HostTensor(collops::ACL_BF16, {m, o.n}, c.y.data())};
-  auto workspace = std::make_shared<std::vector<uint8_t>>();
-  return [op, pack, workspace] {
-    uint64_t size = 0;
-    if ((*op)->Setup(*pack, size, nullptr) != collops::NO_ERROR) {
-      std::fprintf(stderr, "Setup: %s\n", collops::LastErrorMessage().c_str());
-      std::exit(1);
-    }
-    if (workspace->size() < size) workspace->resize(size);
-    if ((*op)->Execute(*pack, workspace->data(), size, nullptr) != collops::NO_ERROR) {
-      std::fprintf(stderr, "Execute: %s\n", collops::LastErrorMessage().c_str());
-      std::exit(1);
-    }
-  };
+  pack->outTensors = {TensorOver(collops::ACL_BF16, {m, o.n}, c.y.data())};
+  return linear_bench::OpCall(op, pack);
 }
 
 void Build(Case& c, int64_t m, const Options& o, std::mt19937& rng) {
@@ -221,11 +165,6 @@ void Build(Case& c, int64_t m, const Options& o, std::mt19937& rng) {
   c.calls["op_same"]();  // the op repacks a weight at its second call with it (warm-up: below)
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -256,7 +195,7 @@ int main(int argc, char** argv) {
       }
     }
     std::map<std::string, double> t;
-    for (const char* path : paths) t[path] = Median(times[path]);
+    for (const char* path : paths) t[path] = linear_bench::Median(times[path]);
     std::printf("| %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f%% | %.2f× | %.2f× | %.2f× |\n",
                 static_cast<long long>(m), t["reorder"], t["packed"], t["stored"], t["op_same"],
                 t["op_fresh"], 100 * t["reorder"] / (t["reorder"] + t["packed"]),
