@@ -23,12 +23,7 @@ ratio to oneDNN called directly is bench/linear_blas.cpp's.
 
 With --w8a8 a second table times, interleaved in the same rounds, the quantised op (int8 x and
 weight, int32 bias, per-channel float32 scale, y bfloat16: quantType 1) against the bfloat16 op
-of the same m, k, n, both LINEAR_ALL_REDUCE:
-  w8a8          the same weight tensor every call (repacked once into oneDNN's layout, then
-                reused: docs/operations.md)
-  w8a8_fresh    another weight every call (two tensors in turn), which the op multiplies in
-                its stored layout
-  bf16          the bfloat16 op
+of the same m, k, n, both LINEAR_ALL_REDUCE.
 """
 
 import argparse
@@ -119,39 +114,26 @@ def _rank(rank, world, store, args, results):
     dist.destroy_process_group()
 
 
-QUANT_PATHS = ("w8a8", "w8a8_fresh", "bf16")
+QUANT_PATHS = ("w8a8", "bf16")
 
 
 def _w8a8_times(rank, world, m, args):
-    """Times of the W8A8 op (the same weight every call, or another one) and the bfloat16 op at
-    one m, interleaved round by round."""
+    """Times of the W8A8 op and the bfloat16 op at one m, interleaved round by round."""
     gen = torch.Generator().manual_seed(rank)
     k, n = args.k, args.n
     xq = torch.randint(-128, 128, (m, k), generator=gen, dtype=torch.int8)
     wq = torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8)
-    fresh = [torch.randint(-128, 128, (n, k), generator=gen, dtype=torch.int8) for _ in range(2)]
     bias = torch.randint(-1000, 1000, (n,), generator=gen, dtype=torch.int32)
     scale = torch.rand(n, generator=gen) * 1e-4
     x = (torch.rand(m, k, generator=gen) - 0.5).to(torch.bfloat16)
     w = (torch.rand(n, k, generator=gen) - 0.5).to(torch.bfloat16)
     y = torch.empty(m, n, dtype=torch.bfloat16)
     quant = _op(rank, world, quantType=1, outDataType=27)
-    quant_fresh = _op(rank, world, quantType=1, outDataType=27)
     plain = _op(rank, world)
-    turn = [0]
-
-    def another_weight():
-        turn[0] ^= 1
-        quant_fresh.execute_out([xq, fresh[turn[0]], bias, scale], [y])
-
     calls = {
         "w8a8": lambda: quant.execute_out([xq, wq, bias, scale], [y]),
-        "w8a8_fresh": another_weight,
         "bf16": lambda: plain.execute_out([x, w], [y]),
     }
-    # The op repacks a weight at its second call with it: one call before the warm-up call, so
-    # that the rounds time the steady state.
-    calls["w8a8"]()
     return _timed_rounds(calls, args.rounds)
 
 
@@ -205,8 +187,8 @@ def main():
             f"\n# W8A8 (quantType 1, y bfloat16) vs bfloat16, LINEAR_ALL_REDUCE, R={args.ranks}, "
             f"k={args.k}, n={args.n}; ms per call"
         )
-        print("| m | w8a8 | w8a8_fresh | bf16 | w8a8_fresh ÷ w8a8 | bf16 ÷ w8a8 |")
-        print("|---|---|---|---|---|---|")
+        print("| m | w8a8 | bf16 | bf16 ÷ w8a8 |")
+        print("|---|---|---|---|")
         for i, (m, _) in enumerate(per_rank[0][2]):
             t = {
                 path: spawned_ranks.median_of_max(
@@ -214,10 +196,7 @@ def main():
                 )
                 for path in QUANT_PATHS
             }
-            print(
-                f"| {m} | {t['w8a8']:.2f} | {t['w8a8_fresh']:.2f} | {t['bf16']:.2f} | "
-                f"{t['w8a8_fresh'] / t['w8a8']:.2f}× | {t['bf16'] / t['w8a8']:.2f}× |"
-            )
+            print(f"| {m} | {t['w8a8']:.2f} | {t['bf16']:.2f} | {t['bf16'] / t['w8a8']:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@
 // One execute call, in order: the custom-class dispatch (IValue lists of tensors in and out);
 // AllocateOutputs (the op's InferShape when the inputs' shapes or dtypes changed, output tensors
 // over reused or new memory); Prepare (contiguous
-// inputs, the VariantPack with bound host counts and the inputs' content ids: variant_pack.h,
-// host_count_binding.h, content_ids.h); then
+// inputs, the VariantPack with bound host counts: variant_pack.h, host_count_binding.h); then
 // RunWithOwnWorkspace: the op's Setup (tensor and count checks, communicator lookup) and Execute
 // (the same checks again, the cross-rank agreement, the engine).
 #include <ATen/ATen.h>
@@ -35,7 +34,6 @@
 
 #include "collops/collops.h"
 #include "collops/operation_base.h"
-#include "content_ids.h"
 #include "dtype_map.h"
 #include "host_count_binding.h"
 #include "intra_op_threads.h"
@@ -98,7 +96,6 @@ class OperationTorch : public torch::CustomClassHolder {
     outputs_ = ReusedOutputs(op_ != nullptr ? op_->GetOutputNum() : 0);
     heapComm_ = nullptr;
     binding_ = HostCountBinding();
-    contentIds_ = ContentIds();
     cpusShared_ = false;  // the new params may name another communicator
     setParamStatus_ = status;
     setParamError_ = message;
@@ -328,7 +325,6 @@ class OperationTorch : public torch::CustomClassHolder {
     PreparedCall call;
     call.inputs = DenseInputs(ins);
     call.pack = SharingFailure([&] { return BuildVariantPack(call.inputs, outs, binding_); });
-    contentIds_.Apply(ins, call.pack);
     return call;
   }
 
@@ -371,7 +367,6 @@ class OperationTorch : public torch::CustomClassHolder {
   std::string opName_;
   OperationPtr op_;
   HostCountBinding binding_;          // set_varaintpack_param's, for the held operation
-  ContentIds contentIds_;             // of the inputs, for the held operation
   Status setParamStatus_ = NO_ERROR;  // of the last set_param
   std::string setParamError_;         // its message when it failed
   std::vector<uint8_t> workspace_;

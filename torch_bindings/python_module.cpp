@@ -14,7 +14,6 @@
 #include "collops/version.h"
 #include "collops_backend.h"
 #include "functional_ops.h"
-#include "ops/linear_parallel/quant_matmul.h"
 #include "python_kernels.h"
 
 // The same holder declaration torch's own bindings use, so intrusive_ptr<Backend> converts to the
@@ -119,9 +118,6 @@ PYBIND11_MODULE(_c10d, m) {
       },
       pybind11::arg("comm_domain"), pybind11::call_guard<pybind11::gil_scoped_release>(),
       "Drops the default context's communicators of comm_domain (None: all); returns how many.");
-  m.def("linear_weight_packs", &collops::QuantMatmul::WeightPacksInProcess,
-        "How many times LinearParallelOperation's W8A8 products of this process repacked their "
-        "int8 weight (tests count them).");
   m.def(
       "version", [] { return std::string(collops::Version()); },
       "collops::Version() of the libcollops.so loaded: collops.__version__.");

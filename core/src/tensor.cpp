@@ -1,18 +1,12 @@
 #include "collops/tensor.h"
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <sstream>
 
 #include "collops/status.h"
 
 namespace collops {
-
-uint64_t NewContentId() {
-  static std::atomic<uint64_t> last{0};
-  return last.fetch_add(1, std::memory_order_relaxed) + 1;
-}
 
 size_t DataTypeSize(DataType dtype) {
   switch (dtype) {

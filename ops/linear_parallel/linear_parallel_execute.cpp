@@ -44,7 +44,7 @@ void LinearParallelOperation::BindProduct(const VariantPack& pack, uint8_t* work
   const void* weight = pack.inTensors[1].deviceData;
   if (p.form == LinearQuantForm::kW8A8) {
     const Tensor& bias = pack.inTensors[at.bias];
-    quantMatmul_->Bind(static_cast<const int8_t*>(weight), pack.inTensors[1].contentId,
+    quantMatmul_->Bind(static_cast<const int8_t*>(weight),
                        bias.dataSize > 0 ? static_cast<const int32_t*>(bias.deviceData) : nullptr,
                        static_cast<const float*>(pack.inTensors[at.scale].deviceData));
     return;

@@ -48,10 +48,6 @@ class LinearParallelOperation final : public OperationBase {
   explicit LinearParallelOperation(const LinearParallelParam& param);
   ~LinearParallelOperation() override;
 
-  /// How many times the W8A8 product repacked its weight since its sizes last changed (tests
-  /// count them: a weight passed again with the same contentId is repacked once).
-  uint64_t WeightPacks() const { return quantMatmul_ != nullptr ? quantMatmul_->WeightPacks() : 0; }
-
   /// This call's sizes and workspace layout, from PrepareImpl.
   struct Plan {
     DataType dtype = ACL_DT_UNDEFINED;     ///< of x (and the float product's inputs)

@@ -5,12 +5,12 @@
 // per column) and tokenScale float32 per row (optional: PER_TOKEN).
 //
 // It is oneDNN's int8 matmul (s8 x s8 with the bias, int32 sums; its brgemm kernels, VNNI dot
-// products), whose int32 sums are then scaled into float32 in place. The weight is taken where it
-// lies, in its stored layout, which the brgemm kernels copy as they go; a weight bound with the
-// same nonzero id (tensor.h's contentId) as the Bind before is repacked once into the layout
-// oneDNN chose for it and reused while the id repeats (docs/performance.md has the costs that
-// decided this: repacking is a slow pass of its own, done only for a weight that stays). Built
-// without oneDNN, every product throws ERROR_BACKEND_UNAVAILABLE (Matmul::UnavailableReason()).
+// products), whose int32 sums are then scaled into float32 in place. The weight is read where it
+// lies, in its stored layout, by every Run (the brgemm kernels copy it as they go); nothing
+// derived from it is kept between calls, so whatever was written to it last is what is
+// multiplied. Repacking it into oneDNN's layout first is a pass of its own that costs many times
+// the product at small row counts (docs/performance.md). Built without oneDNN, every product throws
+// ERROR_BACKEND_UNAVAILABLE (Matmul::UnavailableReason()).
 #pragma once
 
 #include <cstdint>
@@ -37,19 +37,12 @@ class QuantMatmul {
 
   const Shape& shape() const;
   /// This call's weight, bias (null without hasBias) and scale; they must outlive the Runs.
-  /// `weightId` is the weight's contentId (0: unknown): the same nonzero id as the previous
-  /// Bind's promises the same bytes, and the product then runs on the repacked weight.
-  void Bind(const int8_t* weight, uint64_t weightId, const int32_t* bias, const float* scale);
+  void Bind(const int8_t* weight, const int32_t* bias, const float* scale);
   /// out[rows, n] for x[rows, k] (dense rows) and tokenScale[rows] (perToken), with `threads`
   /// OpenMP threads; the calling thread's OpenMP setting is restored afterwards.
   void Run(const int8_t* x, int64_t rows, const float* tokenScale, float* out, int threads);
-  /// oneDNN's name of the kernel the bound weight's product runs for `rows` rows, e.g.
-  /// "brg:avx512_core_vnni".
+  /// oneDNN's name of the kernel the product runs for `rows` rows, e.g. "brg:avx512_core_vnni".
   std::string Implementation(int64_t rows);
-  /// How many times this object repacked a weight (tests count them).
-  uint64_t WeightPacks() const;
-  /// The same over every QuantMatmul of this process (tests from Python count them).
-  static uint64_t WeightPacksInProcess();
 
  private:
   struct Impl;

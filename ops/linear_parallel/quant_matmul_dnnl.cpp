@@ -1,12 +1,9 @@
 // QuantMatmul over oneDNN's int8 matmul primitive (see quant_matmul.h).
-#include <algorithm>
-#include <atomic>
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "collops/status.h"
 #include "ops/linear_parallel/dnnl_runtime.h"
@@ -18,8 +15,6 @@ namespace {
 using dnnl::memory;
 using dnnl_runtime::CpuEngine;
 
-std::atomic<uint64_t> packsInProcess{0};
-
 }  // namespace
 
 struct QuantMatmul::Impl {
@@ -27,28 +22,16 @@ struct QuantMatmul::Impl {
   const int8_t* weight = nullptr;
   const int32_t* bias = nullptr;
   const float* scale = nullptr;
-  uint64_t weightId = 0;        // the bound weight's contentId
-  bool repackedWeight = false;  // this Bind's products run on the repacked weight
   struct Entry {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
   };
-  /// One primitive per row count (a chunk and the last one) and weight layout (repacked or not).
-  std::map<std::pair<int64_t, bool>, Entry> primitives;
-  /// The weight repacked into the layout a primitive asked for (with oneDNN's s8 x s8
-  /// compensation), once per weight id and layout.
-  struct Packed {
-    memory::desc layout;
-    std::vector<uint8_t> bytes;
-    uint64_t weightId = 0;  // the id of the weight it holds (0: none yet)
-  };
-  std::vector<Packed> packed;
-  uint64_t packs = 0;
+  std::map<int64_t, Entry> byRows;  // one primitive per row count (a chunk and the last one)
 
   memory::desc Src(int64_t rows) const {
     return memory::desc({rows, shape.k}, memory::data_type::s8, {shape.k, 1});
   }
-  /// The weight as stored.
+  /// The weight as stored: the products read it there, every call (nothing of it is kept).
   memory::desc Weights() const {
     const int64_t k = shape.k, n = shape.n;
     return shape.transWeight ? memory::desc({k, n}, memory::data_type::s8, {1, k})
@@ -61,20 +44,18 @@ struct QuantMatmul::Impl {
   memory::desc Dst(int64_t rows) const {
     return memory::desc({rows, shape.n}, memory::data_type::s32, {shape.n, 1});
   }
-  dnnl::matmul::primitive_desc Describe(int64_t rows, bool repacked) const {
-    // The weight as stored, or in a layout of oneDNN's choice ("any") to repack it into; both
-    // run oneDNN's brgemm kernels (VNNI dot products). The scales are applied after (Run), as
-    // oneDNN 2.6's brgemm takes no runtime scales. Its "gemm:jit" kernels are skipped even where
-    // they would run: their kernel table is filled once through a std::call_once whose helper
-    // symbol a torch process binds to torch's own bundled oneDNN, which then fills torch's table
-    // instead, and the product comes out as zeros. Without brgemm (no AVX512-VNNI) the reference
-    // kernel runs.
-    const memory::desc weights =
-        repacked ? memory::desc({shape.k, shape.n}, memory::data_type::s8, memory::format_tag::any)
-                 : Weights();
-    const dnnl::matmul::desc desc = shape.hasBias
-                                        ? dnnl::matmul::desc(Src(rows), weights, Bias(), Dst(rows))
-                                        : dnnl::matmul::desc(Src(rows), weights, Dst(rows));
+  dnnl::matmul::primitive_desc Describe(int64_t rows) const {
+    // The weight in its stored layout, which oneDNN's brgemm kernels (VNNI dot products) copy
+    // as they go: a layout of oneDNN's choice ("any") would need the whole weight reordered into
+    // it first, a pass costing many times the product at small m (docs/performance.md). The scales
+    // are applied after (Run), as oneDNN 2.6's brgemm takes no runtime scales. Its "gemm:jit"
+    // kernels are skipped even where they would run: their kernel table is filled once through a
+    // std::call_once whose helper symbol a torch process binds to torch's own bundled oneDNN,
+    // which then fills torch's table instead, and the product comes out as zeros. Without
+    // brgemm (no AVX512-VNNI) the reference kernel runs.
+    const dnnl::matmul::desc desc =
+        shape.hasBias ? dnnl::matmul::desc(Src(rows), Weights(), Bias(), Dst(rows))
+                      : dnnl::matmul::desc(Src(rows), Weights(), Dst(rows));
     dnnl::matmul::primitive_desc pd(desc, CpuEngine());
     const dnnl::matmul::primitive_desc first = pd;
     while (std::string(pd.impl_info_str()).rfind("gemm:", 0) == 0) {
@@ -82,39 +63,12 @@ struct QuantMatmul::Impl {
     }
     return pd;
   }
-  /// The bound weight in `layout`, repacked unless it holds the bound weight's id already.
-  void* PackedWeight(const memory::desc& layout) {
-    auto it = std::find_if(packed.begin(), packed.end(),
-                           [&](const Packed& p) { return p.layout == layout; });
-    if (it == packed.end()) {
-      packed.push_back(Packed{layout, std::vector<uint8_t>(layout.get_size()), 0});
-      it = packed.end() - 1;
-    }
-    if (it->weightId != weightId) {
-      it->weightId = 0;  // until the reorder below completes
-      memory from(Weights(), CpuEngine(), const_cast<int8_t*>(weight));
-      memory to(layout, CpuEngine(), it->bytes.data());
-      dnnl::reorder pack;
-      {
-        std::lock_guard<std::mutex> lock(dnnl_runtime::CreationMutex());
-        pack = dnnl::reorder(from, to);
-      }
-      dnnl::stream stream(CpuEngine());
-      pack.execute(stream, from, to);
-      stream.wait();
-      it->weightId = weightId;
-      ++packs;
-      packsInProcess.fetch_add(1, std::memory_order_relaxed);
-    }
-    return it->bytes.data();
-  }
   Entry& For(int64_t rows) {
-    const std::pair<int64_t, bool> key(rows, repackedWeight);
-    auto it = primitives.find(key);
-    if (it == primitives.end()) {
+    auto it = byRows.find(rows);
+    if (it == byRows.end()) {
       std::lock_guard<std::mutex> lock(dnnl_runtime::CreationMutex());
-      dnnl::matmul::primitive_desc pd = Describe(rows, repackedWeight);
-      it = primitives.emplace(key, Entry{pd, dnnl::matmul(pd)}).first;
+      dnnl::matmul::primitive_desc pd = Describe(rows);
+      it = byRows.emplace(rows, Entry{pd, dnnl::matmul(pd)}).first;
     }
     return it->second;
   }
@@ -125,7 +79,7 @@ QuantMatmul::QuantMatmul(const Shape& shape) : impl_(new Impl) {
   if (shape.k == 0 || shape.n == 0) return;  // no product: Run computes the rest itself
   try {
     std::lock_guard<std::mutex> lock(dnnl_runtime::CreationMutex());
-    impl_->Describe(1, false);
+    impl_->Describe(1);
   } catch (const dnnl::error& e) {
     dnnl_runtime::Fail("int8 matmul", e);
   }
@@ -135,12 +89,7 @@ QuantMatmul::~QuantMatmul() = default;
 
 const QuantMatmul::Shape& QuantMatmul::shape() const { return impl_->shape; }
 
-void QuantMatmul::Bind(const int8_t* weight, uint64_t weightId, const int32_t* bias,
-                       const float* scale) {
-  // Repacking costs a pass far slower than a product on the stored weight at small row counts,
-  // so it is done only for a weight seen twice in a row: it then likely stays.
-  impl_->repackedWeight = weightId != 0 && weightId == impl_->weightId;
-  impl_->weightId = weightId;
+void QuantMatmul::Bind(const int8_t* weight, const int32_t* bias, const float* scale) {
   impl_->weight = weight;
   impl_->bias = bias;
   impl_->scale = scale;
@@ -167,9 +116,7 @@ void QuantMatmul::Run(const int8_t* x, int64_t rows, const float* tokenScale, fl
     Impl::Entry& entry = m.For(rows);
     dnnl::stream stream(CpuEngine());
     memory src(m.Src(rows), CpuEngine(), const_cast<int8_t*>(x));
-    const memory::desc layout = entry.pd.weights_desc();
-    memory weights(layout, CpuEngine(),
-                   m.repackedWeight ? m.PackedWeight(layout) : const_cast<int8_t*>(m.weight));
+    memory weights(m.Weights(), CpuEngine(), const_cast<int8_t*>(m.weight));
     memory dst(m.Dst(rows), CpuEngine(), out);
     std::unordered_map<int, memory> args = {
         {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -193,10 +140,6 @@ void QuantMatmul::Run(const int8_t* x, int64_t rows, const float* tokenScale, fl
     }
   }
 }
-
-uint64_t QuantMatmul::WeightPacks() const { return impl_->packs; }
-
-uint64_t QuantMatmul::WeightPacksInProcess() { return packsInProcess.load(); }
 
 std::string QuantMatmul::Implementation(int64_t rows) {
   if (impl_->shape.k == 0 || impl_->shape.n == 0 || rows == 0) return "none (empty product)";

@@ -15,10 +15,8 @@ QuantMatmul::QuantMatmul(const Shape&) {
 }
 QuantMatmul::~QuantMatmul() = default;
 const QuantMatmul::Shape& QuantMatmul::shape() const { return impl_->shape; }
-void QuantMatmul::Bind(const int8_t*, uint64_t, const int32_t*, const float*) {}
+void QuantMatmul::Bind(const int8_t*, const int32_t*, const float*) {}
 void QuantMatmul::Run(const int8_t*, int64_t, const float*, float*, int) {}
 std::string QuantMatmul::Implementation(int64_t) { return "none"; }
-uint64_t QuantMatmul::WeightPacks() const { return 0; }
-uint64_t QuantMatmul::WeightPacksInProcess() { return 0; }
 
 }  // namespace collops

@@ -51,16 +51,7 @@ struct Tensor {
   void* deviceData = nullptr;
   void* hostData = nullptr;
   uint64_t dataSize = 0;  ///< bytes; must equal NumElements(desc.shape) * DataTypeSize(desc.dtype)
-  /// 0 (promises nothing), or the caller's name for these bytes: every tensor passed with the
-  /// same nonzero contentId holds the same bytes. An operation may keep what it derives from such
-  /// an input (LinearParallelOperation: its repacked int8 weight) and reuse it while the id
-  /// repeats. A caller takes ids from NewContentId and takes a new one whenever the bytes may
-  /// have changed; an id that repeats over other bytes gives results computed from the old ones.
-  uint64_t contentId = 0;
 };
-
-/// A contentId no earlier call of this process returned (never 0); safe from any thread.
-uint64_t NewContentId();
 
 struct VariantPack {
   std::vector<Tensor> inTensors;
