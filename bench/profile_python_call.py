@@ -8,9 +8,9 @@ machine's load, and the other ranks run natively (they wait for rank 0 in every 
 finds them there and its own waits stay short). For each path rank 0 zeroes the counts
 (--zero-before=getsid) right before `--calls` timed calls and writes them (--dump-before=getpgrp)
 right after; callgrind_annotate's inclusive counts of the functions listed in CATEGORIES then
-give each part. Paths and their set-up are bench/python_paths.py's; DeepSpeed's (deepspeed,
-ds_kernel) only when --paths names them, and the shared-memory files its kernel leaves behind are
-removed at the end.
+give each part. Paths and their set-up are bench/python_paths.py's (bench/pypaths/rank_calls.py);
+DeepSpeed's (deepspeed, ds_kernel) only when --paths names them, and the shared-memory files its
+kernel leaves behind are removed at the end.
 
     python3 bench/profile_python_call.py                       # R=2, float32 all_reduce 4 KiB
     python3 bench/profile_python_call.py --op allgather --size 65536 --keep /tmp/cg
@@ -209,17 +209,18 @@ def split(counts, total, calls):
 def worker(args):
     """One rank: every path's warm-up and timed calls; rank 0 brackets the timed ones with the
     marker calls callgrind watches."""
-    import python_paths as pp
+    from pypaths.rank_calls import Row
+    from pypaths.ranks import RankEnv
 
     rank, world = args.worker, args.ranks
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_SIZE=str(world)
     )
     paths = args.paths.split(",")
-    env = pp.RankEnv(rank, world, args.store, use_ds=any(p in DS_PATHS for p in paths))
+    env = RankEnv(rank, world, args.store, use_ds=any(p in DS_PATHS for p in paths))
     import torch.distributed as dist
 
-    row = pp.Row(env, args.op, args.dtype, args.size)
+    row = Row(env, args.op, args.dtype, args.size)
     for path in paths:
         fn = row.calls[path]
         for _ in range(args.warmup):
@@ -294,10 +295,10 @@ def main():
     ]
     out_file = os.path.join(out_dir, "callgrind.%p")
     # DeepSpeed's kernel leaves a shared-memory file per rank behind: removed at the end.
-    import python_paths as pp
+    from pypaths.deepspeed_peer import ds_segments, remove_ds_segments
 
     uses_ds = any(p in DS_PATHS for p in args.paths.split(","))
-    segments = pp.ds_segments(args.ranks, env["MASTER_ADDR"], env["MASTER_PORT"]) if uses_ds else []
+    segments = ds_segments(args.ranks, env["MASTER_ADDR"], env["MASTER_PORT"]) if uses_ds else []
     existed = {p for p in segments if os.path.exists(p)}
     procs = [
         subprocess.Popen(
@@ -326,7 +327,7 @@ def main():
     try:
         codes = [p.wait(timeout=3600) for p in procs]
     finally:
-        for path in pp.remove_ds_segments(segments, existed):
+        for path in remove_ds_segments(segments, existed):
             print(f"profile_python_call: removed DeepSpeed's {path}", file=sys.stderr)
     stderr = procs[0].stderr.read()
     if any(codes):
