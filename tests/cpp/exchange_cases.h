@@ -1,6 +1,6 @@
 // Communicator::Exchange cases every backend must pass (exchange_test.cpp runs them on lccl
-// threads and processes, hierarchical_comm_test.cpp across pretend hosts, mpi_backend_test.cpp on
-// MPI): groups in orders that deadlock blocking Send/Recv (every rank sending first), several
+// threads and processes, hierarchical_golden_test.cpp across pretend hosts, mpi_backend_test.cpp
+// on MPI): groups in orders that deadlock blocking Send/Recv (every rank sending first), several
 // destinations and several messages per channel in one group, a group meeting plain Send/Recv,
 // a mismatch inside a group that leaves the communicator usable, and a refusal (one side's op
 // replaced by PointToPoint::Refusal) that fails both sides naming the refusing rank. Each runs on

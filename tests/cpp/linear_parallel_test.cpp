@@ -1,7 +1,7 @@
 // Golden and error tests of LinearParallelOperation on thread ranks: every type x dtype x R, both
 // weight layouts, with and without residual, 2-D and 3-D x, serial and overlapped (chunked), plus
 // one test per validation rule. Process ranks and the other engines run linear_golden's cases
-// through the op suite (process_ops_test.cpp, tests/mpi, hierarchical_comm_test.cpp). The
+// through the op suite (process_ops_test.cpp, tests/mpi, hierarchical_golden_test.cpp). The
 // quantised forms have their own file (linear_parallel_quant_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
