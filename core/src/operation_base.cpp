@@ -273,15 +273,24 @@ void OperationBase::AcquireCommunicator(Context* context) {
 }
 
 void OperationBase::ShareFailure(Status status, Context* context) {
-  // Only through a communicator that exists already: creating one just to report an error would
-  // make a lone rank wait for a rendezvous. Peers of a rank that fails before its first
-  // communicator exists see ERROR_TIMEOUT naming it (documented in docs/operations.md).
+  ShareFailure(status, context, /*joinCreation=*/true);
+}
+
+void OperationBase::ShareFailure(Status status, Context* context, bool joinCreation) {
   try {
     Context& ctx = context != nullptr ? *context : DefaultContext();
     // The caller's communicator is there to tell even when it is the failure (its rank or size
     // disagree with the params): its peers would otherwise pair with our next call.
     std::shared_ptr<Communicator> held = (comm_ != nullptr && !comm_->Broken()) ? comm_ : nullptr;
     if (held == nullptr && commParam_.comm == nullptr) held = ctx.Communicators().Find(commParam_);
+    // Before this op's first communicator exists its peers are in the creation's rendezvous (or
+    // about to enter it): this rank joins it first, bounded by COLLOPS_TIMEOUT like any call,
+    // else they would wait there for the timeout. Not once this op held one that broke (its
+    // peers are gone or aborted), nor when creating it is the failure (a second attempt would
+    // only wait again).
+    if (held == nullptr && commParam_.comm == nullptr && comm_ == nullptr && joinCreation) {
+      held = ctx.Communicators().Get(commParam_);
+    }
     Communicator* comm = held != nullptr ? held.get() : commParam_.comm;
     if (comm == nullptr) return;
     ExclusiveUse use(*comm, name_);
@@ -294,17 +303,18 @@ void OperationBase::ShareFailure(Status status, Context* context) {
       // does this group (or nothing, where the peer refused too).
       comm->Exchange(refusals);
     }
-  } catch (const Error&) {
-    // Nobody to tell, or the refusals met the peers' ops; the caller's own error stands.
+  } catch (const std::exception&) {
+    // Nobody to tell (the peers never came to the creation, or are gone), or the refusals met the
+    // peers' ops; the caller's own error stands.
   }
 }
 
 template <class Body>
-void OperationBase::RunSharingFailure(Context* context, Body&& body) {
+void OperationBase::RunSharingFailure(Context* context, bool joinCreation, Body&& body) {
   try {
     body();
   } catch (const Error& e) {
-    ShareFailure(e.status(), context);
+    ShareFailure(e.status(), context, joinCreation);
     throw;
   }
 }
@@ -317,11 +327,14 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
     const bool sameDescs = setUp_ && SameDescsAsSetup(variantPack);
     setUp_ = false;
     uint64_t size = 0;
-    RunSharingFailure(context, [&] {
+    RunSharingFailure(context, /*joinCreation=*/true, [&] {
       CheckTensorsOf(variantPack, /*descsToo=*/!sameDescs);
       if (!sameDescs) CheckOutputsMatchInferred(variantPack);
       PrepareImpl(variantPack);
       CheckAliasing(variantPack);
+    });
+    // A failure to create the communicator is no failure to join its creation with.
+    RunSharingFailure(context, /*joinCreation=*/false, [&] {
       AcquireCommunicator(context);
       size = WorkspaceSizeImpl(variantPack);
     });
@@ -339,11 +352,13 @@ Status OperationBase::Setup(const VariantPack& variantPack, uint64_t& workspaceS
 Status OperationBase::Execute(const VariantPack& variantPack, uint8_t* workspace,
                               uint64_t workspaceSize, Context* context) {
   return Guarded([&] {
+    // Not shared: a Setup that failed told the peers already (they failed this call), so telling
+    // them again would fail their next call instead; an op never set up names no call either.
     if (!setUp_) {
       Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_, ": Execute needs a successful Setup first");
     }
     CallSignature signature;
-    RunSharingFailure(context, [&] {
+    RunSharingFailure(context, /*joinCreation=*/true, [&] {
       if (!SameDescsAsSetup(variantPack)) {
         Fail(ERROR_INVALID_TENSOR_INI_MATCH, name_,
              ": Execute was given tensors of other counts, shapes or dtypes than the last Setup");

@@ -10,8 +10,8 @@
 namespace collops {
 namespace testing {
 
-/// Every rank of the job runs a Barrier first (the communicator must exist before a refusal: a rank
-/// that fails before its first one exists has nobody to tell) and one at the end; in between,
+/// Every rank of the job runs a Barrier first (the refusals are told through a communicator that
+/// exists; first_call_failure_suite.h refuses a domain's first call) and one at the end; in between,
 /// ranks 0 and 1 run, for each way a tensor can fail one
 /// side's checks (its format, its dtype, y's shape, y overlapping x, a pointer only Execute sees),
 /// a call in which one of them refuses, then a good call that must deliver (the pair is still in

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "first_call_failure_suite.h"
 #include "op_harness.h"
 #include "op_suite.h"
 #include "p2p_refusal_suite.h"
@@ -100,6 +101,32 @@ TEST(ProcessOpsRefusals, ARankRefusingItsTensorsFailsItsPeerAtOnce) {
           RunPointToPointRefusals(job, /*promptSeconds=*/10);
         },
         options);
+  }
+}
+
+/// A rank whose first call fails its own checks, before its communicator exists, makes its peers
+/// fail at once naming it (first_call_failure_suite.h), on plain lccl and on hccl (one host:
+/// lccl), 2 and 3 ranks; a peer left in the creation would fail only at the 20 s timeout, after
+/// the 10 s the suite allows each call.
+TEST(ProcessOpsFirstCallFailures, ARankFailingItsFirstCallFailsItsPeersAtOnce) {
+  ProcessRanksOptions options;
+  options.env["COLLOPS_TIMEOUT"] = "20";
+  options.deadlineSeconds = 90;
+  for (const std::string backend : {"lccl", ""}) {
+    for (int rankSize : {2, 3}) {
+      SCOPED_TRACE(Concat(backend.empty() ? "hccl" : backend, ", ", rankSize, " ranks"));
+      RunProcessRanks(
+          rankSize,
+          [backend, rankSize](int rank) {
+            SuiteJob job;
+            job.rank = rank;
+            job.rankSize = rankSize;
+            job.backend = backend;
+            job.commDomain = "process-first-call";
+            RunFirstCallFailures(job, /*promptSeconds=*/10);
+          },
+          options);
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "collops/context.h"
 #include "collops/mpi_communicator.h"
+#include "first_call_failure_suite.h"
 #include "mpi_job.h"
 #include "op_suite.h"
 #include "p2p_refusal_suite.h"
@@ -48,6 +49,11 @@ TEST(Engine, EveryOpEveryDtype) {
 /// One rank of a pair refusing its own tensors makes its peer fail at once naming it
 /// (p2p_refusal_suite.h); well within COLLOPS_TIMEOUT (30 s under ctest).
 TEST(Engine, PointToPointRefusals) { RunPointToPointRefusals(EngineJob("engine-refusals"), 10); }
+
+/// A rank whose first call fails its own checks, before its communicator exists, makes its peers
+/// fail at once naming it (first_call_failure_suite.h); well within COLLOPS_TIMEOUT (30 s under
+/// ctest).
+TEST(Engine, FirstCallFailures) { RunFirstCallFailures(EngineJob("engine-first-call"), 10); }
 
 /// The quantised AllReduce suite alone (RunEveryOp runs it with int8 too): the ctest at 7 ranks
 /// filters this, where the whole op suite would take minutes.

@@ -73,8 +73,10 @@ class OperationBase : public Operation {
   /// so they fail at once with ERROR_RANK_MISMATCH naming this rank and `status` instead of timing
   /// out. A collective op does it through the signature exchange they are about to enter; a
   /// point-to-point op (RefusalsImpl) by a PointToPoint::Refusal in place of each send and receive
-  /// the call would have made. Only through a communicator that exists already; otherwise
-  /// nothing. Setup and Execute do this for their own failures.
+  /// the call would have made. Before this op's communicator exists (its first call) the peers are
+  /// in the communicator's creation: this rank joins it first (bounded by COLLOPS_TIMEOUT), then
+  /// tells them. Never throws: when nobody can be told, the caller's own error stands. Setup and
+  /// Execute do this for their own failures.
   void ShareFailure(Status status, Context* context);
   /// Inputs and outputs in order (TensorSpec): the op's own facts about its tensors, which the
   /// generic checks and the bindings read instead of knowing any op.
@@ -173,10 +175,13 @@ class OperationBase : public Operation {
     std::vector<TensorSpec> outAnyDtype;  ///< `out` with every dtype allowed (checked by inference)
   };
   const Specs& CachedSpecs() const;
+  /// ShareFailure; without `joinCreation` only through a communicator that exists already (for a
+  /// failure to create it).
+  void ShareFailure(Status status, Context* context, bool joinCreation);
   /// Runs a rank-local step; if it throws, the op first tells its peers (ShareFailure), so they
   /// fail at once instead of timing out.
   template <class Body>
-  void RunSharingFailure(Context* context, Body&& body);
+  void RunSharingFailure(Context* context, bool joinCreation, Body&& body);
 
   std::string name_;
   CommParam commParam_;

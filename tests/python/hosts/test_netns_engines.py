@@ -1,8 +1,9 @@
 """The golden op suite across 2 simulated hosts x 2 ranks, on the engines that cross hosts.
 
 collops_mpi_tests' Engine.* tests (tests/mpi: every operation, every suite dtype, golden values;
-Send/Recv/SendRecv with one rank refusing its tensors, tests/cpp/p2p_refusal_suite.h; then a
-random schedule of calls, tests/cpp/random_schedule.h) are started by mpirun into two
+Send/Recv/SendRecv with one rank refusing its tensors, tests/cpp/p2p_refusal_suite.h; a rank
+refusing a domain's first call, tests/cpp/first_call_failure_suite.h; then a random schedule of
+calls, tests/cpp/random_schedule.h) are started by mpirun into two
 network namespaces (netns_harness.py, tests/netns/rsh_agent.sh):
   - backend "mpi": flat OpenMPI (vader inside a host, TCP between);
   - backend "hccl": hierarchical, hosts found by exchanging HostIdentity over MPI;
@@ -79,9 +80,9 @@ def run_suite(hosts, backend, table=None):
 
 def assert_suite_passed(code, out):
     assert code == 0, out[-6000:]
-    # One "[  PASSED  ] 3 tests." per rank: every rank ran the suite, the point-to-point refusals
-    # and the schedule.
-    passed = {int(r) for r in re.findall(r"\[\d+,(\d)\]<stdout>:\[  PASSED  \] 3 tests\.", out)}
+    # One "[  PASSED  ] 4 tests." per rank: every rank ran the suite, the point-to-point refusals,
+    # the first-call refusals and the schedule.
+    passed = {int(r) for r in re.findall(r"\[\d+,(\d)\]<stdout>:\[  PASSED  \] 4 tests\.", out)}
     assert passed == {0, 1, 2, 3}, out[-6000:]
 
 
