@@ -13,6 +13,7 @@
 
 #include "op_harness.h"
 #include "ops/all_to_allv/all_to_allv_param.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -272,6 +273,7 @@ TEST(AllToAllVErrors, AcceptsZeroLengthReceiveAnywhereInside) {
 
 /// Setup of rank 0 of the valid param with an x of `n` int32 elements.
 Status SetupWithX(const nlohmann::json& param, int64_t n) {
+  const LoneRank lone;
   OperationPtr op = MakeOperation("AllToAllVOperation", param);
   std::vector<HostTensor> ins = {HostTensor(ACL_INT32, {n})};
   std::vector<HostTensor> outs = AllocateOutputs(*op, Tensors(ins));

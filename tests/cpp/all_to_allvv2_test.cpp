@@ -13,6 +13,7 @@
 
 #include "op_harness.h"
 #include "ops/all_to_allvv2/all_to_allvv2_param.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -290,6 +291,7 @@ Counts ValidCounts() { return {{2, 3}, {0, 2}, {2, 4}, {0, 2}}; }
 
 /// Setup on rank 0 of 2 (fails before any communication when the inputs break a rule).
 Status SetupRank0(Inputs& in, int64_t outElements) {
+  const LoneRank lone;
   OperationPtr op =
       MakeOperation("AllToAllVV2Operation", {{"rank", 0}, {"rankSize", 2}, {"commMode", 1}});
   std::vector<HostTensor> outs = {HostTensor(in.at(0).dtype(), {1, outElements})};

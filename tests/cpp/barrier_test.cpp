@@ -9,6 +9,7 @@
 
 #include "op_harness.h"
 #include "ops/barrier/barrier_param.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -95,6 +96,7 @@ TEST(BarrierErrors, HasNoTensors) {
 
 // Tensor-count errors are found before the communicator is touched, so one rank suffices.
 TEST(BarrierErrors, RejectsTensorsBeforeCommunicating) {
+  const LoneRank lone;
   OperationPtr op = MakeOperation("BarrierOperation", {{"rank", 0}, {"rankSize", 2}});
   std::vector<HostTensor> one = {HostTensor(ACL_FLOAT, {2})};
   std::vector<HostTensor> none;

@@ -11,12 +11,12 @@ namespace collops {
 namespace testing {
 
 /// Every rank of the job runs a Barrier first (the refusals are told through a communicator that
-/// exists; first_call_failure_suite.h refuses a domain's first call) and one at the end; in between,
-/// ranks 0 and 1 run, for each way a tensor can fail one
-/// side's checks (its format, its dtype, y's shape, y overlapping x, a pointer only Execute sees),
-/// a call in which one of them refuses, then a good call that must deliver (the pair is still in
-/// step). Each refused call must end on both ranks within `promptSeconds`: run it with a
-/// COLLOPS_TIMEOUT well above that, so a peer left waiting fails the test.
+/// exists; first_call_failure_suite.h refuses a domain's first call) and one at the end; in
+/// between, ranks 0 and 1 run, for each way a tensor can fail one side's checks (its format, its
+/// dtype, y's shape, y overlapping x, a pointer only Execute sees), a call in which one of them
+/// refuses, then a good call that must deliver (the pair is still in step). Each refused call must
+/// end on both ranks within `promptSeconds`: run it with a COLLOPS_TIMEOUT well above that, so a
+/// peer left waiting fails the test.
 void RunPointToPointRefusals(const SuiteJob& job, double promptSeconds);
 
 }  // namespace testing

@@ -8,6 +8,7 @@
 
 #include "op_harness.h"
 #include "ops/reduce_scatter/reduce_scatter_param.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -110,6 +111,7 @@ TEST(ReduceScatterErrors, InferShapeRejectsDim0NotDivisibleByRankSize) {
 
 TEST(ReduceScatterErrors, SetupRejectsDim0NotDivisibleByRankSize) {
   // The rule is checked before any communicator is acquired, so one rank of two can run alone.
+  const LoneRank lone;
   OperationPtr op = MakeOperation(
       "ReduceScatterOperation",
       {{"rank", 0}, {"rankSize", 2}, {"commMode", 1}, {"commDomain", UniqueDomain()}});

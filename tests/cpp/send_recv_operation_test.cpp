@@ -10,6 +10,7 @@
 #include "op_harness.h"
 #include "p2p_refusal_suite.h"
 #include "p2p_test_util.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -182,6 +183,7 @@ TEST(SendRecvOperationErrors, ARankRefusingItsTensorsFailsItsPeerAtOnce) {
 }
 
 TEST(SendRecvOperationErrors, TensorCountsShapeAndDtype) {
+  const LoneRank lone;
   OperationPtr op = MakeOperation("SendRecvOperation",
                                   {{"rank", 0}, {"rankSize", 2}, {"destRank", 1}, {"srcRank", 1}});
   EXPECT_EQ(op->GetInputNum(), 1u);

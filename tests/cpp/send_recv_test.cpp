@@ -9,6 +9,7 @@
 #include "ops/recv/recv_param.h"
 #include "ops/send/send_param.h"
 #include "p2p_test_util.h"
+#include "thread_comm_test_util.h"
 #include "thread_ranks.h"
 
 namespace collops {
@@ -262,6 +263,7 @@ TEST(SendRecvErrors, PeerMustBeAnIntegerInJson) {
 }
 
 TEST(SendRecvErrors, ShapesAndTensorCounts) {
+  const LoneRank lone;
   OperationPtr send =
       MakeOperation("SendOperation", {{"rank", 0}, {"rankSize", 2}, {"destRank", 1}});
   EXPECT_EQ(send->GetInputNum(), 1u);

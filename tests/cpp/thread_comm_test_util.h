@@ -99,5 +99,17 @@ class ScopedEnv {
   bool hadOld_ = false;
 };
 
+/// For a test of one rank's own checks, run without the peers its op's rankSize names: a failing
+/// first call joins the communicator's creation to tell them (OperationBase::ShareFailure), which
+/// would wait COLLOPS_TIMEOUT for them; here the creation gives up at once and the rank's own
+/// error stands.
+class LoneRank {
+ public:
+  LoneRank() : timeout_("COLLOPS_TIMEOUT", "0.05") {}
+
+ private:
+  ScopedEnv timeout_;
+};
+
 }  // namespace testing
 }  // namespace collops
