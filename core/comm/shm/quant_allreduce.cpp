@@ -58,6 +58,7 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
   // AllReduce's (the policy's stream threshold): its lines are not read from memory first.
   const bool stream =
       rounds > 1 && static_cast<const void*>(in) != out && t_.StreamsOutput(count * e);
+  const auto sum = stream ? SumDequantiseInt8Streaming : SumDequantiseInt8;
   srcs_.resize(size);
   for (size_t k = 0; k < rounds; ++k) {
     const size_t lo = k * per;
@@ -68,13 +69,7 @@ void QuantAllReduceAlgorithms::OneShot(const int8_t* in, uint8_t* out, size_t co
     for (int r = 0; r < size; ++r) {
       srcs_[r] = r == rank ? in + lo : reinterpret_cast<const int8_t*>(t_.HalfOf(r));
     }
-    if (stream) {
-      SumDequantiseInt8Streaming(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype,
-                                 out + lo * e);
-    } else {
-      SumDequantiseInt8(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype,
-                        out + lo * e);
-    }
+    sum(srcs_.data(), size, n, static_cast<int64_t>(lo), quant, outDtype, out + lo * e);
   }
 }
 
