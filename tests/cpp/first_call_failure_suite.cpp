@@ -91,13 +91,6 @@ void ExpectGoodCall(const SuiteJob& job, const FirstCallCase& c, const std::stri
   }
 }
 
-void Barrier(const SuiteJob& job, const std::string& what) {
-  OperationPtr op = MakeOperation("BarrierOperation", job.Param(), job.comm);
-  std::vector<HostTensor> none, noneOut;
-  EXPECT_EQ(RunOperation(*op, Tensors(none), Tensors(noneOut)), NO_ERROR)
-      << what << ": " << LastErrorMessage();
-}
-
 void RunCase(const SuiteJob& job, const FirstCallCase& c, double promptSeconds) {
   const int failer = c.failer < 0 ? job.rankSize - 1 : c.failer;
   const std::string what = Concat(c.name, " on rank ", failer, " in the first call of ",
@@ -128,7 +121,7 @@ void RunCase(const SuiteJob& job, const FirstCallCase& c, double promptSeconds) 
   // the Barrier that ends the case.
   if (peerOfTheCall) ExpectGoodCall(job, c, Concat(what, ": the good call after it"));
   if (::testing::Test::HasFatalFailure()) return;
-  if (peerOfTheCall) Barrier(job, Concat(what, ": the Barrier after it"));
+  if (peerOfTheCall) RunBarrier(job, Concat(what, ": the Barrier after it"));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Test helpers for operation golden tests: tensors that own their memory, dtype conversion
 // written independently of the library's kernels, deterministic test data, and ATB's
-// comparison rule.
+// comparison rule, and a substring check for error messages.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +86,11 @@ int64_t FirstBeyondBound(DataType dtype, const std::vector<double>& values,
 /// ExpectClose with |a - g| <= thr * max(1, magnitude[i]) (FirstBeyondBound).
 void ExpectCloseScaled(const HostTensor& got, const std::vector<double>& golden,
                        const std::vector<double>& magnitude, const std::string& what);
+
+/// Whether `text` holds `piece`: the check of error messages.
+inline bool Contains(const std::string& text, const std::string& piece) {
+  return text.find(piece) != std::string::npos;
+}
 
 const std::vector<DataType>& ReducibleDtypes();
 const std::vector<DataType>& MovableDtypes();

@@ -508,6 +508,13 @@ bool InMovementSubset(DataType dtype) {
 
 }  // namespace
 
+void RunBarrier(const SuiteJob& job, const std::string& what) {
+  OperationPtr op = MakeOperation("BarrierOperation", job.Param(), job.comm);
+  std::vector<HostTensor> none, noneOut;
+  EXPECT_EQ(RunOperation(*op, Tensors(none), Tensors(noneOut)), NO_ERROR)
+      << what << ": " << LastErrorMessage();
+}
+
 void RunEveryOp(const SuiteJob& job, DataType dtype) {
   if (IsReducible(dtype)) {
     AllReduce(job, dtype);

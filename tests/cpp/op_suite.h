@@ -44,6 +44,10 @@ SuiteJob ThreadJob(int rank, int rankSize, const std::string& domain, Communicat
 /// int8 also runs the quantised AllReduce suite (quant_suite.h).
 void RunEveryOp(const SuiteJob& job, DataType dtype);
 
+/// One BarrierOperation on the job's communicator, expected to succeed (`what` names it in a
+/// failure): keeps every rank in a job until its peers are done with a shared communicator.
+void RunBarrier(const SuiteJob& job, const std::string& what);
+
 /// Only the in-place forms of RunEveryOp (AllReduce, ReduceScatter(V), AllGather(V)), for engines
 /// that run the rest elsewhere (thread ranks).
 void RunInPlaceForms(const SuiteJob& job, DataType dtype);

@@ -104,15 +104,6 @@ void GoodSend(const SuiteJob& job, const std::string& what) {
   ExpectExactly(outs[0], TestValues(ACL_FLOAT, kCount, 31, 0), what);
 }
 
-/// Every rank: the communicator is collective to create, and ranks beyond the pair must not leave
-/// while it is in use.
-void Barrier(const SuiteJob& job, const std::string& what) {
-  OperationPtr op = MakeOperation("BarrierOperation", job.Param(), job.comm);
-  std::vector<HostTensor> none, noneOut;
-  EXPECT_EQ(RunOperation(*op, Tensors(none), Tensors(noneOut)), NO_ERROR)
-      << what << ": " << LastErrorMessage();
-}
-
 void RefusalsOfThePair(const SuiteJob& job, double promptSeconds) {
   GoodSend(job, Concat("rank ", job.rank, ": the first Send/Recv"));
   for (const RefusalCase& c : Cases()) {
@@ -147,9 +138,9 @@ void RefusalsOfThePair(const SuiteJob& job, double promptSeconds) {
 
 void RunPointToPointRefusals(const SuiteJob& job, double promptSeconds) {
   if (job.rankSize < 2) return;
-  Barrier(job, Concat("rank ", job.rank, ": the Barrier before the refusals"));
+  RunBarrier(job, Concat("rank ", job.rank, ": the Barrier before the refusals"));
   if (job.rank <= 1) RefusalsOfThePair(job, promptSeconds);
-  Barrier(job, Concat("rank ", job.rank, ": the Barrier after the refusals"));
+  RunBarrier(job, Concat("rank ", job.rank, ": the Barrier after the refusals"));
 }
 
 }  // namespace testing

@@ -1,6 +1,6 @@
-// What the process fault tests share: a substring check for error messages, memory the forked
-// ranks and the parent both see (where ranks report what they saw to the parent), and a job
-// whose rank is SIGKILLed in the middle of collectives.
+// What the process fault tests share: memory the forked ranks and the parent both see (where
+// ranks report what they saw to the parent), and a job whose rank is SIGKILLed in the middle of
+// collectives.
 #pragma once
 
 #include <sys/mman.h>
@@ -8,12 +8,10 @@
 #include <cstddef>
 #include <string>
 
+#include "op_harness.h"  // Contains, which every file of these tests uses
+
 namespace collops {
 namespace testing {
-
-inline bool Contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 /// Memory shared by the test's children and the parent (results the children report).
 template <class T>

@@ -17,6 +17,7 @@
 
 #include "core/comm/shm/process_rendezvous.h"
 #include "core/comm/shm/rendezvous_wire.h"
+#include "op_harness.h"
 #include "process_ranks.h"
 #include "thread_comm_test_util.h"
 
@@ -25,16 +26,13 @@ namespace {
 
 using shm::UniqueFd;
 using testing::CaughtStatus;
+using testing::Contains;
 using testing::ForkRanks;
 using testing::MakeLcclComm;
 using testing::ProcessRanksOptions;
 using testing::RankOutcome;
 
 constexpr uid_t kNobody = 65534;
-
-bool Contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 /// The abstract name of rank 0 of a 2-rank job `jobKey` in `domain` of user `uid`.
 std::string RankZeroName(uid_t uid, const std::string& jobKey, const std::string& domain) {

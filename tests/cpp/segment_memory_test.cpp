@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/comm/shm/process_segment.h"
+#include "op_harness.h"
 #include "process_ranks.h"
 #include "thread_comm_test_util.h"
 
@@ -22,14 +23,11 @@ namespace collops {
 namespace {
 
 using testing::CaughtStatus;
+using testing::Contains;
 using testing::ForkRanks;
 using testing::MakeLcclComm;
 using testing::ProcessRanksOptions;
 using testing::RankOutcome;
-
-bool Contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 /// Whether process `pid` holds a descriptor of an lccl segment (a memfd named collops-lccl).
 bool HoldsSegment(pid_t pid) {

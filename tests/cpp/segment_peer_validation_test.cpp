@@ -15,6 +15,7 @@
 #include "collops/status.h"
 #include "collops/topology.h"
 #include "core/comm/shm/process_segment.h"
+#include "op_harness.h"
 #include "process_ranks.h"
 #include "thread_comm_test_util.h"
 
@@ -22,13 +23,10 @@ namespace collops {
 namespace {
 
 using testing::CaughtStatus;
+using testing::Contains;
 using testing::MakeProcessComm;
 using testing::ProcessRanksOptions;
 using testing::RunProcessRanks;
-
-bool Contains(const std::string& text, const std::string& piece) {
-  return text.find(piece) != std::string::npos;
-}
 
 /// Waits (up to 30 s) until some rank has published an abort record: the scribbler stays alive
 /// until its victim has failed, so the victim's error is about the record, not a lost peer.
