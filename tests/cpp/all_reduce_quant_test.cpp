@@ -239,7 +239,9 @@ TEST_P(QuantAllReducePrimitivesGolden, ForcedOnThreadRanks) {
       const int64_t count = NumElements(MakeDims(c.shape));
       const uint64_t blocks =
           PlanQuantAllReduce(QuantAlgoFromEnv(), rankSize, rank, count).workspaceBytes;
-      if (std::string(algo) == "oneshot") EXPECT_EQ(blocks, uint64_t(rankSize * count));
+      if (std::string(algo) == "oneshot") {
+        EXPECT_EQ(blocks, uint64_t(rankSize * count));
+      }
       EXPECT_EQ(QuantWorkspaceBytes(job, c), blocks) << c.Name() << ", rank " << rank;
       RunQuantCase(job, c);
     }
