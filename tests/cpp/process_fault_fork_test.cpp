@@ -20,10 +20,12 @@
 #include "core/comm/shm/process_fd.h"
 #include "process_fault_test_util.h"
 #include "process_ranks.h"
+#include "thread_comm_test_util.h"
 
 namespace collops {
 namespace {
 
+using testing::CaughtStatus;
 using testing::Contains;
 using testing::MakeLcclComm;
 using testing::ProcessRanksOptions;
@@ -49,14 +51,9 @@ TEST(ProcessFault, AForkedChildNeitherHoldsTheRankNorUsesTheCommunicator) {
         ASSERT_GE(child, 0);
         if (child == 0) {
           close(toChild[1]);
-          Status status = NO_ERROR;
           std::string message;
-          try {
-            comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum);
-          } catch (const Error& e) {
-            status = e.status();
-            message = e.what();
-          }
+          const Status status = CaughtStatus(
+              [&] { comm->AllReduce(&in, &sum, 1, ACL_INT32, ReduceOp::kSum); }, &message);
           const bool refused = status == ERROR_COMM_FAIL &&
                                Contains(message, "a child of fork() cannot use it") &&
                                Contains(message, std::to_string(getppid()));
