@@ -10,11 +10,14 @@
 // previous one.
 //
 // The GIL: methods of a torch custom class called from Python run through
-// torch::jit::runAndInsertCall, which releases the GIL around the call. So a rank blocked in a
-// collective never stops the other Python threads, and threads can be the ranks of a
-// commMode 1 job; tests/python/operation_torch/test_operation_torch_threads.py checks exactly that.
+// torch::jit::runAndInsertCall, which releases the GIL around the call, and so do the builtin
+// execute and execute_out that `import collops` gives these objects (operation_torch_methods.cpp).
+// So a rank blocked in a collective never stops the other Python threads, and threads can be the
+// ranks of a commMode 1 job; tests/python/operation_torch/test_operation_torch_threads.py checks
+// exactly that.
 //
-// One execute call, in order: the custom-class dispatch (IValue lists of tensors in and out);
+// One execute call, in order: the builtin method's conversion of the list of tensors (or torch's
+// custom-class call with IValue lists in and out, where the builtin does not take the call);
 // AllocateOutputs (the op's InferShape when the inputs' shapes or dtypes changed, output tensors
 // over reused or new memory); Prepare (contiguous
 // inputs, the VariantPack with bound host counts: variant_pack.h, host_count_binding.h); then
@@ -37,6 +40,7 @@
 #include "dtype_map.h"
 #include "host_count_binding.h"
 #include "intra_op_threads.h"
+#include "operation_torch.h"
 #include "reused_outputs.h"
 #include "shared_tensor.h"
 #include "variant_pack.h"
@@ -69,6 +73,8 @@ std::string Dump(const Json& result) {
 std::string ResultJson(Status status, const std::string& message) {
   return Dump(Json{{"result", static_cast<int>(status)}, {"message", message}});
 }
+
+}  // namespace
 
 class OperationTorch : public torch::CustomClassHolder {
  public:
@@ -376,7 +382,23 @@ class OperationTorch : public torch::CustomClassHolder {
   std::shared_ptr<Communicator> heapComm_;  // the held operation's, once it exists
 };
 
-}  // namespace
+OperationTorch* HeldOperationTorch(const c10::ivalue::Object& object) {
+  static const c10::ClassTypePtr kType =
+      c10::getCustomClassType<c10::intrusive_ptr<OperationTorch>>();
+  if (object.type() != kType) return nullptr;
+  return static_cast<OperationTorch*>(object.getSlot(0).toCapsule().get());
+}
+
+std::vector<at::Tensor> ExecuteOperationTorch(OperationTorch& op,
+                                              const std::vector<at::Tensor>& ins) {
+  return op.Execute(ins);
+}
+
+void ExecuteOutOperationTorch(OperationTorch& op, const std::vector<at::Tensor>& ins,
+                              const std::vector<at::Tensor>& outs) {
+  op.ExecuteOut(ins, outs);
+}
+
 }  // namespace collops
 
 TORCH_LIBRARY(OperationTorch, m) {

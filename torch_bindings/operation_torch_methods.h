@@ -1,0 +1,13 @@
+// The Python methods of OperationTorch that skip torch's custom-class call
+// (operation_torch_methods.cpp).
+#pragma once
+
+namespace collops {
+
+/// Puts the descriptors execute and execute_out on torch.ScriptObject: for an OperationTorch
+/// object they give methods that run its execute and execute_out without torch's custom-class
+/// call; for any other object, ScriptObject.__getattr__ answers as before. Needs the GIL;
+/// calling it again replaces them.
+void InstallOperationTorchMethods();
+
+}  // namespace collops
