@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-PATHS = ["execute", "execute_out", "ops", "ops_", "dist", "noop"]
+PATHS = ["execute", "execute_torch", "execute_out", "ops", "ops_", "dist", "noop"]
 #: Paths that need DeepSpeed (bench/python_paths.py's), profiled only when asked for by --paths.
 DS_PATHS = ["deepspeed", "ds_kernel"]
 
@@ -50,8 +50,7 @@ CATEGORIES = [
                 r"pybind11::detail::list_caster<std::vector<at::Tensor",
                 r"pybind11::detail::type_caster<at::Tensor",
                 r"THPVariable_Wrap\(",
-                r"collops::PyTensors",
-                r"collops::TensorsToPy",
+                r"collops::\(anonymous namespace\)::TensorsOf\(",
             ],
             "minus": [],
         },
@@ -62,7 +61,6 @@ CATEGORIES = [
             "plus": [
                 r"collops::\(anonymous namespace\)::OperationTorch::AllocateOutputs\(",
                 r"collops::OperationTorch::AllocateOutputs\(",
-                r"collops::OutputFor\(",
                 r"THPVariable_dealloc\(",
                 r"collops::ops_kernels::NewOutput",
             ],
@@ -76,8 +74,6 @@ CATEGORIES = [
                 r"collops::OperationBase::Setup\(",
                 r"collops::OperationBase::Execute\(",
                 r"OperationTorch::Prepare\(",
-                r"OperationTorch::BuildPlan\(",
-                r"OperationTorch::PackCall\(",
                 r"OperationTorch::SetupOp\(",
             ],
             # Execute's data movement and agreement are parts of their own.

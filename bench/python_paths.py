@@ -7,6 +7,9 @@ Columns (every one measured in the same run, row by row, one after the other):
                   cross-rank check inside every call), run between the Python paths of the row
   execute         OperationTorch.execute([x]) (new outputs every call, over reused memory when the
                   previous ones were dropped)
+  execute_torch   the same call through torch's custom-class method
+                  (torch.ScriptObject.__getattr__(op, "execute")), which the builtin execute that
+                  `import collops` installs skips
   execute_out     OperationTorch.execute_out([x], [y]) into outputs from empty_shared (once)
   ops             torch.ops.collops.<op>, eager: all_reduce(x) (the schema's defaults: "sum" on
                   the default group, the collops one here), all_gather(x, group_name)

@@ -5,6 +5,7 @@ and the two ways every call is timed.
 PATHS = [
     "engine",
     "execute",
+    "execute_torch",
     "execute_out",
     "ops",
     "ops_",

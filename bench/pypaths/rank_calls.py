@@ -49,6 +49,8 @@ class Row:
         import torch
         import torch.distributed as dist
 
+        # torch's custom-class method of an OperationTorch object (the builtin execute skips it)
+        torch_method = torch.ScriptObject.__getattr__
         self.calls, self.checks, self.notes = {}, {}, {}
         R, rank = env.world, env.rank
         t = _torch_dtype(dtype)
@@ -74,6 +76,7 @@ class Row:
             golden = R * (R + 1) / 2
             self.calls = {
                 "execute": lambda: opt.execute([x]),
+                "execute_torch": lambda: torch_method(opt, "execute")([x]),
                 "execute_out": lambda: opt.execute_out([x], [out]),
                 # "sum" on the default group: the schema's defaults, as DeepSpeed users call theirs.
                 "ops": lambda: torch.ops.collops.all_reduce(x),
@@ -104,6 +107,9 @@ class Row:
 
             self.checks = {
                 "execute": lambda: check_out_of_place(self.calls["execute"], lambda r: r[0]),
+                "execute_torch": lambda: check_out_of_place(
+                    self.calls["execute_torch"], lambda r: r[0]
+                ),
                 "execute_out": lambda: check_out_of_place(
                     lambda: (out.fill_(-1), self.calls["execute_out"]()), lambda r: out
                 ),
@@ -134,6 +140,7 @@ class Row:
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
             self.calls = {
                 "execute": lambda: opt.execute([x]),
+                "execute_torch": lambda: torch_method(opt, "execute")([x]),
                 "execute_out": lambda: opt.execute_out([x], [out]),
                 "ops": lambda: torch.ops.collops.all_gather(x, gname),
                 "dist": lambda: gather(y, x),
@@ -155,6 +162,7 @@ class Row:
 
             self.checks = {
                 "execute": lambda: check(self.calls["execute"], lambda r: r[0], y),
+                "execute_torch": lambda: check(self.calls["execute_torch"], lambda r: r[0], y),
                 "execute_out": lambda: check(self.calls["execute_out"], lambda r: out, out),
                 "ops": lambda: check(self.calls["ops"], lambda r: r, y),
                 "dist": lambda: check(self.calls["dist"], lambda r: y, y),

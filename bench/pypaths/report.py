@@ -87,7 +87,10 @@ def markdown(results, meta, plots):
         "the latency the max over ranks, the median over calls. `loop`: calls back to back, the "
         "mean per call, the max over ranks. `engine`: collops-bench (process mode, "
         "`COLLOPS_SHM_BIND=1`: Setup once, Execute in a loop, the cross-rank check inside every "
-        "call). `execute`: OperationTorch.execute (new outputs every call); `execute_out`: "
+        "call). `execute`: OperationTorch.execute (new outputs every call); `execute_torch`: the "
+        "same call through torch's custom-class method (`torch.ScriptObject.__getattr__(op, "
+        '"execute")`), which the builtin `execute` that `import collops` installs skips; '
+        "`execute_out`: "
         "into outputs from `empty_shared`; `ops`: eager `torch.ops.collops.*` "
         '(`all_reduce(x)`: "sum" on the default group by the schema\'s defaults); `ops_`: eager '
         "`torch.ops.collops.inference_all_reduce_(y)` (in place, `ds_kernel`'s op shape on "
