@@ -9,7 +9,9 @@
 //   runs the same C++ method as torch's call without the GIL (as torch's call does) and returns
 //   what it returns;
 // - for an object of any other class it raises AttributeError, and Python falls back to
-//   ScriptObject.__getattr__ exactly as without it.
+//   ScriptObject.__getattr__ exactly as without it;
+// - called on the class (torch.ScriptObject.execute(op, inputs)) it calls the method of its first
+//   argument.
 // A call the builtin method does not take as it is goes to torch's own method, so it behaves and
 // fails as it always did: keywords, another number of arguments, anything but a list, an item
 // that is not exactly a torch.Tensor (a subclass may dispatch through __torch_function__), and
@@ -145,6 +147,34 @@ PyObject* DescriptorGet(PyObject* descriptor, PyObject* object, PyObject* /*type
   return PyCFunction_NewEx(self->def, object, nullptr);
 }
 
+// A data descriptor, so that tools which read attributes of objects without running Python
+// (torch.compile's tracing) resolve it through the object's attribute lookup, as Python does,
+// rather than take the descriptor itself for the attribute. Assignments never come here:
+// ScriptObject.__setattr__ handles every one.
+int DescriptorSet(PyObject* descriptor, PyObject* /*object*/, PyObject* /*value*/) {
+  PyErr_Format(PyExc_AttributeError, "%s is read-only",
+               reinterpret_cast<MethodDescriptor*>(descriptor)->def->ml_name);
+  return -1;
+}
+
+// descriptor(object, *args): the method of `object` called with args, as a function on a class
+// is called (torch.ScriptObject.execute(op, inputs), and what tools that look attributes up on
+// the type, such as torch.compile, do). Any object but an OperationTorch gets torch's method.
+PyObject* DescriptorCall(PyObject* descriptor, PyObject* args, PyObject* kwargs) {
+  auto* self = reinterpret_cast<MethodDescriptor*>(descriptor);
+  const Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n < 1) {
+    PyErr_Format(PyExc_TypeError, "%s() needs the object it is a method of", self->def->ml_name);
+    return nullptr;
+  }
+  const py::object bound = py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(self->def, PyTuple_GET_ITEM(args, 0), nullptr));
+  if (!bound) return nullptr;
+  const py::object rest = py::reinterpret_steal<py::object>(PyTuple_GetSlice(args, 1, n));
+  if (!rest) return nullptr;
+  return PyObject_Call(bound.ptr(), rest.ptr(), kwargs);
+}
+
 void DescriptorDealloc(PyObject* descriptor) {
   PyTypeObject* type = Py_TYPE(descriptor);
   PyObject_Free(descriptor);
@@ -155,6 +185,8 @@ void DescriptorDealloc(PyObject* descriptor) {
 PyTypeObject* MethodDescriptorType() {
   static PyType_Slot slots[] = {
       {Py_tp_descr_get, reinterpret_cast<void*>(DescriptorGet)},
+      {Py_tp_descr_set, reinterpret_cast<void*>(DescriptorSet)},
+      {Py_tp_call, reinterpret_cast<void*>(DescriptorCall)},
       {Py_tp_dealloc, reinterpret_cast<void*>(DescriptorDealloc)},
       {Py_tp_doc, const_cast<char*>("A method of OperationTorch objects (collops).")},
       {0, nullptr}};

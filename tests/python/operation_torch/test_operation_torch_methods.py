@@ -141,3 +141,30 @@ def test_traced_calls_go_to_torchs_method():
     ]
     assert refusals[0] == refusals[1], refusals
     assert "not part of the active trace" in refusals[0][1], refusals
+
+
+def test_the_method_called_on_the_class_takes_the_object_first():
+    op = solo()
+    x = torch.arange(4.0)
+    (y,) = torch.ScriptObject.execute(op, [x])
+    assert torch.equal(y, x)
+    out = torch.empty(4)
+    torch.ScriptObject.execute_out(op, [x], [out])
+    assert torch.equal(out, x)
+    kind, message = raised(lambda: torch.ScriptObject.execute())
+    assert kind is TypeError and "needs the object" in message, message
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace the builtin")
+def test_a_compiled_function_that_calls_execute_runs_it():
+    """torch.compile reads the attribute through the object (the descriptor is a data descriptor),
+    breaks the graph at the builtin call and runs it as Python would; without that it called the
+    descriptor itself. OperationTorch is not capturable in one graph (torch.ops.collops is)."""
+    op = solo()
+
+    def f(x):
+        return op.execute([x * 2])[0] + 1
+
+    x = torch.arange(3.0)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(f)(x), x * 2 + 1)
