@@ -35,10 +35,21 @@ namespace py = pybind11;
 
 // The OperationTorch that `self` holds; null when self is not a ScriptObject of that class.
 OperationTorch* OperationTorchOf(PyObject* self) {
-  py::detail::make_caster<torch::jit::Object> caster;
-  if (!caster.load(self, /*convert=*/false)) return nullptr;
-  const auto& object = py::detail::cast_op<const torch::jit::Object&>(caster);
-  return HeldOperationTorch(*object._ivalue());
+  // torch's registration of ScriptObject (torch::jit::Object), looked up once: an object of
+  // exactly that type gives its value without pybind11's search by type on every call.
+  static const py::detail::type_info* const kScriptObject =
+      py::detail::get_type_info(typeid(torch::jit::Object));
+  const torch::jit::Object* object = nullptr;
+  if (kScriptObject != nullptr && Py_TYPE(self) == kScriptObject->type) {
+    auto* instance = reinterpret_cast<py::detail::instance*>(self);
+    object = static_cast<const torch::jit::Object*>(
+        instance->get_value_and_holder(kScriptObject).value_ptr());
+  } else {  // a subclass (ScriptModule), or no ScriptObject at all
+    py::detail::make_caster<torch::jit::Object> caster;
+    if (!caster.load(self, /*convert=*/false)) return nullptr;
+    object = &py::detail::cast_op<const torch::jit::Object&>(caster);
+  }
+  return object != nullptr ? HeldOperationTorch(*object->_ivalue()) : nullptr;
 }
 
 // The tensors of `list`: false unless it is a list of exact torch.Tensor objects.

@@ -131,4 +131,6 @@ const std::string& LastErrorMessage() { return lastErrorMessage; }
 
 void SetLastErrorMessage(std::string message) { lastErrorMessage = ValidUtf8(std::move(message)); }
 
+void ClearLastErrorMessage() { lastErrorMessage.clear(); }
+
 }  // namespace collops

@@ -45,6 +45,8 @@ const char* StatusName(int32_t status);
 /// or rank. Cleared to "" by every public call that succeeds.
 const std::string& LastErrorMessage();
 void SetLastErrorMessage(std::string message);
+/// SetLastErrorMessage(""), without making and checking a string: every successful call does it.
+void ClearLastErrorMessage();
 
 /// `text` as valid UTF-8: every byte that does not belong to a well-formed UTF-8 sequence
 /// (overlong forms, surrogates and code points past U+10FFFF included) written as \xNN. Every
@@ -120,7 +122,7 @@ template <class Body>
 Status Guarded(Body&& body) {
   try {
     body();
-    SetLastErrorMessage("");
+    ClearLastErrorMessage();
     return NO_ERROR;
   } catch (const Error& e) {
     SetLastErrorMessage(e.what());
