@@ -71,6 +71,9 @@ std::string Dump(const Json& result) {
 }
 
 std::string ResultJson(Status status, const std::string& message) {
+  // Success, the answer of nearly every call, is made once.
+  static const std::string kSucceeded = Dump(Json{{"result", 0}, {"message", ""}});
+  if (status == NO_ERROR && message.empty()) return kSucceeded;
   return Dump(Json{{"result", static_cast<int>(status)}, {"message", message}});
 }
 
@@ -397,6 +400,10 @@ std::vector<at::Tensor> ExecuteOperationTorch(OperationTorch& op,
 void ExecuteOutOperationTorch(OperationTorch& op, const std::vector<at::Tensor>& ins,
                               const std::vector<at::Tensor>& outs) {
   op.ExecuteOut(ins, outs);
+}
+
+std::string SetVaraintPackParamOfOperationTorch(OperationTorch& op, const std::string& json) {
+  return op.SetVaraintPackParam(json);
 }
 
 }  // namespace collops

@@ -1,11 +1,12 @@
 // torch.classes.OperationTorch.OperationTorch (operation_torch.cpp) as other code of the binding
-// reaches it: the object a ScriptObject holds, and its execute methods, for the Python methods
-// that skip torch's custom-class call (operation_torch_methods.cpp).
+// reaches it: the object a ScriptObject holds, and the methods Python calls on every step, for
+// the Python methods that skip torch's custom-class call (operation_torch_methods.cpp).
 #pragma once
 
 #include <ATen/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include <string>
 #include <vector>
 
 namespace collops {
@@ -20,5 +21,7 @@ std::vector<at::Tensor> ExecuteOperationTorch(OperationTorch& op,
                                               const std::vector<at::Tensor>& ins);
 void ExecuteOutOperationTorch(OperationTorch& op, const std::vector<at::Tensor>& ins,
                               const std::vector<at::Tensor>& outs);
+/// OperationTorch.set_varaintpack_param: the result JSON.
+std::string SetVaraintPackParamOfOperationTorch(OperationTorch& op, const std::string& json);
 
 }  // namespace collops

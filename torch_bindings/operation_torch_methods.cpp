@@ -1,21 +1,24 @@
-// OperationTorch's execute and execute_out called from Python without torch's custom-class call.
+// OperationTorch's execute, execute_out and set_varaintpack_param called from Python without
+// torch's custom-class call.
 //
 // torch calls a custom class's method from Python through ScriptObject.__getattr__: a method
 // object made on every call, the arguments converted to IValues against the method's schema,
 // the method run from an interpreter stack, the result converted back. For a small tensor that
-// costs more than the collective itself. InstallOperationTorchMethods puts two descriptors,
-// execute and execute_out, on torch.ScriptObject:
-// - for an OperationTorch object each gives a builtin method that takes the tensors of a list,
-//   runs the same C++ method as torch's call without the GIL (as torch's call does) and returns
-//   what it returns;
+// costs more than the collective itself. InstallOperationTorchMethods puts three descriptors,
+// execute, execute_out and set_varaintpack_param (which a MoE layer calls before every
+// AllToAllVV2), on torch.ScriptObject:
+// - for an OperationTorch object each gives a builtin method that runs the same C++ method as
+//   torch's call and returns what it returns: the execute methods take the tensors of lists and
+//   run without the GIL (as torch's call does); set_varaintpack_param takes a str and keeps the
+//   GIL (it never waits);
 // - for an object of any other class it raises AttributeError, and Python falls back to
 //   ScriptObject.__getattr__ exactly as without it;
 // - called on the class (torch.ScriptObject.execute(op, inputs)) it calls the method of its first
 //   argument.
 // A call the builtin method does not take as it is goes to torch's own method, so it behaves and
-// fails as it always did: keywords, another number of arguments, anything but a list, an item
-// that is not exactly a torch.Tensor (a subclass may dispatch through __torch_function__), and
-// every call while torch.jit.trace records one.
+// fails as it always did: keywords, another number of arguments, anything but a list (a str for
+// set_varaintpack_param), an item that is not exactly a torch.Tensor (a subclass may dispatch
+// through __torch_function__), and every call while torch.jit.trace records one.
 #include <Python.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Exceptions.h>
@@ -23,6 +26,7 @@
 #include <torch/csrc/jit/api/object.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include <string>
 #include <vector>
 
 #include "operation_torch.h"
@@ -76,12 +80,18 @@ PyObject* CallTorchMethod(PyObject* self, const char* name, PyObject* const* arg
   return result;
 }
 
+// The OperationTorch of a call the builtin method may run itself: `arity` positional arguments,
+// no keywords, no trace being recorded; null for any other call.
+OperationTorch* TakenBy(PyObject* self, Py_ssize_t nargs, PyObject* kwnames, Py_ssize_t arity) {
+  if (nargs != arity || kwnames != nullptr || torch::jit::tracer::isTracing()) return nullptr;
+  return OperationTorchOf(self);
+}
+
 // Whether a call of `self` with these arguments is one the builtin method runs itself; fills
 // `op` and the tensors of the first `lists` arguments when it is.
 bool TakesCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                Py_ssize_t lists, OperationTorch*& op, std::vector<at::Tensor>* tensors) {
-  if (nargs != lists || kwnames != nullptr || torch::jit::tracer::isTracing()) return false;
-  op = OperationTorchOf(self);
+  op = TakenBy(self, nargs, kwnames, lists);
   if (op == nullptr) return false;
   for (Py_ssize_t i = 0; i < lists; ++i) {
     if (!TensorsOf(args[i], tensors[i])) return false;
@@ -132,12 +142,36 @@ PyObject* ExecuteOut(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, P
   END_HANDLE_TH_ERRORS
 }
 
+// set_varaintpack_param(json): with the GIL held, as it never waits for anything.
+PyObject* SetVaraintPackParam(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                              PyObject* kwnames) {
+  HANDLE_TH_ERRORS
+  OperationTorch* op = TakenBy(self, PyVectorcall_NARGS(nargsf), kwnames, 1);
+  Py_ssize_t size = 0;
+  const char* text = op != nullptr && PyUnicode_CheckExact(args[0])
+                         ? PyUnicode_AsUTF8AndSize(args[0], &size)
+                         : nullptr;
+  if (text == nullptr) {
+    PyErr_Clear();  // a str UTF-8 cannot hold: torch's method says what it says of one
+    return CallTorchMethod(self, "set_varaintpack_param", args, static_cast<size_t>(nargsf),
+                           kwnames);
+  }
+  const std::string result =
+      SetVaraintPackParamOfOperationTorch(*op, std::string(text, static_cast<size_t>(size)));
+  return PyUnicode_FromStringAndSize(result.data(), static_cast<Py_ssize_t>(result.size()));
+  END_HANDLE_TH_ERRORS
+}
+
 // The functions' PyMethodDef, for the builtin methods the descriptors bind.
 PyMethodDef kExecute = {"execute", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(Execute)),
                         METH_FASTCALL | METH_KEYWORDS, "OperationTorch.execute(inputs) -> outputs"};
 PyMethodDef kExecuteOut = {
     "execute_out", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(ExecuteOut)),
     METH_FASTCALL | METH_KEYWORDS, "OperationTorch.execute_out(inputs, outputs)"};
+PyMethodDef kSetVaraintPackParam = {
+    "set_varaintpack_param",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(SetVaraintPackParam)),
+    METH_FASTCALL | METH_KEYWORDS, "OperationTorch.set_varaintpack_param(json) -> result json"};
 
 // A non-data descriptor on torch.ScriptObject: a builtin method bound to an OperationTorch object,
 // AttributeError (so ScriptObject.__getattr__ answers) for any other object.
@@ -214,7 +248,7 @@ PyTypeObject* MethodDescriptorType() {
 void InstallOperationTorchMethods() {
   PyTypeObject* type = MethodDescriptorType();
   const py::object scriptObject = py::module_::import("torch").attr("ScriptObject");
-  for (PyMethodDef* def : {&kExecute, &kExecuteOut}) {
+  for (PyMethodDef* def : {&kExecute, &kExecuteOut, &kSetVaraintPackParam}) {
     auto* descriptor = PyObject_New(MethodDescriptor, type);
     if (descriptor == nullptr) throw py::error_already_set();
     descriptor->def = def;

@@ -120,8 +120,9 @@ PYBIND11_MODULE(_c10d, m) {
       pybind11::arg("comm_domain"), pybind11::call_guard<pybind11::gil_scoped_release>(),
       "Drops the default context's communicators of comm_domain (None: all); returns how many.");
   m.def("install_operation_torch_methods", &collops::InstallOperationTorchMethods,
-        "Lets OperationTorch objects' execute and execute_out skip torch's custom-class call "
-        "(torch.ScriptObject gets descriptors that answer for OperationTorch objects alone).");
+        "Lets OperationTorch objects' execute, execute_out and set_varaintpack_param skip torch's "
+        "custom-class call (torch.ScriptObject gets descriptors that answer for OperationTorch "
+        "objects alone).");
   m.def(
       "version", [] { return std::string(collops::Version()); },
       "collops::Version() of the libcollops.so loaded: collops.__version__.");

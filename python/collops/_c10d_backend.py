@@ -104,6 +104,7 @@ def empty_shared(shape, dtype=None, group=None):
 
 # On import: the library is loaded (_library), and its backend is there for every module after.
 register(LIBRARY)
-# OperationTorch's execute and execute_out called from Python without torch's custom-class call
-# (torch_bindings/operation_torch_methods.cpp); objects of other classes are left as they were.
+# OperationTorch's execute, execute_out and set_varaintpack_param called from Python without
+# torch's custom-class call (torch_bindings/operation_torch_methods.cpp); objects of other classes
+# are left as they were.
 native(LIBRARY).install_operation_torch_methods()

@@ -1,4 +1,5 @@
-"""OperationTorch's execute and execute_out from Python without torch's custom-class call
+"""OperationTorch's execute, execute_out and set_varaintpack_param from Python without torch's
+custom-class call
 (torch_bindings/operation_torch_methods.cpp): the builtin methods answer for OperationTorch
 objects alone, give what torch's own methods give, fail as they fail, and hand every call they
 do not take as it is to torch's method."""
@@ -32,9 +33,17 @@ def raised(call):
     return type(caught.value), str(caught.value)
 
 
+def outcome(call):
+    """("returned", value) or (exception type, message) of call()."""
+    try:
+        return "returned", call()
+    except Exception as e:  # noqa: BLE001  (any outcome is compared)
+        return type(e), str(e)
+
+
 def test_an_operation_torch_object_has_the_builtin_methods():
     op = solo()
-    for name in ("execute", "execute_out"):
+    for name in ("execute", "execute_out", "set_varaintpack_param"):
         method = getattr(op, name)
         assert isinstance(method, types.BuiltinMethodType), (name, method)
         assert method.__self__ is op
@@ -168,3 +177,43 @@ def test_a_compiled_function_that_calls_execute_runs_it():
     x = torch.arange(3.0)
     torch._dynamo.reset()
     assert torch.equal(torch.compile(f)(x), x * 2 + 1)
+
+
+COUNTS = {"sendCounts": [2, 4], "sdispls": [0, 2], "recvCounts": [2, 2], "rdispls": [0, 2]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps(COUNTS),
+        json.dumps({**COUNTS, "bad": 1}),  # an unknown key
+        json.dumps({**COUNTS, "sendCounts": [2, -4]}),  # a negative count
+        "{not json",
+        "",
+    ],
+    ids=["counts", "unknown-key", "negative", "malformed", "empty"],
+)
+def test_set_varaintpack_param_answers_as_torchs_method(text):
+    op = solo("AllToAllVV2Operation", rankSize=2)
+    fast = op.set_varaintpack_param(text)
+    assert fast == torch_method(op, "set_varaintpack_param")(text), fast
+    assert json.loads(fast)["result"] == (0 if text == json.dumps(COUNTS) else 1), fast
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((b"{}",), {}),  # bytes, not str
+        ((COUNTS,), {}),  # a dict, not its JSON
+        ((None,), {}),
+        (("\ud800",), {}),  # a str UTF-8 cannot hold
+        ((), {"json": "{}"}),  # a keyword
+        (("{}", "{}"), {}),
+    ],
+    ids=["bytes", "dict", "none", "surrogate", "keyword", "two"],
+)
+def test_set_varaintpack_param_calls_the_builtin_does_not_take_get_torchs_answer(args, kwargs):
+    op = solo("AllToAllVV2Operation", rankSize=2)
+    fast = outcome(lambda: op.set_varaintpack_param(*args, **kwargs))
+    want = outcome(lambda: torch_method(op, "set_varaintpack_param")(*args, **kwargs))
+    assert fast == want, fast
