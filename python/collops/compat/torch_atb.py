@@ -411,7 +411,7 @@ class Operation:
         """Runs the operation on `tensors` (a list, in the op's input order) and returns its
         outputs as a list (an empty one for BroadcastParam, which works in place)."""
         try:
-            return list(self._op.execute(list(tensors)))
+            return self._op.execute(list(tensors))
         except RuntimeError as e:
             text = str(e)
             match = _STATUS.search(text)
