@@ -26,6 +26,7 @@
 #include <torch/csrc/jit/api/object.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -173,7 +174,7 @@ PyMethodDef kSetVaraintPackParam = {
     reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(SetVaraintPackParam)),
     METH_FASTCALL | METH_KEYWORDS, "OperationTorch.set_varaintpack_param(json) -> result json"};
 
-// A non-data descriptor on torch.ScriptObject: a builtin method bound to an OperationTorch object,
+// A descriptor on torch.ScriptObject: a builtin method bound to an OperationTorch object,
 // AttributeError (so ScriptObject.__getattr__ answers) for any other object.
 struct MethodDescriptor {
   PyObject_HEAD PyMethodDef* def;
@@ -185,7 +186,13 @@ PyObject* DescriptorGet(PyObject* descriptor, PyObject* object, PyObject* /*type
     Py_INCREF(descriptor);
     return descriptor;
   }
-  if (OperationTorchOf(object) == nullptr) {
+  OperationTorch* op = nullptr;
+  try {
+    op = OperationTorchOf(object);
+  } catch (const std::exception&) {  // no C++ exception may leave a CPython slot
+    op = nullptr;
+  }
+  if (op == nullptr) {
     PyErr_SetString(PyExc_AttributeError, self->def->ml_name);
     return nullptr;
   }
