@@ -1,6 +1,5 @@
 """OperationTorch's execute, execute_out and set_varaintpack_param from Python without torch's
-custom-class call
-(torch_bindings/operation_torch_methods.cpp): the builtin methods answer for OperationTorch
+custom-class call (torch_bindings/operation_torch_methods.cpp): the builtin methods answer for OperationTorch
 objects alone, give what torch's own methods give, fail as they fail, and hand every call they
 do not take as it is to torch's method."""
 
@@ -13,6 +12,8 @@ import torch
 import collops  # noqa: F401  (installs the methods)
 import golden_harness as golden
 from rank_harness import run_thread_ranks
+from solo_operation import make
+from solo_operation import solo as solo_params
 
 SEED = 20261130
 
@@ -23,14 +24,8 @@ def torch_method(op, name):
 
 
 def solo(name="AllReduceOperation", **param):
-    return golden.make_op(name, json.dumps({"rank": 0, "rankSize": 1, "commMode": 1, **param}))
-
-
-def raised(call):
-    """(type, message) of what call() raises; fails the test when it raises nothing."""
-    with pytest.raises(Exception) as caught:
-        call()
-    return type(caught.value), str(caught.value)
+    """`name` with its params set, in a one-rank job (solo_operation's)."""
+    return make(name, solo_params(**param))
 
 
 def outcome(call):
@@ -39,6 +34,13 @@ def outcome(call):
         return "returned", call()
     except Exception as e:  # noqa: BLE001  (any outcome is compared)
         return type(e), str(e)
+
+
+def raised(call):
+    """outcome(call) of a call that must raise; fails the test when it returns."""
+    result = outcome(call)
+    assert result[0] != "returned", f"returned {result[1]!r} instead of raising"
+    return result
 
 
 def test_an_operation_torch_object_has_the_builtin_methods():
