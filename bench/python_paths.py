@@ -37,6 +37,10 @@ Every path's result is checked once per row against golden values (DeepSpeed's t
 says whether its shared-memory kernel ran or DeepSpeed fell back to torch.distributed).
 Iterations: about --budget-ms of calls per path and mode (5 at least), after a probe and about
 30 ms of warm-up; calls of 10 ms or more get one probe and one warm-up call.
+Before every path of a row and after the last, collops-line-latency (in --build) times the
+round trip of one cache line between the first two CPUs, the floor of every synchronisation
+round: a virtual machine's CPUs can move further apart while it runs, which slows every path,
+and the report marks the rows where that happened (*far*).
 
     python3 bench/python_paths.py                                 # R=2, 4 KiB..1 MiB
     python3 bench/python_paths.py --ranks 2,4 --sizes 256,4K,64K,1M,16M,64M --dtypes float32,bfloat16
@@ -59,7 +63,7 @@ from pypaths.columns import DS_PATHS, DTYPES, OPS, PATHS
 from pypaths.deepspeed_peer import ds_segments, remove_ds_segments
 from pypaths.machine import cpu_text, loadavg, sh
 from pypaths.ranks import Ranks
-from pypaths.report import fmt, human, markdown, plot, write_section
+from pypaths.report import far_rows, fmt, human, markdown, plot, write_section
 from pypaths.timing import measure_row
 
 
@@ -199,6 +203,12 @@ def main():
         "load average (1/5/15 min) at end": loadavg(),
         "elapsed": f"{time.time() - t0:.0f} s",
     }
+    lines = sorted(t for row in results.values() for t in row.get("line_ns") or [])
+    if lines:
+        meta["cache line round trip between the first two CPUs"] = (
+            f"{lines[0]:.0f}-{lines[-1]:.0f} ns over the run, {len(far_rows(results))} of "
+            f"{len(results)} rows *far*"
+        )
     text = markdown(results, meta, {})
     if args.docs:
         img = os.path.join(args.docs, "img")

@@ -37,6 +37,28 @@ def fmt(row, path, mode):
     return f"{t / 1000:.2f} ms" if t >= 10000 else f"{t:.1f}"
 
 
+# A row whose cache line took this many times the run's fastest row's round trip between the
+# CPUs was measured (in part) with the CPUs further apart: a virtual machine's CPUs moved.
+FAR_FACTOR = 2.0
+
+
+def line_text(row):
+    """The fastest and slowest of the row's cache line round trips between the CPUs, e.g.
+    "85-391" (ns)."""
+    ns = row.get("line_ns") or []
+    return f"{min(ns):.0f}-{max(ns):.0f}" if ns else "—"
+
+
+def far_rows(results):
+    """The keys of the rows measured, at least in part, with the CPUs further apart than in the
+    run's fastest row (FAR_FACTOR times its round trip or more)."""
+    every = [t for row in results.values() for t in row.get("line_ns") or []]
+    if not every:
+        return set()
+    near = min(every)
+    return {k for k, row in results.items() if max(row.get("line_ns") or [0]) >= FAR_FACTOR * near}
+
+
 def budgets(row, mode):
     """The targets for this row: {path: µs it may take} (None where unmeasured)."""
     e, floor = us_of(row, "engine", mode), us_of(row, "noop", mode)
@@ -101,7 +123,14 @@ def markdown(results, meta, plots):
         "`torch.ops.deepspeed.inference_all_reduce_` (DeepSpeed's shared-memory kernel; "
         "DeepSpeed has no shared-memory all_gather). Targets: `execute`, `ops` and `ops_` ≤ 1.5 × "
         "engine + 3 µs; `dist` ≤ noop + 1.5 × engine + 3 µs; faster than DeepSpeed; ≥ 20× gloo "
-        "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met).",
+        "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met). `line ns`: the "
+        "fastest and slowest round trip of one cache line between the ranks' first two CPUs "
+        "(`collops-line-latency`, before every path of the row and after the last), the floor "
+        "of every synchronisation round; a row whose round "
+        f"trip reached {FAR_FACTOR:g} times the run's fastest is marked *far*: the CPUs were "
+        "further apart for some of it (a virtual machine's CPUs can move while it runs), which "
+        "slows every path in it, and a ratio between paths measured before and after the move "
+        "compares two machines.",
         "",
     ]
     keys = sorted(results, key=lambda k: (k[0], k[1], k[2], k[3]))
@@ -110,6 +139,7 @@ def markdown(results, meta, plots):
         key=lambda c: (OPS.index(c[0]), DTYPES.index(c[1]), c[2]),
     )
     paths = [p for p in PATHS if any(p in results[k] for k in keys)]
+    far = far_rows(results)
     misses = []
     for op, dtype, R in combos:
         L.append(f"### {op}, {dtype}, R={R}")
@@ -123,8 +153,8 @@ def markdown(results, meta, plots):
         if notes:
             L.append("DeepSpeed: " + "; ".join(sorted(notes)) + ".")
             L.append("")
-        L.append("| size | mode | " + " | ".join(paths) + " | targets (ratio ≥ 1: met) |")
-        L.append("|---|---|" + "---|" * len(paths) + "---|")
+        L.append("| size | mode | line ns | " + " | ".join(paths) + " | targets (ratio ≥ 1: met) |")
+        L.append("|---|---|---|" + "---|" * len(paths) + "---|")
         for k in keys:
             if k[:3] != (op, dtype, R):
                 continue
@@ -134,13 +164,15 @@ def markdown(results, meta, plots):
                 text = "; ".join(
                     f"{what} {x:.2f}×" + ("" if met else " **missed**") for what, x, met in checks
                 )
+                where = line_text(row) + (" *far*" if k in far else "")
                 L.append(
-                    f"| {human(size)} | {mode} | "
+                    f"| {human(size)} | {mode} | {where} | "
                     + " | ".join(fmt(row, p, mode) for p in paths)
                     + f" | {text} |"
                 )
                 misses += [
                     f"- {op} {dtype} R={R} {human(size)} {mode}: {what} {x:.2f}×"
+                    + (f" (*far*: {line_text(row)} ns)" if k in far else "")
                     for what, x, met in checks
                     if not met
                 ]
@@ -150,7 +182,7 @@ def markdown(results, meta, plots):
         f"- {k} {p}: {v[m]['error']}"
         for k in keys
         for p, v in results[k].items()
-        if p != "notes"
+        if p not in ("notes", "line_ns")
         for m in MODES
         if "error" in v.get(m, {})
     ]

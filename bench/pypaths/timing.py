@@ -88,9 +88,28 @@ def warmup_calls(per_call_s, iters, most):
     return max(3, min(iters, iterations(per_call_s, 0.03, most)))
 
 
+def line_latency(args):
+    """collops-line-latency's median round trip of a cache line between the first two CPUs, in
+    ns (about 10 ms of measuring); None when it is not built or cannot pin its threads."""
+    exe = os.path.join(args.build, "bench", "collops-line-latency")
+    if not os.access(exe, os.X_OK):
+        return None
+    p = subprocess.run(
+        [exe, "--json", "--trips", "5000", "--blocks", "5"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    return lines[0]["round_trip_ns_med"] if p.returncode == 0 and lines else None
+
+
 def measure_row(args, ranks, op, dtype, size):
-    """{path: {mode: {"us": ..., "wrong": ...} | {"error": ...}}, "notes": {...}} for one row,
-    every path and mode in turn, repeated --repeat times (median of the repeats)."""
+    """{path: {mode: {"us": ..., "wrong": ...} | {"error": ...}}, "notes": {...}, "line_ns":
+    [...]} for one row, every path and mode in turn, repeated --repeat times (median of the
+    repeats); line_ns holds the cache line's round trips between the CPUs measured before every
+    path and after the last (empty without collops-line-latency)."""
+    probes = []
     world = ranks.world
     names, notes = ranks.gather(("row", op, dtype, size))[0]
     paths = [p for p in args.paths if p == "engine" or p in names]
@@ -100,6 +119,7 @@ def measure_row(args, ranks, op, dtype, size):
         for path in paths:
             if path in errors:
                 continue
+            probes.append(line_latency(args))
             per_call = None
             for mode in MODES:
                 try:
@@ -122,7 +142,8 @@ def measure_row(args, ranks, op, dtype, size):
                 except RuntimeError as e:
                     errors[path] = str(e)
                     break
-    out = {"notes": notes}
+    probes.append(line_latency(args))
+    out = {"notes": notes, "line_ns": [t for t in probes if t is not None]}
     for path in paths:
         if path in errors:
             out[path] = {m: {"error": errors[path]} for m in MODES}
