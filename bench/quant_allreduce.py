@@ -18,7 +18,13 @@ calls instead of landing on one; round j starts at the j-th path, so that no pat
 after the same one (gloo_deq leaves the caches cold for the next). Reported per path: the median
 over rounds of the max over ranks of the time per call, in ms; then f16 ÷ quant and gloo_deq ÷
 quant (> 1: the quantised AllReduce is faster). Every rank's y of the quantised paths is checked
-against the float32 steps of its golden once, before the timing. A second table gives,
+against the float32 steps of its golden once, before the timing. Rank 0 times a cache line's
+round trip between the first two CPUs (collops-line-latency, in $COLLOPS_BUILD_DIR) before every
+round and after the last: a round between two probes that both read near is a near round, both
+far (twice the run's fastest or more) a far one; the paired ratio of a round divides the paths'
+times of that round, and the table gives the median of the paired ratios over all rounds, over
+the near rounds and over the far ones, so that a virtual machine's CPUs moving apart during the
+run (every collective slower) compare near with near and far with far. A second table gives,
 per path, the CPU time per call summed over the ranks (user + system, waits included) and the
 context switches per call summed over the ranks: with more ranks than CPUs the total work and
 the number of times a rank gives up its CPU decide the time, and they vary less than the wall
@@ -42,7 +48,12 @@ import torch
 import torch.distributed as dist
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import spawned_ranks  # noqa: E402  (bench/, beside this script)
+import line_probe  # noqa: E402  (bench/, beside this script)
+import spawned_ranks  # noqa: E402
+
+BUILD = os.environ.get("COLLOPS_BUILD_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "build"
+)
 
 PATHS = ("quant", "f16", "gloo_deq")
 ROW = 1024  # x is [N / ROW, ROW]: n = ROW, a multiple of 16 as ATB requires
@@ -142,8 +153,11 @@ def _rank(rank, world, store, args, results):
         _check(rank, world, elements, tensors)
         times = {path: [] for path in calls}
         work = {path: [] for path in calls}
+        lines = []  # rank 0's probes: before every round and after the last
         order = list(calls)
         for j in range(args.rounds):
+            if rank == 0:
+                lines.append(line_probe.round_trip_ns(BUILD))
             # Round j starts at path j: no path always follows gloo_deq, whose large buffers
             # leave the caches cold for whatever runs next.
             for path in order[j % len(order) :] + order[: j % len(order)]:
@@ -159,7 +173,9 @@ def _rank(rank, world, store, args, results):
                         (_switches() - switches) / args.calls,
                     )
                 )
-        rows.append((size, times, work))
+        if rank == 0:
+            lines.append(line_probe.round_trip_ns(BUILD))
+        rows.append((size, times, work, lines))
     results.put((rank, rows))
     dist.destroy_process_group()
 
@@ -225,11 +241,14 @@ def main():
         f"of the max over ranks; offset {args.offset}"
     )
     ratios = ["f16 ÷ quant", "gloo_deq ÷ quant"] + [f"f16 ÷ {p}" for p in forced]
-    print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios)) + " |")
-    print("|---|---|---|" + "---|" * (len(paths) + len(ratios)))
+    paired = ["line ns", "f16 ÷ quant paired: all", "near", "far"]
+    print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios + paired)) + " |")
+    print("|---|---|---|" + "---|" * (len(paths) + len(ratios) + len(paired)))
     work_rows = []
+    seen = []  # every probe of the run so far: its fastest is the near baseline
     for world in args.ranks:
         per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
+        per_rank.sort(key=lambda r: r[0])
         for i, (size, *_) in enumerate(per_rank[0][1]):
             work_rows.append((world, size, _work(per_rank, i, paths, args.rounds)))
             t = {
@@ -241,9 +260,13 @@ def main():
             cells = " | ".join(f"{t[p]:.3f}" for p in paths)
             shares = [t["f16"] / t["quant"], t["gloo_deq"] / t["quant"]]
             shares += [t["f16"] / t[p] for p in forced]
+            lines = per_rank[0][1][i][3]
+            seen += [ns for ns in lines if ns is not None]
             print(
                 f"| {world} | {human(size)} | {size // 2} | {cells} | "
                 + " | ".join(f"{v:.2f}×" for v in shares)
+                + " | "
+                + " | ".join(_paired(per_rank, i, lines, min(seen, default=None), args.rounds))
                 + " |",
                 flush=True,
             )
@@ -269,6 +292,27 @@ def main():
             + " | ".join(f"{switches[p]:.1f}" for p in paths)
             + " |"
         )
+
+
+def _paired(per_rank, i, lines, fastest, rounds):
+    """The cells of a row's paired ratios: its probes' range, then the median over all, near and
+    far rounds of f16 ÷ quant within each round (the slowest rank's time of each path), each
+    with its number of rounds."""
+
+    def slowest(path, j):
+        return max(r[1][i][1][path][j] for r in per_rank)
+
+    ratio = [slowest("f16", j) / slowest("quant", j) for j in range(rounds)]
+    kinds = ["all"] * rounds
+    if len(lines) == rounds + 1 and None not in lines:
+        for j in range(rounds):
+            far = [line_probe.is_far(ns, fastest) for ns in lines[j : j + 2]]
+            kinds[j] = "far" if all(far) else "near" if not any(far) else "mixed"
+    cells = [f"{min(lines):.0f}-{max(lines):.0f}" if lines and None not in lines else "—"]
+    for kind in ("all", "near", "far"):
+        picked = [x for x, k in zip(ratio, kinds) if kind == "all" or k == kind]
+        cells.append(f"{statistics.median(picked):.2f}× ({len(picked)})" if picked else "—")
+    return cells
 
 
 def _work(per_rank, i, paths, rounds):

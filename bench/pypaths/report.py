@@ -4,6 +4,7 @@ and its plots.
 
 import os
 
+import line_probe
 from pypaths.columns import DS_PATHS, DTYPES, MODES, OPS, PATHS
 
 
@@ -37,11 +38,6 @@ def fmt(row, path, mode):
     return f"{t / 1000:.2f} ms" if t >= 10000 else f"{t:.1f}"
 
 
-# A row whose cache line took this many times the run's fastest row's round trip between the
-# CPUs was measured (in part) with the CPUs further apart: a virtual machine's CPUs moved.
-FAR_FACTOR = 2.0
-
-
 def line_text(row):
     """The fastest and slowest of the row's cache line round trips between the CPUs, e.g.
     "85-391" (ns)."""
@@ -51,12 +47,16 @@ def line_text(row):
 
 def far_rows(results):
     """The keys of the rows measured, at least in part, with the CPUs further apart than in the
-    run's fastest row (FAR_FACTOR times its round trip or more)."""
+    run's fastest row (line_probe.FAR_FACTOR times its round trip or more)."""
     every = [t for row in results.values() for t in row.get("line_ns") or []]
     if not every:
         return set()
-    near = min(every)
-    return {k for k, row in results.items() if max(row.get("line_ns") or [0]) >= FAR_FACTOR * near}
+    fastest = min(every)
+    return {
+        k
+        for k, row in results.items()
+        if line_probe.is_far(max(row.get("line_ns") or [0]), fastest)
+    }
 
 
 def budgets(row, mode):
@@ -126,8 +126,8 @@ def markdown(results, meta, plots):
         "up to 1 MiB. Ratios: the budget or the peer's time ÷ ours (≥ 1 met). `line ns`: the "
         "fastest and slowest round trip of one cache line between the ranks' first two CPUs "
         "(`collops-line-latency`, before every path of the row and after the last), the floor "
-        "of every synchronisation round; a row whose round "
-        f"trip reached {FAR_FACTOR:g} times the run's fastest is marked *far*: the CPUs were "
+        "of every synchronisation round; a row whose round trip reached "
+        f"{line_probe.FAR_FACTOR:g} times the run's fastest is marked *far*: the CPUs were "
         "further apart for some of it (a virtual machine's CPUs can move while it runs), which "
         "slows every path in it, and a ratio between paths measured before and after the move "
         "compares two machines.",

@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 
+import line_probe
 from pypaths.columns import MODES
 from pypaths.ranks import TIMEOUT_S
 
@@ -88,22 +89,6 @@ def warmup_calls(per_call_s, iters, most):
     return max(3, min(iters, iterations(per_call_s, 0.03, most)))
 
 
-def line_latency(args):
-    """collops-line-latency's median round trip of a cache line between the first two CPUs, in
-    ns (about 10 ms of measuring); None when it is not built or cannot pin its threads."""
-    exe = os.path.join(args.build, "bench", "collops-line-latency")
-    if not os.access(exe, os.X_OK):
-        return None
-    p = subprocess.run(
-        [exe, "--json", "--trips", "5000", "--blocks", "5"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
-    return lines[0]["round_trip_ns_med"] if p.returncode == 0 and lines else None
-
-
 def measure_row(args, ranks, op, dtype, size):
     """{path: {mode: {"us": ..., "wrong": ...} | {"error": ...}}, "notes": {...}, "line_ns":
     [...]} for one row, every path and mode in turn, repeated --repeat times (median of the
@@ -119,7 +104,7 @@ def measure_row(args, ranks, op, dtype, size):
         for path in paths:
             if path in errors:
                 continue
-            probes.append(line_latency(args))
+            probes.append(line_probe.round_trip_ns(args.build, TIMEOUT_S))
             per_call = None
             for mode in MODES:
                 try:
@@ -142,7 +127,7 @@ def measure_row(args, ranks, op, dtype, size):
                 except RuntimeError as e:
                     errors[path] = str(e)
                     break
-    probes.append(line_latency(args))
+    probes.append(line_probe.round_trip_ns(args.build, TIMEOUT_S))
     out = {"notes": notes, "line_ns": [t for t in probes if t is not None]}
     for path in paths:
         if path in errors:

@@ -118,3 +118,37 @@ def test_no_row_is_far_without_measurements_or_below_twice_the_fastest():
         ("allreduce", "float32", 2, 4096): row(1.0, [120.0, 167.0]),
     }
     assert rep.far_rows(near) == set()
+
+
+def quant_bench():
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        import quant_allreduce as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def test_the_quantised_bench_pairs_each_rounds_paths_and_splits_near_from_far_rounds():
+    quant = quant_bench()
+    # Two ranks, one row, four rounds: rank 1 is the slower in the first two. The CPUs were near
+    # around rounds 0 and 1, far around round 3, and moved during round 2 (mixed: in no split).
+    times = [
+        {"quant": [1.0, 1.0, 1.0, 2.0], "f16": [1.5, 1.6, 3.0, 4.0]},
+        {"quant": [1.2, 1.1, 1.0, 2.0], "f16": [1.7, 1.6, 3.0, 4.0]},
+    ]
+    per_rank = [
+        (r, [(1 << 20, times[r], {}, [80.0, 90.0, 85.0, 400.0, 420.0] if r == 0 else [])])
+        for r in range(2)
+    ]
+    cells = quant._paired(per_rank, 0, per_rank[0][1][0][3], 80.0, 4)
+    # Paired ratios: 1.7/1.2, 1.6/1.1, 3.0/1.0, 4.0/2.0.
+    assert cells == ["80-420", "1.73× (4)", "1.44× (2)", "2.00× (1)"]
+
+
+def test_the_quantised_bench_without_probes_gives_the_paired_ratio_of_all_rounds_only():
+    quant = quant_bench()
+    times = {"quant": [1.0, 2.0, 1.0], "f16": [1.5, 3.0, 1.2]}
+    per_rank = [(0, [(1 << 20, times, {}, [None, None, None, None])])]
+    assert quant._paired(per_rank, 0, [None] * 4, None, 3) == ["—", "1.50× (3)", "—", "—"]
