@@ -18,14 +18,23 @@ def tool(build):
     return exe if os.access(exe, os.X_OK) else None
 
 
-def round_trip_ns(build, timeout=30):
-    """The median round trip in ns over about 10 ms of measuring; None when the tool is not built
+def first_two_cpus():
+    """The first two CPUs this process may run on (None with one): taken before a rank pins
+    itself to one CPU, whose processes the tool would then inherit."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[:2] if len(cpus) >= 2 else None
+
+
+def round_trip_ns(build, cpus=None, timeout=30):
+    """The median round trip in ns over about 10 ms of measuring, between `cpus` (two CPU
+    numbers; the first two this process may run on by default); None when the tool is not built
     in `build` or cannot pin its threads."""
     exe = tool(build)
     if exe is None:
         return None
+    where = ["--cpus", f"{cpus[0]},{cpus[1]}"] if cpus else []
     p = subprocess.run(
-        [exe, "--json", "--trips", "5000", "--blocks", "5"],
+        [exe, "--json", "--trips", "5000", "--blocks", "5", *where],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -157,7 +157,7 @@ def _rank(rank, world, store, args, results):
         order = list(calls)
         for j in range(args.rounds):
             if rank == 0:
-                lines.append(line_probe.round_trip_ns(BUILD))
+                lines.append(line_probe.round_trip_ns(BUILD, args.probe_cpus))
             # Round j starts at path j: no path always follows gloo_deq, whose large buffers
             # leave the caches cold for whatever runs next.
             for path in order[j % len(order) :] + order[: j % len(order)]:
@@ -174,7 +174,7 @@ def _rank(rank, world, store, args, results):
                     )
                 )
         if rank == 0:
-            lines.append(line_probe.round_trip_ns(BUILD))
+            lines.append(line_probe.round_trip_ns(BUILD, args.probe_cpus))
         rows.append((size, times, work, lines))
     results.put((rank, rows))
     dist.destroy_process_group()
@@ -231,6 +231,8 @@ def main():
     args = parser.parse_args()
     if any(a not in ("oneshot", "rsag") for a in args.algos):
         parser.error("--algos takes oneshot, rsag")
+    # The pair the ranks' probes use, taken here: COLLOPS_SHM_BIND=1 pins each rank to one CPU.
+    args.probe_cpus = line_probe.first_two_cpus()
     paths = PATHS + tuple(f"quant:{a}" for a in args.algos)
     forced = [f"quant:{a}" for a in args.algos]
     if min(args.ranks) < 1 or args.rounds < 1 or args.calls < 1:
@@ -242,34 +244,38 @@ def main():
     )
     ratios = ["f16 ÷ quant", "gloo_deq ÷ quant"] + [f"f16 ÷ {p}" for p in forced]
     paired = ["line ns", "f16 ÷ quant paired: all", "near", "far"]
-    print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios + paired)) + " |")
-    print("|---|---|---|" + "---|" * (len(paths) + len(ratios) + len(paired)))
-    work_rows = []
-    seen = []  # every probe of the run so far: its fastest is the near baseline
+    work_rows, rows = [], []
     for world in args.ranks:
         per_rank = spawned_ranks.run(_rank, world, args, "quant-bench", join_seconds=120)
         per_rank.sort(key=lambda r: r[0])
         for i, (size, *_) in enumerate(per_rank[0][1]):
             work_rows.append((world, size, _work(per_rank, i, paths, args.rounds)))
-            t = {
-                path: spawned_ranks.median_of_max(
-                    per_rank, lambda r, i=i, path=path: r[1][i][1][path], args.rounds
-                )
-                for path in paths
-            }
-            cells = " | ".join(f"{t[p]:.3f}" for p in paths)
-            shares = [t["f16"] / t["quant"], t["gloo_deq"] / t["quant"]]
-            shares += [t["f16"] / t[p] for p in forced]
-            lines = per_rank[0][1][i][3]
-            seen += [ns for ns in lines if ns is not None]
-            print(
-                f"| {world} | {human(size)} | {size // 2} | {cells} | "
-                + " | ".join(f"{v:.2f}×" for v in shares)
-                + " | "
-                + " | ".join(_paired(per_rank, i, lines, min(seen, default=None), args.rounds))
-                + " |",
-                flush=True,
+            rows.append((world, size, per_rank, i))
+    # The fastest probe of the whole run is the near baseline: the CPUs may have been far
+    # throughout the first row.
+    probes = [ns for _, _, per_rank, i in rows for ns in per_rank[0][1][i][3] if ns is not None]
+    fastest = min(probes, default=None)
+    print("| R | float16 bytes | N | " + " | ".join(paths + tuple(ratios + paired)) + " |")
+    print("|---|---|---|" + "---|" * (len(paths) + len(ratios) + len(paired)))
+    for world, size, per_rank, i in rows:
+        t = {
+            path: spawned_ranks.median_of_max(
+                per_rank, lambda r, i=i, path=path: r[1][i][1][path], args.rounds
             )
+            for path in paths
+        }
+        shares = [t["f16"] / t["quant"], t["gloo_deq"] / t["quant"]]
+        shares += [t["f16"] / t[p] for p in forced]
+        lines = per_rank[0][1][i][3]
+        print(
+            f"| {world} | {human(size)} | {size // 2} | "
+            + " | ".join(f"{t[p]:.3f}" for p in paths)
+            + " | "
+            + " | ".join(f"{v:.2f}×" for v in shares)
+            + " | "
+            + " | ".join(_paired(per_rank, i, lines, fastest, args.rounds))
+            + " |"
+        )
     # CPU time counts what every rank spent, waiting included, wherever the scheduler ran it: on
     # a machine shared with other work it varies less than the wall clock.
     print(

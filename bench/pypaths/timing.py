@@ -104,7 +104,7 @@ def measure_row(args, ranks, op, dtype, size):
         for path in paths:
             if path in errors:
                 continue
-            probes.append(line_probe.round_trip_ns(args.build, TIMEOUT_S))
+            probes.append(line_probe.round_trip_ns(args.build, timeout=TIMEOUT_S))
             per_call = None
             for mode in MODES:
                 try:
@@ -127,7 +127,7 @@ def measure_row(args, ranks, op, dtype, size):
                 except RuntimeError as e:
                     errors[path] = str(e)
                     break
-    probes.append(line_probe.round_trip_ns(args.build, TIMEOUT_S))
+    probes.append(line_probe.round_trip_ns(args.build, timeout=TIMEOUT_S))
     out = {"notes": notes, "line_ns": [t for t in probes if t is not None]}
     for path in paths:
         if path in errors:
