@@ -43,6 +43,14 @@ def round_trip_ns(build, cpus=None, timeout=30):
     return lines[0]["round_trip_ns_med"] if p.returncode == 0 and lines else None
 
 
+def span(probes):
+    """The fastest and slowest of `probes` in ns, e.g. "85-391"; "—" when there are none or one
+    failed."""
+    if not probes or None in probes:
+        return "—"
+    return f"{min(probes):.0f}-{max(probes):.0f}"
+
+
 def is_far(ns, fastest):
     """Whether a round trip of `ns` means far CPUs in a run whose fastest was `fastest`."""
     return ns is not None and fastest is not None and ns >= FAR_FACTOR * fastest

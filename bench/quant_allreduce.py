@@ -314,7 +314,7 @@ def _paired(per_rank, i, lines, fastest, rounds):
         for j in range(rounds):
             far = [line_probe.is_far(ns, fastest) for ns in lines[j : j + 2]]
             kinds[j] = "far" if all(far) else "near" if not any(far) else "mixed"
-    cells = [f"{min(lines):.0f}-{max(lines):.0f}" if lines and None not in lines else "—"]
+    cells = [line_probe.span(lines)]
     for kind in ("all", "near", "far"):
         picked = [x for x, k in zip(ratio, kinds) if kind == "all" or k == kind]
         cells.append(f"{statistics.median(picked):.2f}× ({len(picked)})" if picked else "—")

@@ -41,8 +41,7 @@ def fmt(row, path, mode):
 def line_text(row):
     """The fastest and slowest of the row's cache line round trips between the CPUs, e.g.
     "85-391" (ns)."""
-    ns = row.get("line_ns") or []
-    return f"{min(ns):.0f}-{max(ns):.0f}" if ns else "—"
+    return line_probe.span(row.get("line_ns"))
 
 
 def far_rows(results):
