@@ -2,7 +2,8 @@
 """Quantised AllReduce (int8 on the wire) against float16 AllReduce of the same elements, in one run.
 
 For R spawned ranks (one host, processes, lccl) and each N (given as the bytes N float16 elements
-take), every round times each path once, in turn, so load on the machine hits all paths alike:
+take), every round times each lccl path once, in turn, so load on the machine hits them alike, and
+gloo_deq is timed in rounds of its own after them:
   quant       AllReduceOperation quantType 1, outDataType float16: x int8 [N/1024, 1024], scale
               and offset float16 [1]; y float16 (OperationTorch.execute_out)
   f16         AllReduceOperation of x float16 [N/1024, 1024] (OperationTorch.execute_out)
@@ -12,10 +13,15 @@ take), every round times each path once, in turn, so load on the machine hits al
               (oneshot, rsag), each over a communicator of its own created with
               COLLOPS_ALGO_QUANTALLREDUCE=A, so that the algorithms are compared with each other
               and with f16 in one run
-A round times --calls calls of each path back to back after one barrier (not timed), so the
-ranks' skew leaving the barrier, which is no part of either collective, is spread over those
-calls instead of landing on one; round j starts at the j-th path, so that no path always runs
-after the same one (gloo_deq leaves the caches cold for the next). Reported per path: the median
+A round times --calls calls of each path back to back after a barrier and the path's warm-up
+calls, none of them timed: the ranks leave gloo's barrier up to a few hundred µs apart, and the
+first calls after any gloo call run slower; each path is called, untimed, for about --warm-ms
+(rank 0's estimate from its first calls, the same count on every rank), so that the timed calls
+run as a model's back-to-back calls do. gloo_deq (the slowest path by far) is not in the lccl
+paths' rounds: after its blocking waits and its float buffers of 2N elements, the next lccl
+path's calls ran slower for longer than a millisecond of warm-up calls, which cost the quantised
+path more in proportion than f16 (docs/performance.md). Round j starts at the j-th path, so that
+no path always runs first or after the same one. Reported per path: the median
 over rounds of the max over ranks of the time per call, in ms; then f16 ÷ quant and gloo_deq ÷
 quant (> 1: the quantised AllReduce is faster). Every rank's y of the quantised paths is checked
 against the float32 steps of its golden once, before the timing. Rank 0 times a cache line's
@@ -37,6 +43,7 @@ clock on a shared machine.
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import resource
@@ -56,6 +63,7 @@ BUILD = os.environ.get("COLLOPS_BUILD_DIR") or os.path.join(
 )
 
 PATHS = ("quant", "f16", "gloo_deq")
+WARM_MAX_CALLS = 100  # a path's untimed calls per round, at most
 ROW = 1024  # x is [N / ROW, ROW]: n = ROW, a multiple of 16 as ATB requires
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
@@ -151,33 +159,60 @@ def _rank(rank, world, store, args, results):
         for call in calls.values():  # warm-up: communicators, pages
             call()
         _check(rank, world, elements, tensors)
+        warm = _warm_calls(rank, calls, args.warm_ms, gloo)
         times = {path: [] for path in calls}
         work = {path: [] for path in calls}
         lines = []  # rank 0's probes: before every round and after the last
-        order = list(calls)
+
+        def timed(path):
+            call = calls[path]
+            dist.barrier(group=gloo)
+            for _ in range(warm[path]):
+                call()
+            start, cpu, switches = time.perf_counter(), time.process_time(), _switches()
+            for _ in range(args.calls):
+                call()
+            times[path].append((time.perf_counter() - start) * 1e3 / args.calls)
+            work[path].append(
+                (
+                    (time.process_time() - cpu) * 1e3 / args.calls,
+                    (_switches() - switches) / args.calls,
+                )
+            )
+
+        order = [path for path in calls if path != "gloo_deq"]
         for j in range(args.rounds):
             if rank == 0:
                 lines.append(line_probe.round_trip_ns(BUILD, args.probe_cpus))
-            # Round j starts at path j: no path always follows gloo_deq, whose large buffers
-            # leave the caches cold for whatever runs next.
+            # Round j starts at path j: no path always runs first or after the same one.
             for path in order[j % len(order) :] + order[: j % len(order)]:
-                call = calls[path]
-                dist.barrier(group=gloo)
-                start, cpu, switches = time.perf_counter(), time.process_time(), _switches()
-                for _ in range(args.calls):
-                    call()
-                times[path].append((time.perf_counter() - start) * 1e3 / args.calls)
-                work[path].append(
-                    (
-                        (time.process_time() - cpu) * 1e3 / args.calls,
-                        (_switches() - switches) / args.calls,
-                    )
-                )
+                timed(path)
         if rank == 0:
             lines.append(line_probe.round_trip_ns(BUILD, args.probe_cpus))
+        # gloo_deq's rounds come after the lccl paths' (see the module's text).
+        for _ in range(args.rounds):
+            timed("gloo_deq")
         rows.append((size, times, work, lines))
     results.put((rank, rows))
     dist.destroy_process_group()
+
+
+def _warm_calls(rank, calls, warm_ms, gloo):
+    """Per path, how many untimed calls take about warm_ms (at least one: it absorbs the ranks'
+    skew leaving the barrier); rank 0 times a few calls of each path and every rank takes its
+    counts, so that all ranks make the same calls."""
+    counts = [None]
+    if rank == 0:
+        counts[0] = {}
+    for path, call in calls.items():
+        start = time.perf_counter()
+        for _ in range(3):
+            call()
+        if rank == 0:
+            per_call_ms = (time.perf_counter() - start) * 1e3 / 3
+            counts[0][path] = max(1, min(WARM_MAX_CALLS, math.ceil(warm_ms / per_call_ms)))
+    dist.broadcast_object_list(counts, src=0, group=gloo)
+    return counts[0]
 
 
 def _switches():
@@ -223,6 +258,13 @@ def main():
     )
     parser.add_argument("--calls", type=int, default=10, help="calls of a path per round")
     parser.add_argument(
+        "--warm-ms",
+        type=float,
+        default=1.0,
+        help="untimed calls of a path before its timed ones in each round, for about this long "
+        "(at least one call)",
+    )
+    parser.add_argument(
         "--algos",
         default=[],
         type=lambda s: [v for v in s.split(",") if v],
@@ -237,10 +279,12 @@ def main():
     forced = [f"quant:{a}" for a in args.algos]
     if min(args.ranks) < 1 or args.rounds < 1 or args.calls < 1:
         parser.error("ranks, rounds and calls must be >= 1")
+    if not args.warm_ms >= 0:
+        parser.error("--warm-ms must be >= 0")
     print(
         f"# Quantised AllReduce vs float16 AllReduce (lccl processes) and gloo's dequantise + "
         f"all_reduce; ms per call, median over {args.rounds} rounds of {args.calls} calls each, "
-        f"of the max over ranks; offset {args.offset}"
+        f"of the max over ranks, after about {args.warm_ms} ms of untimed calls; offset {args.offset}"
     )
     ratios = ["f16 ÷ quant", "gloo_deq ÷ quant"] + [f"f16 ÷ {p}" for p in forced]
     paired = ["line ns", "f16 ÷ quant paired: all", "near", "far"]
