@@ -14,8 +14,8 @@ gloo_deq is timed in rounds of its own after them:
               COLLOPS_ALGO_QUANTALLREDUCE=A, so that the algorithms are compared with each other
               and with f16 in one run
 A round times --calls calls of each path back to back after a barrier and the path's warm-up
-calls, none of them timed: the ranks leave gloo's barrier up to a few hundred µs apart, and the
-first calls after any gloo call run slower; each path is called, untimed, for about --warm-ms
+calls, none of them timed: the ranks leave gloo's barrier at different times, and the first
+calls after any gloo call run slower; each path is called, untimed, for about --warm-ms
 (rank 0's estimate from its first calls, the same count on every rank), so that the timed calls
 run as a model's back-to-back calls do. gloo_deq (the slowest path by far) is not in the lccl
 paths' rounds: after its blocking waits and its float buffers of 2N elements, the next lccl
