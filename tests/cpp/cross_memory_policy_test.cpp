@@ -1,7 +1,8 @@
 // ChooseCrossMemoryPolicy (core/comm/shm/cross_memory_policy.h): COLLOPS_SHM_CMA_BYTES wins and
 // stops the measurement; otherwise the kernel copy is measured once, turned off for everything on
-// an oversubscribed communicator where it costs more than two user copies, and for AllReduce
-// wherever it costs more than 2.2.
+// an oversubscribed communicator where it costs more than two user copies, for AllReduce wherever
+// it costs more than 2.2, and for the other collectives' pieces below one core's L2 cache where
+// it costs more than 3.5; the measurement itself does not depend on the heap's pages.
 #include <gtest/gtest.h>
 
 #include <malloc.h>
@@ -15,7 +16,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <utility>
+#include <tuple>
 
 #include "core/comm/shm/cross_memory_policy.h"
 
@@ -32,40 +33,73 @@ struct Ratio {
   }
 };
 
-/// The policy as (minBytes, allReduce), for EXPECT_EQ.
-std::pair<uint64_t, bool> Choose(std::optional<uint64_t> configured, bool oversubscribed,
-                                 Ratio ratio) {
-  const CrossMemoryPolicy p = ChooseCrossMemoryPolicy(configured, oversubscribed, ratio);
-  return {p.minBytes, p.allReduce};
+constexpr uint64_t kL2 = 1 << 20;  // one core's L2 cache, as the tests below have it
+
+/// The policy as (minBytes, allReduce, pieceMinBytes), for EXPECT_EQ.
+std::tuple<uint64_t, bool, uint64_t> Choose(std::optional<uint64_t> configured, bool oversubscribed,
+                                            Ratio ratio, uint64_t l2Bytes = kL2) {
+  const CrossMemoryPolicy p = ChooseCrossMemoryPolicy(configured, oversubscribed, l2Bytes, ratio);
+  return {p.minBytes, p.allReduce, p.pieceMinBytes};
 }
 
-using Policy = std::pair<uint64_t, bool>;
+using Policy = std::tuple<uint64_t, bool, uint64_t>;
 
 TEST(CrossMemoryPolicy, AConfiguredThresholdIsTakenAsItIsWithoutMeasuring) {
   int calls = 0;
-  EXPECT_EQ(Choose(uint64_t{4096}, true, Ratio{9.0, &calls}), Policy(4096, true));
-  EXPECT_EQ(Choose(uint64_t{0}, false, Ratio{0.5, &calls}), Policy(0, false));
-  EXPECT_EQ(Choose(uint64_t{1} << 20, false, Ratio{9.0, &calls}), Policy(1 << 20, true));
+  EXPECT_EQ(Choose(uint64_t{4096}, true, Ratio{9.0, &calls}), Policy(4096, true, 4096));
+  EXPECT_EQ(Choose(uint64_t{0}, false, Ratio{0.5, &calls}), Policy(0, false, 0));
+  EXPECT_EQ(Choose(uint64_t{1} << 20, false, Ratio{9.0, &calls}), Policy(1 << 20, true, 1 << 20));
   EXPECT_EQ(calls, 0);
 }
 
-TEST(CrossMemoryPolicy, WithACpuPerRankOnlyAllReduceDependsOnTheKernelCopy) {
+TEST(CrossMemoryPolicy, WithACpuPerRankAllReduceAndPiecesInCacheDependOnTheKernelCopy) {
   int calls = 0;
-  EXPECT_EQ(Choose(std::nullopt, false, Ratio{1.7, &calls}), Policy(kCrossMemoryMinBytes, true));
-  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.2, &calls}), Policy(kCrossMemoryMinBytes, true));
-  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.4, &calls}), Policy(kCrossMemoryMinBytes, false));
-  EXPECT_EQ(Choose(std::nullopt, false, Ratio{INFINITY, &calls}),
-            Policy(kCrossMemoryMinBytes, false));
-  EXPECT_EQ(calls, 4);
+  constexpr uint64_t kMin = kCrossMemoryMinBytes;
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{1.7, &calls}), Policy(kMin, true, kMin));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.2, &calls}), Policy(kMin, true, kMin));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{2.4, &calls}), Policy(kMin, false, kMin));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{3.5, &calls}), Policy(kMin, false, kMin));
+  // A dearer kernel copy loses to the staged copies while they stay in the L2 cache.
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{4.5, &calls}), Policy(kMin, false, kL2));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{INFINITY, &calls}), Policy(kMin, false, kL2));
+  EXPECT_EQ(calls, 6);
+}
+
+TEST(CrossMemoryPolicy, PiecesOfADearKernelCopyStartAtTheCacheOrTheDefaultWhereItIsUnknown) {
+  int calls = 0;
+  constexpr uint64_t kMin = kCrossMemoryMinBytes;
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{4.5, &calls}, 2 << 20), Policy(kMin, false, 2 << 20));
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{4.5, &calls}, 0),
+            Policy(kMin, false, kMinChunkBytes));
+  // Never below the threshold every single copy has.
+  EXPECT_EQ(Choose(std::nullopt, false, Ratio{4.5, &calls}, 4096), Policy(kMin, false, kMin));
+  EXPECT_EQ(calls, 3);
 }
 
 TEST(CrossMemoryPolicy, OversubscribedTheSingleCopyGoesOffWhereTheKernelCopyCostsMoreThanTwo) {
   int calls = 0;
-  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.6, &calls}), Policy(0, false));
-  EXPECT_EQ(Choose(std::nullopt, true, Ratio{INFINITY, &calls}), Policy(0, false));
-  EXPECT_EQ(Choose(std::nullopt, true, Ratio{1.2, &calls}), Policy(kCrossMemoryMinBytes, true));
-  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.0, &calls}), Policy(kCrossMemoryMinBytes, true));
+  constexpr uint64_t kMin = kCrossMemoryMinBytes;
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.6, &calls}), Policy(0, false, 0));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{INFINITY, &calls}), Policy(0, false, 0));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{1.2, &calls}), Policy(kMin, true, kMin));
+  EXPECT_EQ(Choose(std::nullopt, true, Ratio{2.0, &calls}), Policy(kMin, true, kMin));
   EXPECT_EQ(calls, 4);
+}
+
+TEST(CrossMemoryPolicy, AutomaticRulesTakePiecesFromTheirThresholdAndForcedCmaFromTheLowerOne) {
+  ShmPolicy policy;
+  policy.rankSize = 2;
+  policy.cpus = 2;
+  policy.crossMemoryMinBytes = kCrossMemoryMinBytes;
+  policy.crossMemoryPieceMinBytes = kL2;
+  policy.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
+  EXPECT_EQ(CrossMemoryPieceFrom(policy, kAlgoAuto), kL2);
+  EXPECT_EQ(CrossMemoryPieceFrom(policy, kAlgoCrossMemory), kCrossMemoryMinBytes);
+  // AllGather of 2 ranks: an input of 512 KiB stays staged, one of 1 MiB is read in place.
+  EXPECT_FALSE(CrossMemoryInput(policy, kAlgoAuto, 2, kL2 / 2, kL2));
+  EXPECT_TRUE(CrossMemoryInput(policy, kAlgoAuto, 2, kL2, 2 * kL2));
+  EXPECT_TRUE(CrossMemoryInput(policy, kAlgoCrossMemory, 2, 64 << 10, 128 << 10));
+  EXPECT_FALSE(CrossMemoryInput(policy, kAlgoStaged, 2, kL2, 2 * kL2));
 }
 
 TEST(CrossMemoryPolicy, TheMeasuredRatioIsAFiniteCostOnThisMachine) {

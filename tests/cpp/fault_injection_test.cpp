@@ -126,6 +126,7 @@ std::vector<Field> ControlFields(const shm::Segment& segment, int ranks) {
   COLLOPS_HEADER_FIELD(policy.cpus);
   COLLOPS_HEADER_FIELD(policy.rankSize);
   COLLOPS_HEADER_FIELD(policy.crossMemoryMinBytes);
+  COLLOPS_HEADER_FIELD(policy.crossMemoryPieceMinBytes);
   COLLOPS_HEADER_FIELD(policy.allReduceCrossMemory);
   COLLOPS_HEADER_FIELD(policy.crossMemoryMaxBytes);
   COLLOPS_HEADER_FIELD(abort);

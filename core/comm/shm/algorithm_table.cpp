@@ -80,8 +80,9 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
       "process with process_vm_readv after the first round, and a second round keeps it there; "
       "smaller inputs are staged",
       "the creation probe allowed process_vm_readv/writev between all ranks",
-      "for each other input of 16 KiB or more, when every rank has a CPU of its own and R × "
-      "output ≤ 32 MiB"}},
+      "for each other input of 16 KiB or more (one core's L2 cache or more where the probe put a "
+      "kernel copy above 3.5 user copies), when every rank has a CPU of its own and R × output ≤ "
+      "32 MiB"}},
     {Collective::kBroadcast,
      kAlgoStaged,
      {"Broadcast", "Broadcast", "staged",
@@ -101,8 +102,9 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
       "a root buffer of `COLLOPS_SHM_CMA_BYTES` (16 KiB) or more is read by every other rank from "
       "the root's process with process_vm_readv after the first round; a smaller one is staged",
       "the creation probe allowed process_vm_readv/writev between all ranks",
-      "a buffer not in the heap of 16 KiB or more, when every rank has a CPU of its own and R × "
-      "size ≤ 32 MiB"}},
+      "a buffer not in the heap of 16 KiB or more (one core's L2 cache or more where the probe put "
+      "a kernel copy above 3.5 user copies), when every rank has a CPU of its own and R × size ≤ "
+      "32 MiB"}},
     {Collective::kReduceScatter,
      kAlgoStaged,
      {"ReduceScatter", "ReduceScatterV", "staged",
@@ -137,7 +139,8 @@ const ProcessAlgorithm kProcessAlgorithms[] = {
       "sender's process with process_vm_readv after the first round, and a second round keeps "
       "the input in place; smaller pieces are staged",
       "the creation probe allowed process_vm_readv/writev between all ranks",
-      "for each piece of 16 KiB or more whose sender's input is not in its heap"}},
+      "for each piece of 16 KiB or more (one core's L2 cache or more where the probe put a kernel "
+      "copy above 3.5 user copies) whose sender's input is not in its heap"}},
     {Collective::kSendRecv,
      kAlgoStaged,
      {"SendRecv", "Send, Recv, Exchange", "staged",

@@ -46,7 +46,7 @@ void AllToAllAlgorithms::AllToAllV(const void* in, const int64_t* sendCounts,
   // Large pieces from ordinary memory are not staged: their receivers read them with
   // process_vm_readv after the first round, and round 2 keeps the inputs in place until then.
   const bool cross = t_.CrossMemory() && (forced == kAlgoAuto || forced == kAlgoCrossMemory);
-  const int64_t crossFrom = cross ? static_cast<int64_t>(t_.Policy().crossMemoryMinBytes)
+  const int64_t crossFrom = cross ? static_cast<int64_t>(CrossMemoryPieceFrom(t_.Policy(), forced))
                                   : std::numeric_limits<int64_t>::max();
   crossSend_.assign(size, false);
   crossRecv_.assign(size, false);

@@ -86,11 +86,16 @@ double KernelCopyCostRatio() {
 }
 
 CrossMemoryPolicy ChooseCrossMemoryPolicy(std::optional<uint64_t> configured, bool oversubscribed,
+                                          uint64_t l2Bytes,
                                           const std::function<double()>& kernelCopyCostRatio) {
-  if (configured) return {*configured, *configured != 0};
+  if (configured) return {*configured, *configured != 0, *configured};
   const double ratio = kernelCopyCostRatio();
-  if (oversubscribed && ratio > kOversubscribedMaxKernelCopyCost) return {0, false};
-  return {kCrossMemoryMinBytes, ratio <= kAllReduceMaxKernelCopyCost};
+  if (oversubscribed && ratio > kOversubscribedMaxKernelCopyCost) return {0, false, 0};
+  const uint64_t cache = l2Bytes != 0 ? l2Bytes : kMinChunkBytes;
+  const uint64_t pieceMin = ratio <= kInCacheMaxKernelCopyCost
+                                ? kCrossMemoryMinBytes
+                                : std::max<uint64_t>(kCrossMemoryMinBytes, cache);
+  return {kCrossMemoryMinBytes, ratio <= kAllReduceMaxKernelCopyCost, pieceMin};
 }
 
 }  // namespace shm

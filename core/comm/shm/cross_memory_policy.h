@@ -3,7 +3,8 @@
 //
 // The kernel's copy is not equally fast on every machine, so rank 0 measures it at creation. With
 // a CPU per rank the single copy pays even where it costs more than two user copies (it saves a
-// round, and the copies of different ranks overlap). With more ranks than CPUs every copy competes
+// round, and the copies of different ranks overlap), but not for pieces whose staged copies stay
+// in one core's L2 cache once it costs more than 3.5. With more ranks than CPUs every copy competes
 // for the same CPUs, the total work decides, and one kernel copy is more work than two user copies
 // once it costs more than two. AllReduce's "cma" moves every slice with two kernel copies (the
 // peers' parts in, the result out) where the staged "rsag" makes three user copies, so it needs a
@@ -32,13 +33,19 @@ struct CrossMemoryPolicy {
   uint64_t minBytes = 0;
   /// Whether AllReduce's automatic rule may take cma.
   bool allReduce = false;
+  /// The smallest input or piece the automatic rules of AllGather(V), Broadcast and AllToAllV
+  /// move that way (ShmPolicy::crossMemoryPieceMinBytes).
+  uint64_t pieceMinBytes = 0;
 };
 
 /// `configured` (COLLOPS_SHM_CMA_BYTES), when set, is the threshold for every collective,
 /// AllReduce included, and nothing is measured. Else `kernelCopyCostRatio()` is measured once:
 /// none at all when `oversubscribed` and it exceeds kOversubscribedMaxKernelCopyCost, else
-/// kCrossMemoryMinBytes; AllReduce only where it is at most kAllReduceMaxKernelCopyCost.
+/// kCrossMemoryMinBytes; AllReduce only where it is at most kAllReduceMaxKernelCopyCost; the
+/// pieces of the other automatic rules from kCrossMemoryMinBytes where it is at most
+/// kInCacheMaxKernelCopyCost, else from `l2Bytes` (one core's L2 cache; kMinChunkBytes when 0).
 CrossMemoryPolicy ChooseCrossMemoryPolicy(std::optional<uint64_t> configured, bool oversubscribed,
+                                          uint64_t l2Bytes,
                                           const std::function<double()>& kernelCopyCostRatio);
 
 }  // namespace shm

@@ -64,9 +64,10 @@ ShmPolicy ChoosePolicy(int rankSize) {
   if (KnobValue("COLLOPS_SHM_CMA_BYTES") != nullptr) {
     crossMemoryMinBytes = KnobInteger("COLLOPS_SHM_CMA_BYTES", 0);
   }
-  const CrossMemoryPolicy crossMemory =
-      ChooseCrossMemoryPolicy(crossMemoryMinBytes, oversubscribed, KernelCopyCostRatio);
+  const CrossMemoryPolicy crossMemory = ChooseCrossMemoryPolicy(
+      crossMemoryMinBytes, oversubscribed, L2CacheBytes(), KernelCopyCostRatio);
   policy.crossMemoryMinBytes = crossMemory.minBytes;
+  policy.crossMemoryPieceMinBytes = crossMemory.pieceMinBytes;
   policy.allReduceCrossMemory = crossMemory.allReduce ? 1 : 0;
   policy.crossMemoryMaxBytes = kCrossMemoryMaxBytes;
   return policy;
@@ -105,9 +106,13 @@ bool CrossMemoryInput(const ShmPolicy& policy, Algo forced, int ranks, uint64_t 
   // R-1 times in kernel copies, which cost more per byte: only when every rank has a CPU of its
   // own do the receivers' reads overlap.
   if (forced != kAlgoAuto && forced != kAlgoCrossMemory) return false;
-  return bytes >= policy.crossMemoryMinBytes &&
+  return bytes >= CrossMemoryPieceFrom(policy, forced) &&
          (forced == kAlgoCrossMemory ||
           (!policy.Oversubscribed() && ranks * outputBytes <= policy.crossMemoryMaxBytes));
+}
+
+uint64_t CrossMemoryPieceFrom(const ShmPolicy& policy, Algo forced) {
+  return forced == kAlgoCrossMemory ? policy.crossMemoryMinBytes : policy.crossMemoryPieceMinBytes;
 }
 
 bool CrossMemoryMessage(const ShmPolicy& policy, Algo forced, uint64_t bytes, bool groupReceives) {

@@ -55,6 +55,12 @@ constexpr double kOversubscribedMaxKernelCopyCost = 2.0;
 /// AllReduce's automatic rule takes "cma" only where the kernel copy costs at most this many user
 /// copies: it moves every slice with two kernel copies where "rsag" makes three user copies.
 constexpr double kAllReduceMaxKernelCopyCost = 2.2;
+/// With a CPU per rank, AllGather(V) and Broadcast inputs and AllToAllV pieces smaller than one
+/// core's L2 cache take "cma" automatically only where the kernel copy costs at most this many
+/// user copies. The staged copies of such a piece stay in the cache, and a dearer kernel copy
+/// loses to them; from the L2 cache's size up the staged copies leave it, and "cma" is taken
+/// whatever the kernel copy costs (docs/performance.md, "Single copy").
+constexpr double kInCacheMaxKernelCopyCost = 3.5;
 /// AllReduce "cma": the part of its slice a rank moves per system call; the parts of one step stay
 /// in the caches between the read, the reduction and the writes.
 constexpr size_t kCrossMemoryChunkBytes = 128 << 10;
@@ -122,8 +128,12 @@ struct ShmPolicy {
   int32_t cpus = 0;        ///< CPUs rank 0 may run on
   int32_t rankSize = 0;
   /// Pieces of at least this many bytes may move by process_vm_readv/writev when every rank may
-  /// reach its peers' memory; 0 = never.
+  /// reach its peers' memory; 0 = never. Forced "cma" and Send/Recv messages use this one.
   uint64_t crossMemoryMinBytes = 0;
+  /// The automatic rules of AllGather(V), Broadcast and AllToAllV take "cma" from this many bytes
+  /// per input or piece: crossMemoryMinBytes, or one core's L2 cache where the kernel copy costs
+  /// more than kInCacheMaxKernelCopyCost user copies.
+  uint64_t crossMemoryPieceMinBytes = 0;
   /// 1: AllReduce's automatic rule may take "cma" (the kernel copy is cheap enough here).
   int32_t allReduceCrossMemory = 0;
   /// AllReduce, AllGather(V) and Broadcast take "cma" automatically only while R times their
@@ -161,6 +171,9 @@ Algo SelectAllReduce(const ShmPolicy& policy, bool crossMemory, int ranks, uint6
 /// Quantised AllReduce of `count` int8 elements into `outBytes`-byte outputs on `ranks` ranks:
 /// kAlgoOneShot or kAlgoReduceScatterAllGather.
 Algo SelectQuantAllReduce(const ShmPolicy& policy, int ranks, uint64_t count, uint64_t outBytes);
+/// The smallest AllGather(V) or Broadcast input or AllToAllV piece that moves by "cma" when that
+/// collective's algorithm is `forced` (kAlgoAuto or kAlgoCrossMemory) and cma is allowed at all.
+uint64_t CrossMemoryPieceFrom(const ShmPolicy& policy, Algo forced);
 /// AllGather(V) and Broadcast: whether one rank's input of `bytes` (not in its heap), in a call
 /// whose output is `outputBytes` per rank, is read by the peers with process_vm_readv.
 bool CrossMemoryInput(const ShmPolicy& policy, Algo forced, int ranks, uint64_t bytes,
