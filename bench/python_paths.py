@@ -58,12 +58,13 @@ import shlex
 import sys
 import time
 
+import line_probe
 from pypaths import ROOT
 from pypaths.columns import DS_PATHS, DTYPES, OPS, PATHS
 from pypaths.deepspeed_peer import ds_segments, remove_ds_segments
 from pypaths.machine import cpu_text, loadavg, sh
 from pypaths.ranks import Ranks
-from pypaths.report import far_rows, fmt, human, markdown, plot, write_section
+from pypaths.report import far_rows, fmt, human, markdown, plot, run_probes, write_section
 from pypaths.timing import measure_row
 
 
@@ -203,10 +204,10 @@ def main():
         "load average (1/5/15 min) at end": loadavg(),
         "elapsed": f"{time.time() - t0:.0f} s",
     }
-    lines = sorted(t for row in results.values() for t in row.get("line_ns") or [])
-    if lines:
+    probes = run_probes(results)
+    if probes:
         meta["cache line round trip between the first two CPUs"] = (
-            f"{lines[0]:.0f}-{lines[-1]:.0f} ns over the run, {len(far_rows(results))} of "
+            f"{line_probe.span(probes)} ns over the run, {len(far_rows(results))} of "
             f"{len(results)} rows *far*"
         )
     text = markdown(results, meta, {})

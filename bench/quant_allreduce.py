@@ -201,9 +201,7 @@ def _warm_calls(rank, calls, warm_ms, gloo):
     """Per path, how many untimed calls take about warm_ms (at least one: it absorbs the ranks'
     skew leaving the barrier); rank 0 times a few calls of each path and every rank takes its
     counts, so that all ranks make the same calls."""
-    counts = [None]
-    if rank == 0:
-        counts[0] = {}
+    counts = [{} if rank == 0 else None]
     for path, call in calls.items():
         start = time.perf_counter()
         for _ in range(3):

@@ -44,10 +44,15 @@ def line_text(row):
     return line_probe.span(row.get("line_ns"))
 
 
+def run_probes(results):
+    """Every cache line round trip of the run, in ns, over all rows."""
+    return [t for row in results.values() for t in row.get("line_ns") or []]
+
+
 def far_rows(results):
     """The keys of the rows measured, at least in part, with the CPUs further apart than in the
     run's fastest row (line_probe.FAR_FACTOR times its round trip or more)."""
-    every = [t for row in results.values() for t in row.get("line_ns") or []]
+    every = run_probes(results)
     if not every:
         return set()
     fastest = min(every)
