@@ -59,8 +59,8 @@ double KernelCopyCostRatio() {
   std::memset(from.data(), 1, kBytes);
   std::memset(to.data(), 0, kBytes);
   using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double>(to - from).count();
+  const auto seconds = [](Clock::time_point begin, Clock::time_point end) {
+    return std::chrono::duration<double>(end - begin).count();
   };
   // The user copy is the one a busy neighbour slows (it needs the memory's bandwidth, the
   // kernel's pinning mostly not), and the other ranks of a starting job are busy just then: it
